@@ -1,0 +1,41 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+LISTEN ?= 127.0.0.1:8080
+OBJECTS ?= 1000
+NAMESPACES ?= 10
+CHURN ?= 5
+
+.PHONY: run sim test lint fmt clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+## run: the service on the embedded simulated cluster
+run: $(BIN)/.installed
+	$(BIN)/watchcache serve --listen $(LISTEN) --sim-objects $(OBJECTS) --sim-namespaces $(NAMESPACES) --sim-churn $(CHURN)
+
+## sim: the simulated cluster alone
+sim: $(BIN)/.installed
+	$(BIN)/watchcache sim --listen $(LISTEN) --objects $(OBJECTS) --namespaces $(NAMESPACES) --churn $(CHURN)
+
+## test: the whole suite
+test: $(BIN)/.installed
+	$(BIN)/pytest -q -n 2 $(PYTEST_ARGS)
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check watchcache tests loadtest
+	$(BIN)/mypy
+
+fmt: $(BIN)/.installed
+	$(BIN)/ruff check --fix watchcache tests loadtest
+	$(BIN)/ruff format watchcache tests loadtest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

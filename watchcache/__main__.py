@@ -1,0 +1,3 @@
+from watchcache.cli import main
+
+raise SystemExit(main())
