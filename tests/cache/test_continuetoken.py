@@ -1,0 +1,51 @@
+import base64
+
+import orjson
+import pytest
+
+from watchcache.cache.continuetoken import ContinueCodec, InvalidContinueToken
+
+codec = ContinueCodec(b"k" * 32)
+
+
+def test_round_trip():
+    assert codec.decode(codec.encode(42, "ns/p1\x00")) == (42, "ns/p1\x00")
+
+
+def test_token_from_another_key_is_rejected():
+    other = ContinueCodec(b"o" * 32).encode(42, "p1\x00")
+    with pytest.raises(InvalidContinueToken, match="signature"):
+        codec.decode(other)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda p: {**p, "rv": p["rv"] + 1},
+        lambda p: {**p, "start": "zzz\x00"},
+        lambda p: {**p, "v": "v2"},
+        lambda p: {k: v for k, v in p.items() if k != "sig"},
+    ],
+    ids=["rv", "start", "version", "no-signature"],
+)
+def test_tampered_token_is_rejected(mutate):
+    token = codec.encode(42, "p1\x00")
+    payload = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    forged = base64.urlsafe_b64encode(orjson.dumps(mutate(payload))).decode()
+    with pytest.raises(InvalidContinueToken):
+        codec.decode(forged)
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["", "!!!", "bm90IGpzb24", base64.b64encode(b"[1]").decode()],
+    ids=["empty", "not-base64", "not-json", "not-object"],
+)
+def test_garbage_is_rejected(token):
+    with pytest.raises(InvalidContinueToken):
+        codec.decode(token)
+
+
+def test_path_traversal_in_start_key_is_rejected_even_if_signed():
+    with pytest.raises(InvalidContinueToken, match="not valid"):
+        codec.decode(codec.encode(42, "../other/x\x00"))

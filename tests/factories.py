@@ -1,0 +1,115 @@
+"""Small builders shared by the unit tests: cached objects and a socket-free Response."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from watchcache.cache.object import CachedObject, encode_object
+from watchcache.resources import CONFIGMAPS, PODS, ResourceType
+
+
+def pod(
+    name: str,
+    ns: str = "default",
+    rv: int = 1,
+    *,
+    labels: dict[str, str] | None = None,
+    node: str = "",
+    phase: str = "Running",
+) -> CachedObject:
+    obj: dict[str, Any] = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": str(rv), "labels": labels or {}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": phase},
+    }
+    return encode_object(PODS, obj)
+
+
+def configmap(
+    name: str, ns: str = "default", rv: int = 1, *, labels: dict[str, str] | None = None, data: str = "x"
+) -> CachedObject:
+    obj = {
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": str(rv), "labels": labels or {}},
+        "data": {"k": data},
+    }
+    return encode_object(CONFIGMAPS, obj)
+
+
+def decode_typed(resource: ResourceType, obj: CachedObject) -> dict[str, Any]:
+    return orjson.loads(obj.typed_json(resource))  # type: ignore[no-any-return]
+
+
+class FakeResponse:
+    """Records what a handler writes; flow control is driven by the test."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.headers: list[tuple[str, str]] = []
+        self.body = b""
+        self.chunks: list[bytes] = []
+        self.chunked = False
+        self.ended = False
+        self.writable = True
+        self.closed = False
+        self.started = False
+        self._close_callbacks: list[Callable[[], None]] = []
+
+    def send(
+        self,
+        status: int,
+        body: bytes | Sequence[bytes],
+        *,
+        content_type: str = "application/json",
+        headers: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        assert not self.started
+        self.started = True
+        self.status = status
+        self.headers = list(headers)
+        self.body = body if isinstance(body, bytes) else b"".join(body)
+
+    def start_chunked(
+        self, status: int, *, content_type: str = "application/json", headers: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        assert not self.started
+        self.started = True
+        self.status = status
+        self.chunked = True
+
+    def write_chunk(self, parts: Sequence[bytes]) -> None:
+        assert self.chunked and not self.ended
+        self.chunks.append(b"".join(parts))
+
+    def end_chunked(self) -> None:
+        self.ended = True
+
+    async def drain(self) -> None:
+        while not self.writable:
+            await asyncio.sleep(0.001)
+
+    def write_buffer_size(self) -> int:
+        return 0
+
+    def add_close_callback(self, cb: Callable[[], None]) -> None:
+        self._close_callbacks.append(cb)
+
+    def disconnect(self) -> None:
+        self.closed = True
+        for cb in self._close_callbacks:
+            cb()
+
+    def abort(self) -> None:
+        self.disconnect()
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+    def events(self) -> list[dict[str, Any]]:
+        data = b"".join(self.chunks)
+        return [orjson.loads(line) for line in data.splitlines() if line]

@@ -1,0 +1,98 @@
+"""The history window: the recent events of one resource, in resourceVersion order.
+
+Invariants (tested in ``tests/cache/test_history.py``):
+
+* events are ordered by ``rv`` (non-decreasing; several events may share one rv when
+  they form one atomic change, e.g. a relist's diff) and a group of events with the
+  same rv is evicted whole, never split;
+* ``oldest_rv`` is the resourceVersion the window starts *after*: every event with
+  ``rv > oldest_rv`` that the cache applied is still here. So the state at any
+  ``rv >= oldest_rv`` can be rebuilt exactly by undoing the events after it, and a
+  watch from any ``rv >= oldest_rv`` can be served without a gap;
+* the window is bounded by count (``max_events``) and by age (``max_age``): an event
+  older than ``max_age`` (by the injected clock) is evicted at the next ``expire``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from watchcache.cache.events import WatchEvent
+
+
+class HistoryWindow:
+    """A list used as a queue (``_start`` is the head) so that lookups by rv can bisect."""
+
+    __slots__ = ("_bytes", "_events", "_start", "max_age", "max_events", "oldest_rv")
+
+    def __init__(self, max_events: int, max_age: float, oldest_rv: int = 0) -> None:
+        if max_events < 1:
+            raise ValueError("max_events must be at least 1")
+        self.max_events = max_events
+        self.max_age = max_age
+        self.oldest_rv = oldest_rv
+        self._events: list[WatchEvent] = []
+        self._start = 0
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._events) - self._start
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        return iter(self._events[self._start :])
+
+    @property
+    def bytes(self) -> int:
+        """JSON bytes of the objects the window references (its main memory cost)."""
+        return self._bytes
+
+    @property
+    def oldest_event_time(self) -> float | None:
+        return self._events[self._start].received if len(self) else None
+
+    def reset(self, rv: int) -> None:
+        """Forget everything: the cache was (re)initialised at ``rv``."""
+        self._events = []
+        self._start = 0
+        self._bytes = 0
+        self.oldest_rv = rv
+
+    def append(self, event: WatchEvent) -> None:
+        """Add the newest event; the caller guarantees rv order."""
+        self._events.append(event)
+        self._bytes += event.size
+        if len(self) > self.max_events:
+            self._evict_oldest_group()
+
+    def expire(self, now: float) -> int:
+        """Evict groups older than ``max_age``; returns the number of events evicted."""
+        evicted = 0
+        while len(self) and now - self._events[self._start].received > self.max_age:
+            evicted += self._evict_oldest_group()
+        return evicted
+
+    def since(self, rv: int) -> list[WatchEvent]:
+        """Every event with ``rv`` greater than ``rv``; the caller checks ``rv >= oldest_rv``."""
+        index = bisect_right(self._events, rv, lo=self._start, key=_rv_of)
+        return self._events[index:]
+
+    def _evict_oldest_group(self) -> int:
+        events = self._events
+        group_rv = events[self._start].rv
+        count = 0
+        end = len(events)
+        while self._start < end and events[self._start].rv == group_rv:
+            self._bytes -= events[self._start].size
+            self._start += 1
+            count += 1
+        self.oldest_rv = group_rv
+        # Compact once the dead head is half the list: amortised O(1) per event.
+        if self._start * 2 > len(events):
+            del events[: self._start]
+            self._start = 0
+        return count
+
+
+def _rv_of(event: WatchEvent) -> int:
+    return event.rv

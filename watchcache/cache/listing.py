@@ -1,0 +1,69 @@
+"""Paging a LIST over a snapshot: scope, start key, limit, filter and what remains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from watchcache.cache.object import CachedObject
+from watchcache.cache.store import Snapshot
+
+Predicate = Callable[[CachedObject], bool]
+
+
+@dataclass(frozen=True)
+class ListScope:
+    """The key range of a collection: all keys, or those of one namespace (``ns/`` to ``ns0``)."""
+
+    lo: str
+    hi: str | None
+
+    @classmethod
+    def of(cls, namespace: str | None) -> ListScope:
+        if not namespace:
+            return cls("", None)
+        # '0' is the character after '/', so [ns/, ns0) is exactly the keys under ns/.
+        return cls(namespace + "/", namespace + "0")
+
+
+@dataclass
+class ListPage:
+    items: list[CachedObject]
+    rv: int
+    # Start key of the next page relative to the scope (None: the list is complete).
+    next_start: str | None
+    # Items after this page, when known (no selector and more to come), else None.
+    remaining: int | None
+
+
+def list_page(
+    snapshot: Snapshot,
+    scope: ListScope,
+    predicate: Predicate | None,
+    *,
+    limit: int = 0,
+    start: str | None = None,
+) -> ListPage:
+    """Up to ``limit`` matching objects from ``start`` (relative to the scope) in key order.
+
+    As kube's cacher: the page is complete after ``limit`` matches, and it has more
+    iff any key (matching or not) follows the last returned one.
+    """
+    lo = scope.lo + start if start else scope.lo
+    items: list[CachedObject] = []
+    it = snapshot.iter_range(lo, scope.hi)
+    if predicate is None and not limit:
+        return ListPage(list(it), snapshot.rv, None, None)
+    for obj in it:
+        if predicate is None or predicate(obj):
+            items.append(obj)
+            if limit and len(items) >= limit:
+                break
+    else:
+        return ListPage(items, snapshot.rv, None, None)
+    last_key = items[-1].key
+    next_lo = last_key + "\x00"
+    if next(snapshot.iter_range(next_lo, scope.hi), None) is None:
+        return ListPage(items, snapshot.rv, None, None)
+    remaining = snapshot.count_range(next_lo, scope.hi) if predicate is None else None
+    return ListPage(items, snapshot.rv, next_lo[len(scope.lo) :], remaining)

@@ -1,0 +1,110 @@
+"""The cached object: JSON bytes encoded once, plus the attributes filters need.
+
+An object enters the cache exactly once (from the reflector, the simulated cluster or
+a follower stream); its JSON is encoded then and shared by every LIST page, GET and
+watch frame afterwards. The attributes selectors look at (namespace, name, labels,
+selectable fields) are extracted at the same moment, so filtering never parses JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from watchcache.resources import ResourceType
+
+
+class CachedObject:
+    """Immutable by convention: shared by the current state, history and in-flight responses.
+
+    ``body`` is the object's JSON *without* its opening ``{`` and without ``kind`` and
+    ``apiVersion``: a LIST item is ``b"{" + body`` (kube omits TypeMeta on list items)
+    and a typed object is ``resource.typed_prefix + body`` — both written as separate
+    buffers, never joined.
+    """
+
+    __slots__ = ("body", "fields", "key", "labels", "name", "namespace", "rv")
+
+    def __init__(
+        self,
+        key: str,
+        namespace: str,
+        name: str,
+        rv: int,
+        labels: Mapping[str, str],
+        fields: Mapping[str, str],
+        body: bytes,
+    ) -> None:
+        self.key = key
+        self.namespace = namespace
+        self.name = name
+        self.rv = rv
+        self.labels = labels
+        self.fields = fields
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"CachedObject({self.key!r}, rv={self.rv})"
+
+    def typed_json(self, resource: ResourceType) -> bytes:
+        """The full typed object; for tests and cold paths (hot paths use writelines)."""
+        return resource.typed_prefix + self.body
+
+    def decode(self) -> dict[str, Any]:
+        """Parse the object back (cold paths only: writes in the simulated cluster, tests)."""
+        decoded: dict[str, Any] = orjson.loads(b"{" + self.body)
+        return decoded
+
+    def with_resource_version(self, rv: int) -> CachedObject:
+        """The same object stamped with another resourceVersion (a selector-leave DELETED)."""
+        obj = self.decode()
+        obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
+        return CachedObject(self.key, self.namespace, self.name, rv, self.labels, self.fields, _encode_body(obj))
+
+
+def object_key(namespace: str, name: str) -> str:
+    """``namespace/name`` (or ``name``): sorts like kube's etcd keys, so lists come out in kube's order."""
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _encode_body(obj: Mapping[str, Any]) -> bytes:
+    encoded = orjson.dumps(obj)
+    if encoded == b"{}":
+        raise ValueError("object has no fields")
+    return encoded[1:]
+
+
+class ObjectError(ValueError):
+    """The object cannot be cached (no name, or a resourceVersion that is not a uint64)."""
+
+
+def encode_object(resource: ResourceType, obj: dict[str, Any]) -> CachedObject:
+    """Encode ``obj`` once and extract its filter attributes. Mutates ``obj`` (drops TypeMeta)."""
+    obj.pop("kind", None)
+    obj.pop("apiVersion", None)
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise ObjectError("object has no metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ObjectError("object has no metadata.name")
+    namespace = (meta.get("namespace") or "") if resource.namespaced else ""
+    if not isinstance(namespace, str) or (resource.namespaced and not namespace):
+        raise ObjectError("namespaced object has no metadata.namespace")
+    rv = parse_resource_version(meta.get("resourceVersion"))
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise ObjectError("metadata.labels is not a map")
+    fields = resource.extract_fields(obj)
+    return CachedObject(object_key(namespace, name), namespace, name, rv, labels, fields, _encode_body(obj))
+
+
+def parse_resource_version(value: object) -> int:
+    """Upstream resourceVersions are etcd revisions: decimal uint64 strings, as kube's versioner parses them."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    raise ObjectError(f"invalid resourceVersion {value!r}")

@@ -1,0 +1,52 @@
+"""SelectionPredicate: namespace + label selector + field selector, evaluated on cached attributes.
+
+The same predicate filters LIST items and decides watch deliveries, so a watch and a
+list with the same parameters always agree on what they select.
+"""
+
+from __future__ import annotations
+
+from watchcache.cache.object import CachedObject
+from watchcache.resources import ResourceType
+from watchcache.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+
+
+class SelectionPredicate:
+    __slots__ = ("empty", "fields", "labels", "namespace")
+
+    def __init__(self, namespace: str | None, labels: LabelSelector, fields: FieldSelector) -> None:
+        self.namespace = namespace or None
+        self.labels = labels
+        self.fields = fields
+        # "empty" means no selector: kube then reports remainingItemCount.
+        self.empty = labels.empty and fields.empty
+
+    @classmethod
+    def parse(
+        cls, resource: ResourceType, namespace: str | None, label_selector: str, field_selector: str
+    ) -> SelectionPredicate:
+        """Raises SelectorError (a 400 for the client) on bad syntax or an unsupported field."""
+        return cls(
+            namespace if resource.namespaced else None,
+            parse_label_selector(label_selector),
+            parse_field_selector(field_selector, resource.selectable_fields),
+        )
+
+    def matches(self, obj: CachedObject) -> bool:
+        if self.namespace is not None and obj.namespace != self.namespace:
+            return False
+        if not self.labels.empty and not self.labels.matches(obj.labels):
+            return False
+        return self.fields.empty or self.fields.matches(obj.fields)
+
+    def selector_matches(self, obj: CachedObject) -> bool:
+        """Selectors only (the namespace is already implied by the key range)."""
+        if not self.labels.empty and not self.labels.matches(obj.labels):
+            return False
+        return self.fields.empty or self.fields.matches(obj.fields)
+
+    def exact_name(self) -> str | None:
+        return self.fields.exact_value("metadata.name")
+
+    def exact_field(self, field: str | None) -> str | None:
+        return self.fields.exact_value(field) if field else None

@@ -1,0 +1,164 @@
+"""Resource types: what the proxy knows about each kind it caches.
+
+A ``ResourceType`` is the group/version/resource triple plus what every layer needs
+to serve it without asking the upstream again: the kind (for ``PodList`` and the
+typed prefix of every encoded object), the scope, the selectable fields with how to
+extract them (the equivalent of kube's ``GetAttrs``/``ToSelectableFields``), and the
+one *trigger* field watchers are indexed by (as kube's cacher ``IndexerFuncs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+FieldGetter = Callable[[Mapping[str, Any]], str]
+
+
+def _path_getter(path: str) -> FieldGetter:
+    parts = tuple(path.split("."))
+
+    def get(obj: Mapping[str, Any]) -> str:
+        value: Any = obj
+        for part in parts:
+            if not isinstance(value, Mapping):
+                return ""
+            value = value.get(part)
+            if value is None:
+                return ""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (str, int, float)):
+            return str(value)
+        return ""
+
+    return get
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    resource: str
+    kind: str
+    namespaced: bool
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    # Fields a fieldSelector may name, beyond metadata.name/metadata.namespace.
+    extra_fields: tuple[str, ...] = ()
+    # The field whose exact value indexes watchers (kube: pods by spec.nodeName).
+    trigger_field: str | None = None
+    categories: tuple[str, ...] = ()
+    getters: Mapping[str, FieldGetter] = field(init=False, repr=False, compare=False)
+    typed_prefix: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = ("metadata.name", "metadata.namespace", *self.extra_fields)
+        object.__setattr__(self, "getters", {f: _path_getter(f) for f in fields})
+        # Every object's JSON is stored without its opening brace; this prefix turns it
+        # back into a typed object for GET and watch frames at the cost of a writelines.
+        prefix = b'{"kind":"' + self.kind.encode() + b'","apiVersion":"' + self.api_version.encode() + b'",'
+        object.__setattr__(self, "typed_prefix", prefix)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+    @property
+    def selectable_fields(self) -> frozenset[str]:
+        return frozenset(self.getters)
+
+    @property
+    def qualified(self) -> str:
+        """``pods`` or ``deployments.apps``: the form kube uses in messages and metric labels."""
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+    def path_id(self) -> str:
+        """``pods`` or ``apps/v1/deployments``: the form of the ``--resources`` flag."""
+        return f"{self.group}/{self.version}/{self.resource}" if self.group else self.resource
+
+    def extract_fields(self, obj: Mapping[str, Any]) -> dict[str, str]:
+        return {name: get(obj) for name, get in self.getters.items()}
+
+
+CORE = ""
+
+NAMESPACES = ResourceType(
+    CORE, "v1", "namespaces", "Namespace", False, "namespace", ("ns",), ("status.phase",), "metadata.name"
+)
+PODS = ResourceType(
+    CORE,
+    "v1",
+    "pods",
+    "Pod",
+    True,
+    "pod",
+    ("po",),
+    (
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
+    "spec.nodeName",
+    ("all",),
+)
+CONFIGMAPS = ResourceType(CORE, "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",), (), "metadata.name")
+SECRETS = ResourceType(CORE, "v1", "secrets", "Secret", True, "secret", (), ("type",), "metadata.name")
+NODES = ResourceType(CORE, "v1", "nodes", "Node", False, "node", ("no",), ("spec.unschedulable",), "metadata.name")
+SERVICES = ResourceType(CORE, "v1", "services", "Service", True, "service", ("svc",), (), None, ("all",))
+SERVICEACCOUNTS = ResourceType(CORE, "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",))
+DEPLOYMENTS = ResourceType(
+    "apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), (), None, ("all",)
+)
+
+BUILTIN: tuple[ResourceType, ...] = (
+    NAMESPACES,
+    PODS,
+    CONFIGMAPS,
+    SECRETS,
+    NODES,
+    SERVICES,
+    SERVICEACCOUNTS,
+    DEPLOYMENTS,
+)
+
+
+class ResourceRegistry:
+    """Lookup of resource types by (group, version, resource) and by ``--resources`` id."""
+
+    def __init__(self, types: tuple[ResourceType, ...] = BUILTIN) -> None:
+        self.types = types
+        self._by_gvr = {(t.group, t.version, t.resource): t for t in types}
+
+    def get(self, group: str, version: str, resource: str) -> ResourceType | None:
+        return self._by_gvr.get((group, version, resource))
+
+    def group_versions(self) -> dict[str, list[str]]:
+        """Group name → versions served, in registration order (``""`` is the core group)."""
+        out: dict[str, list[str]] = {}
+        for t in self.types:
+            versions = out.setdefault(t.group, [])
+            if t.version not in versions:
+                versions.append(t.version)
+        return out
+
+    def in_group_version(self, group: str, version: str) -> list[ResourceType]:
+        return [t for t in self.types if t.group == group and t.version == version]
+
+    def select(self, ids: list[str]) -> ResourceRegistry:
+        """The registry restricted to ``--resources`` ids (``pods``, ``apps/v1/deployments``)."""
+        by_id = {t.path_id(): t for t in self.types}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise KeyError(", ".join(missing))
+        return ResourceRegistry(tuple(by_id[i] for i in ids))
