@@ -1,0 +1,388 @@
+"""The HTTP/1.1 protocol over real loopback sockets (server on a uvloop thread, see conftest)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import pytest
+
+from tests.server.conftest import ServerThread
+from watchcache import apierrors
+from watchcache.server.http import ConnectionClosed, HttpLimits, Request, Response
+
+Serve = Callable[..., ServerThread]
+GET = b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    chunks: list[bytes] = field(default_factory=list)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def read_reply(f: BinaryIO, *, head_only: bool = False) -> Reply:
+    line = f.readline()
+    if not line:
+        raise ConnectionError("connection closed before a response")
+    version, code, _ = line.decode("latin-1").split(" ", 2)
+    assert version == "HTTP/1.1"
+    headers: dict[str, str] = {}
+    while (line := f.readline()) not in (b"\r\n", b""):
+        name, value = line.decode("latin-1").split(":", 1)
+        assert name.lower() not in headers, f"duplicate header {name}"
+        headers[name.lower()] = value.strip()
+    reply = Reply(int(code), headers, b"")
+    if head_only:
+        return reply
+    if headers.get("transfer-encoding") == "chunked":
+        while size := int(f.readline().strip(), 16):
+            reply.chunks.append(f.read(size))
+            assert f.read(2) == b"\r\n"
+        assert f.readline() == b"\r\n"
+        reply.body = b"".join(reply.chunks)
+    else:
+        reply.body = f.read(int(headers["content-length"]))
+    return reply
+
+
+def at_eof(f: BinaryIO) -> bool:
+    try:
+        return f.read(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def exchange(srv: ServerThread, raw: bytes, *, head_only: bool = False) -> tuple[Reply, BinaryIO]:
+    sock = srv.connect()
+    sock.sendall(raw)
+    f = sock.makefile("rb")
+    sock.close()  # the file keeps the socket open
+    return read_reply(f, head_only=head_only), f
+
+
+async def echo(req: Request, resp: Response) -> None:
+    """Echo the parsed request back as JSON."""
+    if req.path == "/sleep":
+        await asyncio.sleep(float(req.query_value("s") or 0))
+    doc = {
+        "method": req.method,
+        "raw_path": req.raw_path.decode(),
+        "path": req.path,
+        "query": req.query,
+        "headers": req.headers,
+        "body": req.body.decode(),
+        "version": req.http_version,
+        "remote": req.remote,
+    }
+    resp.send(200, [b"", json.dumps(doc).encode()])
+
+
+def test_simple_get(serve: Serve) -> None:
+    srv = serve(echo)
+    head = b"GET /api/v1/na%20me?a=1&a=2&b=&c=x%2By HTTP/1.1\r\nHost: t\r\nX-Multi: 1\r\nx-multi: 2\r\n\r\n"
+    reply, _ = exchange(srv, head)
+    assert reply.status == 200
+    assert reply.headers["content-type"] == "application/json"
+    assert reply.headers["cache-control"] == "no-cache, private"
+    assert reply.headers["date"].endswith(" GMT")
+    assert int(reply.headers["content-length"]) == len(reply.body)
+    doc = reply.json()
+    assert doc["method"] == "GET" and doc["version"] == "1.1"
+    assert doc["raw_path"] == "/api/v1/na%20me?a=1&a=2&b=&c=x%2By"
+    assert doc["path"] == "/api/v1/na me"
+    assert doc["query"] == {"a": ["1", "2"], "b": [""], "c": ["x+y"]}
+    assert doc["headers"]["x-multi"] == "1, 2"
+    assert doc["remote"].startswith("127.0.0.1:")
+
+
+def test_invalid_percent_encoding_is_400(serve: Serve) -> None:
+    reply, _ = exchange(serve(echo), GET % b"/a%ff")
+    assert reply.status == 400 and reply.json()["reason"] == "BadRequest"
+
+
+def test_keep_alive_two_requests_then_http10_close(serve: Serve) -> None:
+    srv = serve(echo)
+    sock = srv.connect()
+    f: BinaryIO = sock.makefile("rb")
+    for path in (b"/one", b"/two"):
+        sock.sendall(GET % path)
+        reply = read_reply(f)
+        assert reply.status == 200 and reply.json()["path"] == path.decode()
+        assert "connection" not in reply.headers
+    sock.sendall(b"GET /three HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    reply = read_reply(f)
+    assert reply.headers["connection"] == "close" and at_eof(f)
+    reply, f = exchange(srv, b"GET /old HTTP/1.0\r\n\r\n")
+    assert reply.json()["version"] == "1.0" and reply.headers["connection"] == "close" and at_eof(f)
+
+
+def test_pipelined_requests_answered_in_order_one_at_a_time(serve: Serve) -> None:
+    log: list[str] = []
+
+    async def handler(req: Request, resp: Response) -> None:
+        log.append("start " + req.path)
+        await asyncio.sleep(float(req.query_value("s") or 0))
+        log.append("end " + req.path)
+        resp.send(200, req.path.encode(), content_type="text/plain")
+
+    srv = serve(handler)
+    sock = srv.connect()
+    sock.sendall(GET % b"/a?s=0.2" + GET % b"/b" + GET % b"/c?s=0.05" + GET % b"/d")
+    f = sock.makefile("rb")
+    assert [read_reply(f).body for _ in range(4)] == [b"/a", b"/b", b"/c", b"/d"]
+    assert log == [f"{edge} /{p}" for p in "abcd" for edge in ("start", "end")]
+
+
+def test_post_with_content_length(serve: Serve) -> None:
+    body = b'{"kind":"Pod"}'
+    reply, _ = exchange(serve(echo), b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    assert reply.json()["body"] == body.decode() and reply.json()["method"] == "POST"
+
+
+def test_chunked_request_body(serve: Serve) -> None:
+    raw = b"PUT /p HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    reply, _ = exchange(serve(echo), raw)
+    assert reply.status == 200 and reply.json()["body"] == "hello world"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+        b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+        b"Content-Length: 5\r\nContent-Length: 6\r\n",
+        b"Content-Length: 5\r\nContent-Length: 5\r\n",
+        b"Transfer-Encoding: gzip\r\n",
+        b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+    ],
+    ids=["cl-te", "te-cl", "two-cl", "same-cl-twice", "te-gzip", "te-twice"],
+)
+def test_request_smuggling_defences(serve: Serve, headers: bytes) -> None:
+    reply, f = exchange(serve(echo), b"POST / HTTP/1.1\r\nHost: t\r\n" + headers + b"\r\n5\r\nhello\r\n0\r\n\r\n")
+    assert reply.status == 400
+    assert reply.headers["content-type"] == "application/json"
+    status = reply.json()
+    assert status["kind"] == "Status" and status["reason"] == "BadRequest" and status["code"] == 400
+    assert reply.headers["connection"] == "close" and at_eof(f)
+
+
+def test_garbage_request_line_is_400(serve: Serve) -> None:
+    srv = serve(echo)
+    reply, f = exchange(srv, b"\x16\x03\x01 not http at all\r\n\r\n")
+    assert reply.status == 400 and reply.json()["reason"] == "BadRequest" and at_eof(f)
+    # Behind a pipelined request, the error waits its turn instead of cutting into that response.
+    reply, f = exchange(srv, GET % b"/sleep?s=0.2" + b"BAD\x00LINE\r\n\r\n")
+    assert reply.status == 200 and reply.json()["path"] == "/sleep"
+    assert read_reply(f).status == 400 and at_eof(f)
+
+
+def test_header_section_over_limit_is_431(serve: Serve) -> None:
+    srv = serve(echo, HttpLimits(max_header_bytes=1024))
+    reply, _ = exchange(srv, GET % b"/small")
+    assert reply.status == 200
+    fields = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 50) for i in range(30))
+    reply, f = exchange(srv, b"GET / HTTP/1.1\r\n" + fields + b"\r\n")
+    assert reply.status == 431 and reply.json()["reason"] == "RequestHeaderFieldsTooLarge" and at_eof(f)
+    # A single header that never ends: bounded by the bytes fed to the parser, not by a callback.
+    sock = srv.connect()
+    sock.sendall(b"GET / HTTP/1.1\r\nX-Endless: ")
+    for _ in range(2):  # separate reads: the chunk where the head starts is not counted
+        time.sleep(0.1)
+        sock.sendall(b"v" * 700)
+    f = sock.makefile("rb")
+    assert read_reply(f).status == 431 and at_eof(f)
+
+
+def test_body_over_limit_is_413(serve: Serve) -> None:
+    srv = serve(echo, HttpLimits(max_body_bytes=100))
+    reply, _ = exchange(srv, b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n" + b"x" * 100)
+    assert reply.status == 200
+    # Refused on the announced length, before any body (and without 100 Continue).
+    reply, f = exchange(srv, b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 101\r\nExpect: 100-continue\r\n\r\n")
+    assert reply.status == 413 and reply.json()["reason"] == "RequestEntityTooLarge" and at_eof(f)
+    chunk = b"40\r\n" + b"x" * 64 + b"\r\n"
+    head = b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+    reply, f = exchange(srv, head + chunk * 2 + b"0\r\n\r\n")
+    assert reply.status == 413 and at_eof(f)
+
+
+def test_head_gets_content_length_without_body(serve: Serve) -> None:
+    async def handler(req: Request, resp: Response) -> None:
+        resp.send(200, [b"0123", b"456789"], content_type="text/plain")
+
+    srv = serve(handler)
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    sock.sendall(b"HEAD /h HTTP/1.1\r\nHost: t\r\n\r\n" + GET % b"/after")
+    head = read_reply(f, head_only=True)
+    assert head.status == 200 and head.headers["content-length"] == "10"
+    after = read_reply(f)  # would start with the HEAD body if it had been written
+    assert after.status == 200 and after.body == b"0123456789"
+
+
+def test_expect_100_continue(serve: Serve) -> None:
+    srv = serve(echo)
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    sock.sendall(b"POST /c HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+    assert f.readline() == b"HTTP/1.1 100 Continue\r\n" and f.readline() == b"\r\n"
+    sock.sendall(b"data")
+    assert read_reply(f).json()["body"] == "data"
+
+
+def test_handler_exception_is_500_status_without_traceback(serve: Serve, caplog: pytest.LogCaptureFixture) -> None:
+    async def handler(req: Request, resp: Response) -> None:
+        raise RuntimeError("secret-detail")
+
+    with caplog.at_level(logging.ERROR, logger="watchcache.server.http"):
+        reply, f = exchange(serve(handler), GET % b"/boom")
+    assert reply.status == 500
+    assert reply.body == apierrors.internal_error().body()
+    assert b"secret" not in reply.body and b"Traceback" not in reply.body
+    assert reply.headers["connection"] == "close" and at_eof(f)
+    assert any(r.name == "watchcache.server.http" and r.exc_info for r in caplog.records)
+
+
+def test_handler_returning_without_response_is_500(serve: Serve) -> None:
+    async def handler(req: Request, resp: Response) -> None:
+        return None
+
+    reply, _ = exchange(serve(handler), GET % b"/")
+    assert reply.status == 500 and reply.json()["reason"] == "InternalError"
+
+
+def test_status_error_code_body_and_retry_after(serve: Serve) -> None:
+    err = apierrors.too_many_requests("slow down", 7)
+
+    async def handler(req: Request, resp: Response) -> None:
+        if req.path == "/gone":
+            raise apierrors.resource_expired("too old")
+        raise err
+
+    srv = serve(handler)
+    reply, _ = exchange(srv, GET % b"/busy")
+    assert reply.status == 429 and reply.headers["retry-after"] == "7" and reply.body == err.body()
+    reply, _ = exchange(srv, GET % b"/gone")
+    assert reply.status == 410 and "retry-after" not in reply.headers and reply.json()["reason"] == "Expired"
+
+
+def test_header_injection_is_refused(serve: Serve) -> None:
+    async def handler(req: Request, resp: Response) -> None:
+        resp.send(200, b"{}", headers=[("X-Evil", "a\r\nSet-Cookie: x=1")])
+
+    reply, _ = exchange(serve(handler), GET % b"/")
+    assert reply.status == 500 and "set-cookie" not in reply.headers
+
+
+def test_chunked_streaming_one_chunk_per_write(serve: Serve) -> None:
+    async def handler(req: Request, resp: Response) -> None:
+        resp.start_chunked(200, headers=[("X-Watch", "1")])
+        resp.write_chunk([b'{"type":"ADDED"}\n', b'{"type":"MODIFIED"}\n'])
+        resp.write_chunk([])  # ignored: an empty chunk would end the stream
+        await asyncio.sleep(0.01)
+        resp.write_chunk([b'{"type":"DELETED"}\n'])
+        resp.end_chunked()
+
+    srv = serve(handler)
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    sock.sendall(GET % b"/watch" + GET % b"/again")
+    reply = read_reply(f)
+    assert reply.headers["transfer-encoding"] == "chunked" and "content-length" not in reply.headers
+    assert reply.headers["x-watch"] == "1"
+    assert reply.chunks == [b'{"type":"ADDED"}\n{"type":"MODIFIED"}\n', b'{"type":"DELETED"}\n']
+    assert read_reply(f).status == 200  # the connection is reusable after the last chunk
+
+
+def _streamer(state: dict[str, Any], paused: threading.Event, done: threading.Event) -> Callable[..., Any]:
+    """Stream 16 KiB chunks until the transport pauses us, then wait in drain()."""
+
+    async def handler(req: Request, resp: Response) -> None:
+        resp.add_close_callback(lambda: state.setdefault("close_callback", True))
+        resp.start_chunked(200, content_type="text/plain")
+        sent = 0
+        while resp.writable and sent < 256 << 20:
+            resp.write_chunk([b"x" * 8192, b"y" * 8192])
+            sent += 16384
+            await asyncio.sleep(0)
+        state.update(sent=sent, paused=not resp.writable, buffered=resp.write_buffer_size())
+        paused.set()
+        try:
+            await resp.drain()
+        except ConnectionClosed:
+            state.update(drain="closed", closed=resp.closed, writable=resp.writable)
+        else:
+            state.update(drain="returned", writable=resp.writable)
+            resp.write_chunk([b"end"])
+            resp.end_chunked()
+        done.set()
+
+    return handler
+
+
+def test_flow_control_pauses_and_drain_resumes(serve: Serve) -> None:
+    state: dict[str, Any] = {}
+    paused, done = threading.Event(), threading.Event()
+    srv = serve(_streamer(state, paused, done), HttpLimits(high_water=32 * 1024, low_water=8 * 1024))
+    sock = srv.connect(rcvbuf=4096)
+    sock.sendall(GET % b"/stream")
+    assert paused.wait(10), "the handler never saw writable == False"
+    assert state["paused"] and state["buffered"] > 32 * 1024
+    assert not done.wait(0.3), "drain() returned while the client was not reading"
+    reply = read_reply(sock.makefile("rb"))
+    assert done.wait(5) and state["drain"] == "returned" and state["writable"]
+    assert len(reply.body) == state["sent"] + 3 and reply.body.endswith(b"end")
+    assert reply.chunks[0] == b"x" * 8192 + b"y" * 8192
+    assert "close_callback" not in state
+
+
+def test_client_disconnect_while_streaming(serve: Serve) -> None:
+    state: dict[str, Any] = {}
+    paused, done = threading.Event(), threading.Event()
+    srv = serve(_streamer(state, paused, done), HttpLimits(high_water=32 * 1024, low_water=8 * 1024))
+    sock = srv.connect(rcvbuf=4096)
+    sock.sendall(GET % b"/stream")
+    assert paused.wait(10)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
+    sock.close()
+    assert done.wait(5), "drain() never woke up after the peer left"
+    assert state["drain"] == "closed" and state["closed"] and not state["writable"]
+    assert state["close_callback"] is True
+
+
+def test_header_timeout_closes_slowloris_only(serve: Serve) -> None:
+    srv = serve(echo, HttpLimits(header_timeout=0.5))
+    slow = srv.connect()
+    slow.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+    silent = srv.connect()
+    start = time.monotonic()
+    reply, _ = exchange(srv, GET % b"/fine")
+    assert reply.status == 200
+    assert at_eof(slow.makefile("rb")) and at_eof(silent.makefile("rb"))
+    assert 0.4 < time.monotonic() - start < 3
+
+
+def test_keepalive_idle_timeout_closes(serve: Serve) -> None:
+    srv = serve(echo, HttpLimits(keepalive_timeout=0.4))
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    for _ in range(2):  # activity keeps it open: each request restarts the idle clock
+        sock.sendall(GET % b"/")
+        assert read_reply(f).status == 200
+        time.sleep(0.25)
+    start = time.monotonic()
+    assert at_eof(f)
+    assert time.monotonic() - start < 2
