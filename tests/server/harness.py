@@ -1,0 +1,120 @@
+"""Drive ApiHandler without sockets: a fake upstream, a Cacher fed by the test, FakeResponse."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from tests.factories import FakeResponse, pod
+from watchcache import apierrors
+from watchcache.cache.continuetoken import ContinueCodec
+from watchcache.cache.events import ADDED, DELETED, MODIFIED
+from watchcache.cache.store import CacheConfig
+from watchcache.dispatch.cacher import Cacher
+from watchcache.resources import PODS, ResourceRegistry, ResourceType
+from watchcache.server.app import ApiHandler
+from watchcache.server.context import ApiContext, ServeConfig
+from watchcache.server.http import Request
+from watchcache.server.routing import RequestInfo
+from watchcache.watchers.flush import FlushScheduler
+
+__all__ = ["ADDED", "DELETED", "MODIFIED", "Harness"]
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.rv = 0
+        self.consistent_calls = 0
+
+    async def consistent_rv(self, resource: ResourceType) -> int:
+        self.consistent_calls += 1
+        return self.rv
+
+    async def write(self, request: Request, info: RequestInfo, resource: ResourceType) -> tuple[int, bytes]:
+        raise apierrors.method_not_supported(resource.group, resource.resource, info.verb)
+
+
+class Harness:
+    """A pods cache at rv 10 with default/p0..p4 (label i=0/1), history window of ``max_events``."""
+
+    def __init__(self, *, max_events: int = 100, fresh_wait: float = 0.2, bookmark_interval: float = 10.0) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.upstream = FakeUpstream()
+        self.cacher = Cacher(PODS, CacheConfig(history_max_events=max_events))
+        self.cacher.replace([pod(f"p{i}", rv=i + 1, labels={"i": str(i % 2)}) for i in range(5)], 10)
+        self.upstream.rv = 10
+        self.ctx = ApiContext(
+            registry=ResourceRegistry((PODS,)),
+            cachers={PODS: self.cacher},
+            upstream=self.upstream,
+            codec=ContinueCodec(b"t" * 32),
+            flusher=FlushScheduler(self.loop),
+            config=ServeConfig(fresh_wait=fresh_wait, bookmark_interval=bookmark_interval),
+        )
+        self.handler = ApiHandler(self.ctx)
+        self.rv = 10
+
+    def write(self, kind: str, name: str, **kw: Any) -> int:
+        """Commit one change upstream and feed it to the cache; returns its rv."""
+        self.rv += 1
+        self.upstream.rv = self.rv
+        self.cacher.apply([(kind, pod(name, rv=self.rv, **kw))])
+        return self.rv
+
+    async def request(self, path: str, query: dict[str, Any] | None = None, method: str = "GET") -> FakeResponse:
+        qs = urlencode(query or {})
+        raw = (path + ("?" + qs if qs else "")).encode()
+        req = Request(method, raw, path, parse_qs(qs, keep_blank_values=True), {}, b"", "1.1", "test")
+        resp = FakeResponse()
+        try:
+            await self.handler(req, resp)
+        except apierrors.StatusError as e:
+            resp.send(e.code, e.body())
+        return resp
+
+    async def list(self, **query: Any) -> FakeResponse:
+        return await self.request("/api/v1/namespaces/default/pods", query)
+
+    async def get(self, name: str, **query: Any) -> FakeResponse:
+        return await self.request(f"/api/v1/namespaces/default/pods/{name}", query)
+
+    async def watch(self, until: float = 0.05, **query: Any) -> FakeResponse:
+        """Run a watch for ``until`` seconds of loop time, then disconnect; returns what it got."""
+        resp = FakeResponse()
+        qs = urlencode({"watch": "true", **query})
+        path = "/api/v1/namespaces/default/pods"
+        req = Request(
+            "GET", (path + "?" + qs).encode(), path, parse_qs(qs, keep_blank_values=True), {}, b"", "1.1", "test"
+        )
+        task = asyncio.ensure_future(self.handler(req, resp))
+        await asyncio.sleep(until)
+        if not task.done():
+            resp.disconnect()
+        try:
+            await asyncio.wait_for(task, 1.0)
+        except apierrors.StatusError as e:
+            resp.send(e.code, e.body())
+        return resp
+
+
+_background: set[asyncio.Future[Any]] = set()
+
+
+def background(coro: Any) -> asyncio.Future[Any]:
+    """Run ``coro`` alongside the request under test (kept referenced until done)."""
+    task = asyncio.ensure_future(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
+
+
+def arun(fn: Any) -> Any:
+    """Run an async test function in a fresh event loop (pytest-asyncio is not a dependency)."""
+
+    @functools.wraps(fn)
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        return asyncio.run(fn(*a, **kw))
+
+    return wrapper

@@ -1,0 +1,175 @@
+"""Watch behaviour beyond the table: transitions, bookmarks, streaming lists, errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.server.harness import MODIFIED, Harness, arun, background
+
+
+@arun
+async def test_object_leaving_the_selection_arrives_as_deleted_with_previous_state_and_event_rv():
+    h = Harness()
+
+    async def writes() -> None:
+        await asyncio.sleep(0.01)
+        h.write(MODIFIED, "p1", labels={"i": "0"})  # 11: leaves i=1
+        h.write(MODIFIED, "p2", labels={"i": "1"})  # 12: enters i=1
+        h.write(MODIFIED, "p2", labels={"i": "1", "x": "y"})  # 13: stays
+
+    background(writes())
+    resp = await h.watch(resourceVersion="10", labelSelector="i=1")
+    got = [
+        (
+            e["type"],
+            e["object"]["metadata"]["name"],
+            e["object"]["metadata"]["resourceVersion"],
+            e["object"]["metadata"]["labels"],
+        )
+        for e in resp.events()
+    ]
+    assert got == [
+        ("DELETED", "p1", "11", {"i": "1"}),
+        ("ADDED", "p2", "12", {"i": "1"}),
+        ("MODIFIED", "p2", "13", {"i": "1", "x": "y"}),
+    ]
+
+
+@arun
+async def test_watch_from_rv_before_window_gets_410_expired_error_event():
+    h = Harness(max_events=2)
+    for _ in range(3):
+        h.write(MODIFIED, "p1", labels={"i": "1"})
+    resp = await h.watch(resourceVersion="10")
+    assert resp.status == 200
+    [event] = resp.events()
+    assert event["type"] == "ERROR"
+    status = event["object"]
+    assert (status["kind"], status["code"], status["reason"]) == ("Status", 410, "Expired")
+    assert status["message"] == "too old resource version: 10 (11)"
+
+
+@arun
+async def test_send_initial_events_ends_with_annotated_bookmark_then_streams():
+    h = Harness()
+
+    async def later() -> None:
+        await asyncio.sleep(0.02)
+        h.write(MODIFIED, "p1", labels={"i": "1"})
+
+    background(later())
+    resp = await h.watch(
+        sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true", labelSelector="i=1"
+    )
+    events = resp.events()
+    assert [e["type"] for e in events] == ["ADDED", "ADDED", "BOOKMARK", "MODIFIED"]
+    bookmark = events[2]["object"]
+    assert bookmark["metadata"] == {"resourceVersion": "10", "annotations": {"k8s.io/initial-events-end": "true"}}
+    assert bookmark["kind"] == "Pod" and bookmark["apiVersion"] == "v1"
+
+
+@arun
+async def test_send_initial_events_waits_for_not_older_than_rv_else_error_event_504():
+    h = Harness(fresh_wait=0.05)
+    resp = await h.watch(
+        until=0.2,
+        sendInitialEvents="true",
+        resourceVersionMatch="NotOlderThan",
+        allowWatchBookmarks="true",
+        resourceVersion="20",
+    )
+    [event] = resp.events()
+    assert event["type"] == "ERROR" and event["object"]["code"] == 504
+
+
+@arun
+async def test_send_initial_events_without_not_older_than_is_422():
+    h = Harness()
+    resp = await h.watch(sendInitialEvents="true")
+    assert resp.status == 422
+    assert "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan" in resp.json()["message"]
+
+
+@arun
+async def test_periodic_bookmarks_carry_the_cache_rv_and_only_kind_apiversion_rv():
+    h = Harness(bookmark_interval=0.0)
+
+    async def tick() -> None:
+        await asyncio.sleep(0.02)
+        h.cacher.progress(15)
+        h.cacher.tick()
+
+    background(tick())
+    resp = await h.watch(resourceVersion="10", allowWatchBookmarks="true")
+    events = resp.events()
+    assert events == [
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "15"}}}
+    ]
+
+
+@arun
+async def test_no_bookmarks_unless_allowed():
+    h = Harness(bookmark_interval=0.0)
+
+    async def tick() -> None:
+        await asyncio.sleep(0.02)
+        h.cacher.progress(15)
+        h.cacher.tick()
+
+    background(tick())
+    resp = await h.watch(resourceVersion="10")
+    assert resp.events() == []
+
+
+@arun
+async def test_watch_with_future_rv_waits_silently_and_starts_after_it():
+    h = Harness()
+
+    async def writes() -> None:
+        await asyncio.sleep(0.01)
+        h.write(MODIFIED, "p1")  # 11 (not delivered: <= 12)
+        h.write(MODIFIED, "p2")  # 12
+        h.write(MODIFIED, "p3")  # 13
+
+    background(writes())
+    resp = await h.watch(resourceVersion="12")
+    assert [e["object"]["metadata"]["resourceVersion"] for e in resp.events()] == ["13"]
+
+
+@arun
+async def test_bad_label_selector_is_400_before_streaming():
+    h = Harness()
+    resp = await h.watch(labelSelector="a in (b")
+    assert resp.status == 400 and resp.json()["reason"] == "BadRequest"
+    resp = await h.watch(fieldSelector="spec.bogus=1")
+    assert resp.status == 400 and resp.json()["message"] == "field label not supported: spec.bogus"
+
+
+@arun
+async def test_watch_timeout_seconds_ends_the_stream_cleanly():
+    h = Harness()
+    resp = await h.watch(until=1.5, resourceVersion="10", timeoutSeconds="1")
+    assert resp.ended and not resp.closed
+
+
+@arun
+async def test_disconnected_watcher_is_removed_from_dispatch():
+    h = Harness()
+    await h.watch(resourceVersion="10")
+    await asyncio.sleep(0.01)
+    assert len(h.cacher.dispatcher) == 0
+
+
+@arun
+async def test_events_are_coalesced_into_one_chunk_per_loop_pass():
+    h = Harness()
+
+    async def burst() -> None:
+        await asyncio.sleep(0.01)
+        for i in range(50):
+            h.write(MODIFIED, f"p{i % 5}")
+
+    background(burst())
+    resp = await h.watch(resourceVersion="10")
+    assert len(resp.events()) == 50
+    assert len(resp.chunks) == 1

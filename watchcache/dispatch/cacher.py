@@ -1,0 +1,136 @@
+"""Cacher: one resource's cache, its watchers, and the waits of requests for freshness.
+
+This is where the I/O-free core meets the event loop. The feed (reflector, simulated
+cluster, follower stream) calls ``replace``/``apply``/``progress``; each call updates
+the ``ResourceCache``, fans the new events out through the ``Dispatcher`` *in the same
+synchronous step* (so a watcher registered between two calls can neither miss nor
+repeat an event), and wakes requests waiting for an rv.
+
+Ownership: everything here runs on the event loop thread; no locks.
+
+Readiness (kube's ``ready.go``)::
+
+    PENDING --replace()--> READY --stop()--> STOPPED
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from watchcache.cache.events import WatchEvent
+from watchcache.cache.object import CachedObject
+from watchcache.cache.store import CacheConfig, ResourceCache
+from watchcache.dispatch.dispatcher import Dispatcher
+from watchcache.resources import ResourceType
+from watchcache.watchers.watcher import Watcher
+
+
+class CacherState(enum.Enum):
+    PENDING = "pending"
+    READY = "ready"
+    STOPPED = "stopped"
+
+
+class Cacher:
+    def __init__(
+        self,
+        resource: ResourceType,
+        config: CacheConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.resource = resource
+        self.clock = clock
+        self.cache = ResourceCache(resource, config or CacheConfig(), clock)
+        self.dispatcher = Dispatcher(resource)
+        self.state = CacherState.PENDING
+        self._ready = asyncio.Event()
+        # (rv, seq, future): requests waiting until the cache reaches rv.
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self.events_received = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.state is CacherState.READY
+
+    @property
+    def rv(self) -> int:
+        return self.cache.rv
+
+    # ------------------------------------------------------------------ feed
+
+    def replace(self, objects: Iterable[CachedObject], rv: int) -> None:
+        self.cache.replace(objects, rv)
+        if self.state is CacherState.PENDING:
+            self.state = CacherState.READY
+            self._ready.set()
+        self._wake_waiters()
+
+    def apply(self, changes: Sequence[tuple[str, CachedObject]]) -> list[WatchEvent]:
+        events = self.cache.apply(changes)
+        self.events_received += len(events)
+        self.dispatcher.dispatch(events)
+        self._wake_waiters()
+        return events
+
+    def progress(self, rv: int) -> None:
+        if self.cache.progress(rv):
+            self._wake_waiters()
+
+    def stop(self) -> None:
+        self.state = CacherState.STOPPED
+        for _, _, fut in self._waiters:
+            if not fut.done():
+                fut.cancel()
+        self._waiters.clear()
+
+    # ------------------------------------------------------------------ waiting
+
+    async def wait_ready(self, timeout: float) -> bool:
+        if self.ready:
+            return True
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            return False
+        return self.ready
+
+    async def wait_for_rv(self, rv: int, timeout: float) -> bool:
+        """True once the cache has reached ``rv``; False after ``timeout`` seconds."""
+        if self.cache.rv >= rv:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (rv, next(self._seq), fut))
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            fut.cancel()
+            return self.cache.rv >= rv
+        return True
+
+    def _wake_waiters(self) -> None:
+        waiters = self._waiters
+        rv = self.cache.rv
+        while waiters and waiters[0][0] <= rv:
+            _, _, fut = heapq.heappop(waiters)
+            if not fut.done():
+                fut.set_result(None)
+
+    # ------------------------------------------------------------------ watchers
+
+    def add_watcher(self, watcher: Watcher) -> None:
+        self.dispatcher.add(watcher, self.clock())
+
+    def remove_watcher(self, watcher: Watcher) -> None:
+        self.dispatcher.remove(watcher)
+
+    def tick(self) -> None:
+        """Periodic housekeeping (about once a second): expire history, send due bookmarks."""
+        self.cache.expire()
+        if self.ready:
+            self.dispatcher.send_due_bookmarks(self.clock(), self.cache.rv)

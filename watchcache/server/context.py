@@ -1,0 +1,51 @@
+"""What every request handler shares: the cachers, the upstream, the config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from watchcache.cache.continuetoken import ContinueCodec
+from watchcache.dispatch.cacher import Cacher
+from watchcache.resources import ResourceRegistry, ResourceType
+from watchcache.server.http import Request
+from watchcache.server.routing import RequestInfo
+from watchcache.watchers.flush import FlushScheduler
+
+
+class Upstream(Protocol):
+    """Where the truth is: answers what the cache cannot (writes, freshness)."""
+
+    async def consistent_rv(self, resource: ResourceType) -> int:
+        """The upstream's current rv: a "Most Recent" read must see at least this."""
+
+    async def write(self, request: Request, info: RequestInfo, resource: ResourceType) -> tuple[int, bytes]:
+        """Perform a write; (status, JSON body). Raises StatusError."""
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Read-path tunables; defaults are kube-apiserver's where it has one."""
+
+    # How long a read waits for the cache to reach a requested rv before 504 (kube: 3 s).
+    fresh_wait: float = 3.0
+    # How long a request waits for a cache that has not synced yet before 429.
+    ready_wait: float = 0.0
+    # Periodic bookmark interval for watchers that allow bookmarks.
+    bookmark_interval: float = 10.0
+    # Watches without timeoutSeconds end after [min, 2*min) s (kube: --min-request-timeout=1800).
+    min_request_timeout: float = 1800.0
+    # A watcher whose unsent frames exceed this is ended (the client resumes from its last rv).
+    watch_max_pending_bytes: int = 16 << 20
+    # Page size clamp for LIST (0: none).
+    max_limit: int = 0
+
+
+@dataclass
+class ApiContext:
+    registry: ResourceRegistry
+    cachers: dict[ResourceType, Cacher]
+    upstream: Upstream
+    codec: ContinueCodec
+    flusher: FlushScheduler
+    config: ServeConfig = field(default_factory=ServeConfig)

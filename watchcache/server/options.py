@@ -1,0 +1,72 @@
+"""Query parameters to ``ListOptions``: types checked, with kube's error wording."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from watchcache import apierrors
+from watchcache.cache.semantics import ListOptions
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _first(query: Mapping[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[0] if values else None
+
+
+def parse_bool(value: str | None) -> bool:
+    """kube's ``Convert_Slice_string_To_bool``: "0"/"false" (any case) and "" are false."""
+    if value is None or value == "" or value == "0":
+        return False
+    return value.lower() != "false"
+
+
+def _int(query: Mapping[str, list[str]], name: str) -> int | None:
+    value = _first(query, name)
+    if value is None or value == "":
+        return None
+    text = value.strip()
+    try:
+        number = int(text, 10)
+    except ValueError:
+        raise apierrors.bad_request(
+            f'{name}: Invalid value: "{value}": strconv.ParseInt: parsing "{value}": invalid syntax'
+        ) from None
+    if not -_INT64_MAX - 1 <= number <= _INT64_MAX:
+        raise apierrors.bad_request(
+            f'{name}: Invalid value: "{value}": strconv.ParseInt: parsing "{value}": value out of range'
+        )
+    return number
+
+
+def parse_list_options(query: Mapping[str, list[str]], *, watch_path: bool = False, max_limit: int = 0) -> ListOptions:
+    """The ``ListOptions`` of a get/list/watch request.
+
+    A negative ``limit`` means no limit (as kube); ``max_limit`` (if set) clamps the page size
+    so one request cannot pin the loop for an unbounded time. A negative ``timeoutSeconds``
+    is rejected as kube's validation does.
+    """
+    limit = _int(query, "limit") or 0
+    if limit < 0:
+        limit = 0
+    if max_limit and limit > max_limit:
+        limit = max_limit
+    timeout = _int(query, "timeoutSeconds")
+    if timeout is not None and timeout < 0:
+        raise apierrors.invalid_list_options(
+            [("timeoutSeconds", "FieldValueInvalid", f"Invalid value: {timeout}: must be non-negative")]
+        )
+    send_initial = _first(query, "sendInitialEvents")
+    return ListOptions(
+        resource_version=_first(query, "resourceVersion") or "",
+        resource_version_match=_first(query, "resourceVersionMatch") or "",
+        limit=limit,
+        continue_token=_first(query, "continue") or "",
+        label_selector=_first(query, "labelSelector") or "",
+        field_selector=_first(query, "fieldSelector") or "",
+        watch=watch_path or parse_bool(_first(query, "watch")),
+        allow_watch_bookmarks=parse_bool(_first(query, "allowWatchBookmarks")),
+        send_initial_events=None if send_initial is None else parse_bool(send_initial),
+        timeout_seconds=timeout,
+    )

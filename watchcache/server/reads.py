@@ -1,0 +1,126 @@
+"""GET and LIST from the cache: choose the rv per the tables, wait if needed, write cached bytes.
+
+Response bodies are never built as Python objects: a LIST is its envelope plus each
+item's cached bytes, handed to the transport as a list of buffers (``writelines``).
+"""
+
+from __future__ import annotations
+
+from watchcache import apierrors
+from watchcache.cache.listing import ListScope, list_page
+from watchcache.cache.object import object_key
+from watchcache.cache.predicate import SelectionPredicate
+from watchcache.cache.semantics import ListOptions, Mode, ReadPlan, plan_get, plan_list
+from watchcache.cache.store import ResourceVersionTooNew, ResourceVersionTooOld, Snapshot
+from watchcache.dispatch.cacher import Cacher
+from watchcache.selectors import SelectorError
+from watchcache.server.context import ApiContext
+from watchcache.server.http import Response
+from watchcache.server.routing import RequestInfo
+
+CONTINUE_TOO_OLD = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list."
+)
+
+
+async def ensure_ready(ctx: ApiContext, cacher: Cacher) -> None:
+    """Until a cache has synced, its reads get 429 with Retry-After (as kube while initialising)."""
+    if cacher.ready or await cacher.wait_ready(ctx.config.ready_wait):
+        return
+    raise apierrors.too_many_requests(
+        f"storage is (re)initializing: the cache of {cacher.resource.qualified} is not synced yet", 1
+    )
+
+
+async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> None:
+    """Block (bounded) until the cache can serve ``plan``; 504 "Too large resource version" else."""
+    if plan.mode is Mode.MOST_RECENT:
+        wanted = await ctx.upstream.consistent_rv(cacher.resource)
+    elif plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE):
+        wanted = plan.rv
+    else:
+        return
+    if cacher.rv >= wanted or await cacher.wait_for_rv(wanted, ctx.config.fresh_wait):
+        return
+    raise apierrors.too_large_resource_version(wanted, cacher.rv)
+
+
+def snapshot_for(cacher: Cacher, plan: ReadPlan) -> Snapshot:
+    """The snapshot a plan reads (call right after ``wait_fresh``, without awaiting between)."""
+    cache = cacher.cache
+    if plan.mode in (Mode.EXACT, Mode.CONTINUE):
+        try:
+            return cache.snapshot(plan.rv)
+        except ResourceVersionTooOld as e:
+            if plan.mode is Mode.CONTINUE:
+                raise apierrors.resource_expired(CONTINUE_TOO_OLD) from None
+            raise apierrors.resource_expired(str(e)) from None
+        except ResourceVersionTooNew as e:  # the cache moved backwards: a relist restarted it
+            raise apierrors.too_large_resource_version(e.requested, e.current) from None
+    return cache.snapshot()
+
+
+def parse_predicate(cacher: Cacher, namespace: str, opts: ListOptions) -> SelectionPredicate:
+    try:
+        return SelectionPredicate.parse(cacher.resource, namespace, opts.label_selector, opts.field_selector)
+    except SelectorError as e:
+        raise apierrors.bad_request(str(e)) from None
+
+
+async def serve_get(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: ListOptions, response: Response) -> None:
+    plan = plan_get(opts.resource_version)
+    await ensure_ready(ctx, cacher)
+    await wait_fresh(ctx, cacher, plan)
+    resource = cacher.resource
+    obj = cacher.cache.get(object_key(info.namespace if resource.namespaced else "", info.name))
+    if obj is None:
+        raise apierrors.not_found(resource.group, resource.resource, info.name)
+    response.send(200, (resource.typed_prefix, obj.body))
+
+
+async def serve_list(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: ListOptions, response: Response) -> None:
+    plan = plan_list(opts, ctx.codec)
+    predicate = parse_predicate(cacher, info.namespace, opts)
+    await ensure_ready(ctx, cacher)
+    await wait_fresh(ctx, cacher, plan)
+    # From here to send(): synchronous, so the snapshot cannot change under us.
+    snapshot = snapshot_for(cacher, plan)
+    resource = cacher.resource
+    scope = ListScope.of(info.namespace if resource.namespaced else None)
+    name = predicate.exact_name()
+    if name is not None and (scope.lo or not resource.namespaced):
+        # metadata.name=X within one namespace (or cluster-scoped): a key lookup, not a scan.
+        obj = snapshot.get(object_key(info.namespace if resource.namespaced else "", name))
+        items = [obj] if obj is not None and predicate.selector_matches(obj) else []
+        page_items, next_start, remaining = items, None, None
+        if plan.mode is Mode.CONTINUE and plan.start:
+            page_items = []
+    else:
+        filter_fn = None if predicate.empty else predicate.selector_matches
+        page = list_page(snapshot, scope, filter_fn, limit=opts.limit, start=plan.start)
+        page_items, next_start, remaining = page.items, page.next_start, page.remaining
+    meta = b'{"resourceVersion":"' + str(snapshot.rv).encode() + b'"'
+    if next_start is not None:
+        meta += b',"continue":"' + ctx.codec.encode(snapshot.rv, next_start).encode() + b'"'
+        if remaining is not None:
+            meta += b',"remainingItemCount":' + str(remaining).encode()
+    meta += b"}"
+    parts: list[bytes] = [
+        b'{"kind":"'
+        + resource.list_kind.encode()
+        + b'","apiVersion":"'
+        + resource.api_version.encode()
+        + b'","metadata":'
+        + meta
+        + b',"items":['
+    ]
+    sep = b"{"
+    for obj in page_items:
+        parts.append(sep)
+        parts.append(obj.body)
+        sep = b",{"
+    parts.append(b"]}")
+    response.send(200, parts)

@@ -1,0 +1,178 @@
+"""WATCH over HTTP: set a watcher up without a gap, then stream its frames, coalesced.
+
+Setup is synchronous between the last ``await`` and ``add_watcher``: the initial
+state (or the backlog from history) is queued and the watcher registered in the same
+loop step, so no event can fall between them or be delivered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+
+from watchcache import apierrors
+from watchcache.cache.events import ADDED, error_frame, frame_head, frame_tail
+from watchcache.cache.semantics import ListOptions, Mode, plan_watch
+from watchcache.cache.store import ResourceVersionTooOld
+from watchcache.dispatch.cacher import Cacher
+from watchcache.server.context import ApiContext
+from watchcache.server.http import ConnectionClosed, Response
+from watchcache.server.reads import ensure_ready, parse_predicate
+from watchcache.server.routing import RequestInfo
+from watchcache.watchers.flush import FlushScheduler
+from watchcache.watchers.watcher import CloseReason, Watcher
+
+_TAIL = frame_tail()
+
+
+class HttpWatchStream:
+    """The ``WatchSink`` of one watcher: flushes its pending frames as one HTTP chunk."""
+
+    __slots__ = ("_drain_task", "done", "flusher", "response", "watcher")
+
+    def __init__(self, response: Response, flusher: FlushScheduler) -> None:
+        self.response = response
+        self.flusher = flusher
+        self.watcher: Watcher | None = None
+        self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._drain_task: asyncio.Future[None] | None = None
+
+    # WatchSink
+    def wake(self, watcher: Watcher) -> None:
+        self.flusher.mark(self)
+
+    def closed(self, watcher: Watcher, reason: str) -> None:
+        if not self.done.done():
+            self.done.set_result(reason)
+
+    # Flushable
+    def flush(self) -> None:
+        watcher = self.watcher
+        if watcher is None or watcher.closed or not watcher.pending:
+            return
+        response = self.response
+        if response.closed:
+            watcher.close(CloseReason.CLIENT_GONE)
+            return
+        if not response.writable:
+            # Over the transport's high-water mark: keep frames in the watcher's bounded
+            # buffer and flush again once the client has read.
+            if self._drain_task is None:
+                self._drain_task = asyncio.ensure_future(self._resume_after_drain())
+            return
+        response.write_chunk(watcher.take())
+
+    async def _resume_after_drain(self) -> None:
+        try:
+            await self.response.drain()
+        except ConnectionClosed:
+            if self.watcher is not None:
+                self.watcher.close(CloseReason.CLIENT_GONE)
+            return
+        finally:
+            self._drain_task = None
+        self.flusher.mark(self)
+
+
+def _watch_timeout(ctx: ApiContext, opts: ListOptions) -> float:
+    if opts.timeout_seconds:
+        return float(opts.timeout_seconds)
+    low = ctx.config.min_request_timeout
+    return low * (1.0 + random.random())
+
+
+async def serve_watch(
+    ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: ListOptions, response: Response
+) -> None:
+    plan = plan_watch(opts)
+    namespace = info.namespace
+    if info.name:
+        # /watch/namespaces/ns/pods/name: the legacy single-object watch is a name field selector.
+        selector = f"metadata.name={info.name}"
+        opts = dataclasses.replace(opts, field_selector=",".join(s for s in (opts.field_selector, selector) if s))
+    predicate = parse_predicate(cacher, namespace, opts)
+    await ensure_ready(ctx, cacher)
+
+    error: apierrors.StatusError | None = None
+    if plan.mode is Mode.MOST_RECENT:
+        wanted = await ctx.upstream.consistent_rv(cacher.resource)
+    elif plan.mode is Mode.NOT_OLDER_THAN:
+        wanted = plan.rv
+    else:
+        wanted = 0
+    if wanted and not await cacher.wait_for_rv(wanted, ctx.config.fresh_wait):
+        error = apierrors.too_large_resource_version(wanted, cacher.rv)
+
+    resource = cacher.resource
+    response.start_chunked(200)
+    if error is not None:
+        # Once a watch is accepted, kube reports errors as an ERROR event, then ends it.
+        response.write_chunk([error_frame(error.body())])
+        response.end_chunked()
+        return
+
+    # ---- synchronous from here to add_watcher: no event can slip between state and stream.
+    cache = cacher.cache
+    stream = HttpWatchStream(response, ctx.flusher)
+    timeout = _watch_timeout(ctx, opts)
+    loop = asyncio.get_running_loop()
+    backlog = []
+    if plan.initial_events:
+        snapshot = cache.snapshot()
+        start_rv = snapshot.rv
+    elif plan.mode is Mode.EXACT:
+        start_rv = plan.rv
+        try:
+            backlog = cache.events_since(plan.rv)
+        except ResourceVersionTooOld as e:
+            response.write_chunk([error_frame(apierrors.resource_expired(str(e)).body())])
+            response.end_chunked()
+            return
+    else:
+        start_rv = cache.rv
+    watcher = Watcher(
+        resource,
+        predicate,
+        start_rv,
+        stream,
+        allow_bookmarks=opts.allow_watch_bookmarks,
+        deadline=cacher.clock() + timeout,
+        bookmark_interval=ctx.config.bookmark_interval,
+        max_pending_bytes=ctx.config.watch_max_pending_bytes,
+    )
+    stream.watcher = watcher
+    if plan.initial_events:
+        head = frame_head(ADDED) + resource.typed_prefix
+        parts: list[bytes] = []
+        matches = predicate.matches
+        for obj in (
+            snapshot.iter_range("", None)
+            if predicate.namespace is None
+            else snapshot.iter_range(predicate.namespace + "/", predicate.namespace + "0")
+        ):
+            if matches(obj):
+                parts.append(head)
+                parts.append(obj.body)
+                parts.append(_TAIL)
+        watcher.deliver_parts(parts, start_rv)
+        if plan.initial_events_end_bookmark:
+            watcher.bookmark(start_rv, initial_events_end=True)
+    for event in backlog:
+        watcher.deliver(event)
+    cacher.add_watcher(watcher)
+    # ---- end of the synchronous section.
+
+    response.add_close_callback(lambda: watcher.close(CloseReason.CLIENT_GONE))
+    timer = loop.call_later(timeout, watcher.close, CloseReason.TIMEOUT)
+    try:
+        await stream.done
+    finally:
+        timer.cancel()
+        watcher.close(CloseReason.SHUTDOWN)
+        # Removal is deferred: closing can happen inside dispatch, which iterates the indexes.
+        loop.call_soon(cacher.remove_watcher, watcher)
+    if not response.closed:
+        if watcher.pending and response.writable:
+            response.write_chunk(watcher.take())
+        response.end_chunked()
