@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+
+import orjson
 
 from watchcache import apierrors
 from watchcache.server.context import ApiContext
@@ -45,6 +48,16 @@ class ApiHandler:
             lines.append(f"[{'+' if cacher.ready else '-'}]cache-synced:{resource.qualified} {state}")
         return ok, lines
 
+    def cache_stats(self) -> bytes:
+        """Per resource: objects, bytes, history window (events, bytes, oldest rv), watchers."""
+        out = {}
+        for resource, cacher in self.ctx.cachers.items():
+            stats = dataclasses.asdict(cacher.cache.stats())
+            stats["watchers"] = len(cacher.dispatcher)
+            stats["ready"] = cacher.ready
+            out[resource.qualified] = stats
+        return orjson.dumps(out)
+
     async def __call__(self, request: Request, response: Response) -> None:
         path = request.path
         method = request.method
@@ -60,6 +73,9 @@ class ApiHandler:
                 else ("ok" if ok else "not ready")
             )
             response.send(200 if ok else 500, text.encode(), content_type=_TEXT)
+            return
+        if path == "/debug/cache":
+            response.send(200, self.cache_stats())
             return
         doc = self.discovery.get(path)
         if doc is not None:
