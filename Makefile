@@ -3,6 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 LISTEN ?= 127.0.0.1:8080
+SIM_LISTEN ?= 127.0.0.1:8081
 OBJECTS ?= 1000
 NAMESPACES ?= 10
 CHURN ?= 5
@@ -17,13 +18,13 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-## run: the service on the embedded simulated cluster
+## run: the simulated cluster and the watch cache in front of it (two processes)
 run: $(BIN)/.installed
-	$(BIN)/watchcache serve --listen $(LISTEN) --sim-objects $(OBJECTS) --sim-namespaces $(NAMESPACES) --sim-churn $(CHURN)
+	$(BIN)/watchcache demo --listen $(LISTEN) --sim-listen $(SIM_LISTEN) --objects $(OBJECTS) --namespaces $(NAMESPACES) --churn $(CHURN)
 
 ## sim: the simulated cluster alone
 sim: $(BIN)/.installed
-	$(BIN)/watchcache sim --listen $(LISTEN) --objects $(OBJECTS) --namespaces $(NAMESPACES) --churn $(CHURN)
+	$(BIN)/watchcache sim --listen $(SIM_LISTEN) --objects $(OBJECTS) --namespaces $(NAMESPACES) --churn $(CHURN)
 
 ## test: the whole suite
 test: $(BIN)/.installed

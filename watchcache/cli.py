@@ -1,4 +1,4 @@
-"""``watchcache`` command line: ``sim`` (the simulated cluster) and ``serve`` (the proxy)."""
+"""``watchcache`` command line: ``sim`` (the simulated cluster), ``serve`` (the proxy), ``demo`` (both)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from pathlib import Path
 
 from watchcache.cache.store import CacheConfig
 from watchcache.server.context import ServeConfig
-from watchcache.service import RunOptions, SimOptions, parse_listen, run_serve, run_sim
+from watchcache.service import RunOptions, SimOptions, parse_listen, run
+from watchcache.upstream.config import UpstreamConfigError, from_flags, from_kubeconfig, in_cluster
+from watchcache.upstream.reflector import ReflectorConfig
 
-_DEFAULT_CACHE = CacheConfig()
-_DEFAULT_SERVE = ServeConfig()
+_CACHE = CacheConfig()
+_SERVE = ServeConfig()
+_REFLECTOR = ReflectorConfig()
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -20,42 +23,40 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--listen",
         default="127.0.0.1:8080",
         metavar="HOST:PORT",
-        help="address to serve the Kubernetes API on (default %(default)s; port 0 picks one)",
+        help="address to serve the Kubernetes API on (default %(default)s; port 0 picks a free one)",
     )
     p.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="log verbosity (default %(default)s)",
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="default %(default)s"
     )
     p.add_argument(
         "--history-max-events",
         type=int,
-        default=_DEFAULT_CACHE.history_max_events,
+        default=_CACHE.history_max_events,
         help="events kept per resource for watch resumption and exact reads (default %(default)s)",
     )
     p.add_argument(
         "--history-max-age",
         type=float,
-        default=_DEFAULT_CACHE.history_max_age,
+        default=_CACHE.history_max_age,
         help="seconds of history kept per resource (default %(default)s, etcd's compaction interval)",
     )
     p.add_argument(
         "--bookmark-interval",
         type=float,
-        default=_DEFAULT_SERVE.bookmark_interval,
+        default=_SERVE.bookmark_interval,
         help="seconds between BOOKMARK events for watchers that allow them (default %(default)s)",
     )
     p.add_argument(
         "--fresh-wait",
         type=float,
-        default=_DEFAULT_SERVE.fresh_wait,
-        help="seconds a read waits for a future resourceVersion before 504 (default %(default)s)",
+        default=_SERVE.fresh_wait,
+        help="seconds a read waits for a resourceVersion (or for a consistent-read proof) before 504 or "
+        "pass-through (default %(default)s)",
     )
     p.add_argument(
         "--min-request-timeout",
         type=float,
-        default=_DEFAULT_SERVE.min_request_timeout,
+        default=_SERVE.min_request_timeout,
         help="watches without timeoutSeconds end after [N, 2N) seconds (default %(default)s)",
     )
     p.add_argument(
@@ -82,10 +83,49 @@ def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
         type=float,
         default=0.0,
         metavar="EVENTS_PER_S",
-        help="writes per second (pod updates, creates, deletes) (default %(default)s)",
+        help="writes per second: pod updates, creates and deletes (default %(default)s)",
     )
     p.add_argument(
         f"--{prefix}seed", type=int, default=0, help="random seed for generated objects (default %(default)s)"
+    )
+    p.add_argument(
+        f"--{prefix}state-file",
+        default=None,
+        help="journal every commit to this file and replay it at start, so the cluster survives restarts "
+        "(default: in memory only)",
+    )
+
+
+def _upstream_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("upstream (a kube-apiserver; none: an embedded simulated cluster)")
+    g.add_argument("--kubeconfig", help="kubeconfig file for the upstream")
+    g.add_argument("--context", help="kubeconfig context (default: current-context)")
+    g.add_argument(
+        "--in-cluster", action="store_true", help="use the pod's service account and KUBERNETES_SERVICE_HOST"
+    )
+    g.add_argument("--upstream", metavar="URL", help="upstream apiserver URL, e.g. https://10.0.0.1:6443")
+    g.add_argument("--token-file", help="bearer token file for --upstream (re-read as it rotates)")
+    g.add_argument("--client-certificate", help="client certificate file for --upstream")
+    g.add_argument("--client-key", help="client key file for --upstream")
+    g.add_argument("--certificate-authority", help="CA bundle to verify the upstream's certificate")
+    g.add_argument(
+        "--insecure-skip-tls-verify",
+        action="store_true",
+        help="do not verify the upstream's certificate (never in production)",
+    )
+    g.add_argument(
+        "--resources",
+        default="",
+        help="comma-separated resources to cache, e.g. pods,configmaps,apps/v1/deployments "
+        "(default: pods, nodes, namespaces, services, configmaps, serviceaccounts, endpoints, apps workloads, "
+        "endpointslices; the embedded cluster: all it has)",
+    )
+    g.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=_REFLECTOR.stall_timeout,
+        help="seconds of silence (no event, no bookmark) after which an upstream watch is re-established "
+        "(default %(default)s)",
     )
 
 
@@ -105,21 +145,53 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the watch cache",
         description=(
-            "Serve GET/LIST/WATCH from a revisioned in-memory cache; everything else goes to the upstream. "
-            "Until an upstream is configured, an embedded simulated cluster is the upstream."
+            "Serve GET/LIST/WATCH from a revisioned in-memory cache fed by one list+watch per resource; "
+            "everything else passes through to the upstream. With no upstream flag, an embedded simulated "
+            "cluster is the upstream (the --sim-* flags shape it)."
         ),
     )
     _common(serve)
-    serve.add_argument(
-        "--resources",
-        default="",
-        help="comma-separated resources to cache, e.g. pods,configmaps,apps/v1/deployments (default: all known)",
-    )
+    _upstream_flags(serve)
     _sim_flags(serve, "sim-")
+    demo = sub.add_parser(
+        "demo",
+        help="run a simulated cluster and the watch cache in front of it (two processes)",
+        description="Starts `watchcache sim` and `watchcache serve --upstream` in front of it; prints the URL "
+        "and a kubectl line to try.",
+    )
+    demo.add_argument(
+        "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="the proxy's address (default %(default)s)"
+    )
+    demo.add_argument(
+        "--sim-listen",
+        default="127.0.0.1:8081",
+        metavar="HOST:PORT",
+        help="the simulated cluster's (default %(default)s)",
+    )
+    demo.add_argument("--objects", type=int, default=1000, help="pods in the simulated cluster (default %(default)s)")
+    demo.add_argument("--namespaces", type=int, default=10, help="namespaces (default %(default)s)")
+    demo.add_argument("--churn", type=float, default=5.0, help="writes per second (default %(default)s)")
     return parser
 
 
-def options_from(args: argparse.Namespace, prefix: str) -> RunOptions:
+def _upstream(args: argparse.Namespace) -> tuple[str, object]:
+    if args.kubeconfig:
+        return "proxy", from_kubeconfig(args.kubeconfig, args.context)
+    if args.in_cluster:
+        return "proxy", in_cluster()
+    if args.upstream:
+        return "proxy", from_flags(
+            args.upstream,
+            token_file=args.token_file,
+            client_certificate=args.client_certificate,
+            client_key=args.client_key,
+            certificate_authority=args.certificate_authority,
+            insecure_skip_tls_verify=args.insecure_skip_tls_verify,
+        )
+    return "embedded", None
+
+
+def options_from(args: argparse.Namespace, prefix: str, upstream: object = None) -> RunOptions:
     host, port = parse_listen(args.listen)
     g = vars(args)
     key = args.continue_token_key_file.read_bytes().strip() if args.continue_token_key_file else b""
@@ -139,23 +211,33 @@ def options_from(args: argparse.Namespace, prefix: str) -> RunOptions:
             nodes=g[f"{prefix}nodes"],
             churn=g[f"{prefix}churn"],
             seed=g[f"{prefix}seed"],
+            state_file=g[f"{prefix}state_file"],
         ),
-        resources=tuple(r for r in getattr(args, "resources", "").split(",") if r),
+        resources=tuple(r.strip() for r in g.get("resources", "").split(",") if r.strip()),
         continue_key=key,
+        upstream=upstream,  # type: ignore[arg-type]
+        reflector=ReflectorConfig(stall_timeout=g.get("stall_timeout", _REFLECTOR.stall_timeout)),
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=getattr(args, "log_level", "info").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     try:
+        if args.command == "demo":
+            from watchcache.demo import run_demo
+
+            return run_demo(args)
         if args.command == "sim":
-            run_sim(options_from(args, ""))
+            run(options_from(args, ""), "sim")
         else:
-            run_serve(options_from(args, "sim_"))
-    except ValueError as e:
+            mode, upstream = _upstream(args)
+            run(options_from(args, "sim_", upstream), mode)
+    except (ValueError, UpstreamConfigError, OSError) as e:
         print(f"watchcache: {e}", file=sys.stderr)
         return 2
     return 0

@@ -143,6 +143,18 @@ class ResourceRegistry:
     def get(self, group: str, version: str, resource: str) -> ResourceType | None:
         return self._by_gvr.get((group, version, resource))
 
+    def add(self, resource: ResourceType) -> None:
+        """Register a type learned from the upstream's discovery (replacing one with the same GVR)."""
+        self.remove(resource)
+        self.types = (*self.types, resource)
+        self._by_gvr[(resource.group, resource.version, resource.resource)] = resource
+
+    def remove(self, resource: ResourceType) -> None:
+        gvr = (resource.group, resource.version, resource.resource)
+        old = self._by_gvr.pop(gvr, None)
+        if old is not None:
+            self.types = tuple(t for t in self.types if t is not old)
+
     def group_versions(self) -> dict[str, list[str]]:
         """Group name → versions served, in registration order (``""`` is the core group)."""
         out: dict[str, list[str]] = {}
@@ -154,6 +166,9 @@ class ResourceRegistry:
 
     def in_group_version(self, group: str, version: str) -> list[ResourceType]:
         return [t for t in self.types if t.group == group and t.version == version]
+
+    def by_id(self, path_id: str) -> ResourceType | None:
+        return next((t for t in self.types if t.path_id() == path_id), None)
 
     def select(self, ids: list[str]) -> ResourceRegistry:
         """The registry restricted to ``--resources`` ids (``pods``, ``apps/v1/deployments``)."""

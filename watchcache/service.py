@@ -2,6 +2,8 @@
 
 Both log one line containing ``ready`` once they accept requests, and stop cleanly on
 SIGTERM/SIGINT: stop listening, end every watch (flushing what is pending), exit 0.
+``serve`` has two upstreams: a real apiserver (reflectors, pass-through, consistent-read
+proofs) or, when none is configured, a simulated cluster embedded in the process.
 """
 
 from __future__ import annotations
@@ -12,19 +14,29 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+
+import aiohttp
+from prometheus_client import CollectorRegistry
 
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
-from watchcache.resources import ResourceRegistry
+from watchcache.metrics import CacheCollector, render
+from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig, Upstream
 from watchcache.server.http import start_server
 from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import SimCluster
+from watchcache.upstream.client import UpstreamClient
+from watchcache.upstream.config import UpstreamConfig
+from watchcache.upstream.consistency import ConsistentReads
+from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
 from watchcache.upstream.embedded import EmbeddedUpstream, SimUpstream
+from watchcache.upstream.proxy import ProxyUpstream
+from watchcache.upstream.reflector import Reflector, ReflectorConfig
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason
 
@@ -38,6 +50,7 @@ class SimOptions:
     nodes: int = 10
     churn: float = 0.0
     seed: int = 0
+    state_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,8 @@ class RunOptions:
     sim: SimOptions = field(default_factory=SimOptions)
     resources: tuple[str, ...] = ()
     continue_key: bytes = b""
+    upstream: UpstreamConfig | None = None
+    reflector: ReflectorConfig = field(default_factory=ReflectorConfig)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -58,55 +73,143 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def continue_key(configured: bytes) -> bytes:
-    # A random key per process is right for one process; replicas must share a configured key.
-    return configured or os.urandom(32)
+@dataclass
+class Wiring:
+    """What a mode builds: the handler context plus the tasks that feed it."""
+
+    ctx: ApiContext
+    handler: ApiHandler
+    tasks: Sequence[asyncio.Future[None]] = field(default_factory=list)
+    cleanup: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    consistent: ConsistentReads | None = None
 
 
-async def _serve(
-    name: str,
-    options: RunOptions,
-    cluster: SimCluster,
-    make: Callable[[SimCluster], tuple[dict, Upstream]],
+def _context(
+    options: RunOptions, registry: ResourceRegistry, cachers: dict[ResourceType, Cacher], upstream: Upstream
+) -> ApiContext:
+    # A random key is right for one process; replicas must share a configured one.
+    key = options.continue_key or os.urandom(32)
+    return ApiContext(
+        registry=registry,
+        cachers=cachers,
+        upstream=upstream,
+        codec=ContinueCodec(key),
+        flusher=FlushScheduler(asyncio.get_running_loop()),
+        config=options.serve,
+    )
+
+
+def _sim_cluster(options: RunOptions) -> SimCluster:
+    cluster = SimCluster(ResourceRegistry(), options.cache, state_file=options.sim.state_file)
+    if not cluster.restored:  # a restart from the journal already has its objects
+        sim = options.sim
+        populate(cluster, objects=sim.objects, namespaces=sim.namespaces, nodes=sim.nodes, seed=sim.seed)
+    return cluster
+
+
+def _churn_task(cluster: SimCluster, options: RunOptions) -> list[asyncio.Future[None]]:
+    if options.sim.churn <= 0:
+        return []
+    return [asyncio.ensure_future(Churn(cluster, options.sim.churn, seed=options.sim.seed).run())]
+
+
+async def wire_sim(options: RunOptions) -> Wiring:
+    """The simulated cluster: its storage is the cache the read path serves from."""
+    cluster = _sim_cluster(options)
+    ctx = _context(options, cluster.registry, cluster.cachers, SimUpstream(cluster))
+
+    async def close() -> None:
+        cluster.close()
+
+    return Wiring(ctx, ApiHandler(ctx), _churn_task(cluster, options), [close])
+
+
+async def wire_embedded(options: RunOptions) -> Wiring:
+    """The proxy fed in-process by an embedded simulated cluster (see ``upstream.embedded``)."""
+    cluster = _sim_cluster(options)
+    registry = cluster.registry.select(list(options.resources)) if options.resources else cluster.registry
+    cachers = {t: Cacher(t, options.cache) for t in registry.types}
+    ctx = _context(options, registry, cachers, EmbeddedUpstream(cluster, cachers))
+    return Wiring(ctx, ApiHandler(ctx), _churn_task(cluster, options))
+
+
+async def wire_proxy(options: RunOptions) -> Wiring:
+    """The proxy in front of a real apiserver: a reflector per resource, pass-through for the rest.
+
+    It listens at once. Cached resources the built-in table knows are registered before
+    discovery answers, so their reads get 429 (not a pass-through) until synced;
+    discovery then confirms each (or drops it) and adds the others.
+    """
+    assert options.upstream is not None
+    client = UpstreamClient(options.upstream)
+    await client.start()
+    log.info("upstream %s", options.upstream.describe())
+    ids = options.resources or DEFAULT_RESOURCES
+    known = ResourceRegistry()
+    provisional = [t for t in (known.by_id(i) for i in ids) if t is not None]
+    registry = ResourceRegistry(tuple(provisional))
+    cachers = {t: Cacher(t, options.cache) for t in provisional}
+    consistent = ConsistentReads(client, fresh_wait=options.serve.fresh_wait)
+    ctx = _context(options, registry, cachers, ProxyUpstream(client, consistent))
+    started = asyncio.ensure_future(_discover_and_reflect(client, ctx, options, ids))
+    return Wiring(ctx, ApiHandler(ctx, forward_tables=True), [started], [client.close], consistent)
+
+
+async def _discover_and_reflect(
+    client: UpstreamClient, ctx: ApiContext, options: RunOptions, ids: Sequence[str]
 ) -> None:
+    delay = 0.5
+    while True:
+        try:
+            types = await resolve(client, ids, strict=False)
+            break
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:  # unreachable at start: keep trying, loudly
+            log.warning("upstream discovery failed (%s); retrying in %.0fs", e, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+    resolved = {(t.group, t.version, t.resource): t for t in types}
+    for t in list(ctx.cachers):
+        confirmed = resolved.get((t.group, t.version, t.resource))
+        if confirmed is None or confirmed.kind != t.kind or confirmed.namespaced != t.namespaced:
+            del ctx.cachers[t]
+            ctx.registry.remove(t)
+    for t in types:
+        if t not in ctx.cachers:
+            ctx.registry.add(t)
+            ctx.cachers[t] = Cacher(t, options.cache)
+    log.info("caching %s", ", ".join(t.path_id() for t in ctx.cachers))
+    reflectors = [asyncio.ensure_future(Reflector(client, c, options.reflector).run()) for c in ctx.cachers.values()]
+    try:
+        await asyncio.gather(*reflectors)
+    finally:
+        for r in reflectors:
+            r.cancel()
+
+
+async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awaitable[Wiring]]) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-
     started = time.monotonic()
-    populate(
-        cluster,
-        objects=options.sim.objects,
-        namespaces=options.sim.namespaces,
-        nodes=options.sim.nodes,
-        seed=options.sim.seed,
-    )
-    cachers, upstream = make(cluster)
-    ctx = ApiContext(
-        registry=cluster.registry if not options.resources else cluster.registry.select(list(options.resources)),
-        cachers=cachers,
-        upstream=upstream,
-        codec=ContinueCodec(continue_key(options.continue_key)),
-        flusher=FlushScheduler(loop),
-        config=options.serve,
-    )
-    handler = ApiHandler(ctx)
-    server = await start_server(handler, options.host, options.port)
+    wiring = await wire(options)
+    cachers = wiring.ctx.cachers
+    registry = CollectorRegistry()
+    registry.register(CacheCollector(wiring.ctx, wiring.handler.passed_through, wiring.consistent))
+    wiring.handler.metrics = lambda: render(registry)
+    server = await start_server(wiring.handler, options.host, options.port)
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     objects = sum(len(c.cache) for c in cachers.values())
     log.info(
-        "%s ready: listening on http://%s:%d (%d objects, rv %d, %.2fs)",
+        "%s ready: listening on http://%s:%d (%d resources, %d objects cached, %.2fs)",
         name,
         options.host,
         port,
+        len(cachers),
         objects,
-        cluster.rv,
         time.monotonic() - started,
     )
-    tasks = [asyncio.ensure_future(_tick(cachers))]
-    if options.sim.churn > 0:
-        tasks.append(asyncio.ensure_future(Churn(cluster, options.sim.churn, seed=options.sim.seed).run()))
+    tasks = [*wiring.tasks, asyncio.ensure_future(_tick(cachers))]
     await stop.wait()
     log.info("%s shutting down", name)
     server.close()
@@ -120,41 +223,24 @@ async def _serve(
     await asyncio.sleep(0.1)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(server.wait_closed(), 2.0)
+    for cleanup in wiring.cleanup:
+        await cleanup()
     log.info("%s stopped", name)
 
 
-async def _tick(cachers: dict) -> None:
+async def _tick(cachers: dict[ResourceType, Cacher]) -> None:
     while True:
         await asyncio.sleep(1.0)
         for cacher in cachers.values():
             cacher.tick()
 
 
-def run_sim(options: RunOptions) -> None:
-    """The simulated cluster: its storage is the cache the read path serves from."""
-
-    def make(cluster: SimCluster) -> tuple[dict, Upstream]:
-        return cluster.cachers, SimUpstream(cluster)
-
-    _run("watchcache sim", options, make)
-
-
-def run_serve(options: RunOptions) -> None:
-    """The proxy, fed in-process by an embedded simulated cluster (see ``upstream.embedded``)."""
-
-    def make(cluster: SimCluster) -> tuple[dict, Upstream]:
-        registry = cluster.registry if not options.resources else cluster.registry.select(list(options.resources))
-        cachers = {t: Cacher(t, options.cache) for t in registry.types}
-        return cachers, EmbeddedUpstream(cluster, cachers)
-
-    _run("watchcache serve", options, make)
-
-
-def _run(name: str, options: RunOptions, make: Callable[[SimCluster], tuple[dict, Upstream]]) -> None:
+def run(options: RunOptions, mode: str) -> None:
     import uvloop
 
-    async def main() -> None:
-        cluster = SimCluster(ResourceRegistry(), options.cache if name.endswith("sim") else CacheConfig())
-        await _serve(name, options, cluster, make)
-
-    uvloop.run(main())
+    wire, name = {
+        "sim": (wire_sim, "watchcache sim"),
+        "embedded": (wire_embedded, "watchcache serve"),
+        "proxy": (wire_proxy, "watchcache serve"),
+    }[mode]
+    uvloop.run(_serve(name, options, wire))

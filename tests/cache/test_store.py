@@ -109,3 +109,24 @@ def test_replace_restarts_history_at_the_list_rv():
     assert c.oldest_rv == 40 and len(c.history) == 0
     with pytest.raises(ResourceVersionTooOld):
         c.snapshot(11)
+
+
+def test_relist_turns_the_difference_into_events_at_the_new_rv_and_restarts_history():
+    c = new_cache()  # a@1, b@2 at rv 10
+    c.apply([(ADDED, pod("c", rv=11))])
+    events = c.relist([pod("a", rv=15, labels={"new": "y"}), pod("c", rv=11), pod("d", rv=17)], rv=20)
+    got = sorted((e.type, e.object.key, e.rv) for e in events)
+    assert got == [(ADDED, "default/d", 20), (DELETED, "default/b", 20), (MODIFIED, "default/a", 20)]
+    deleted = next(e for e in events if e.type == DELETED)
+    assert deleted.object.rv == 20 and b'"resourceVersion":"20"' in deleted.object.body
+    assert deleted.prev is not None and deleted.prev.rv == 2
+    assert c.rv == 20 and c.oldest_rv == 20
+    assert keys(c.snapshot()) == ["default/a", "default/c", "default/d"]
+    with pytest.raises(ResourceVersionTooOld):
+        c.events_since(15)  # inside the gap: cannot be served exactly
+
+
+def test_relist_with_identical_state_produces_no_events():
+    c = new_cache()
+    assert c.relist([pod("a", rv=1), pod("b", rv=2)], rv=30) == []
+    assert c.rv == 30

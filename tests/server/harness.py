@@ -13,7 +13,7 @@ from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
-from watchcache.resources import PODS, ResourceRegistry, ResourceType
+from watchcache.resources import PODS, ResourceRegistry
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig
 from watchcache.server.http import Request
@@ -24,16 +24,20 @@ __all__ = ["ADDED", "DELETED", "MODIFIED", "Harness"]
 
 
 class FakeUpstream:
+    """Knows the upstream's rv; proves freshness by waiting for the cache to reach it."""
+
     def __init__(self) -> None:
         self.rv = 0
         self.consistent_calls = 0
+        self.forwarded: list[str] = []
 
-    async def consistent_rv(self, resource: ResourceType) -> int:
+    async def ensure_fresh(self, cacher: Cacher) -> bool:
         self.consistent_calls += 1
-        return self.rv
+        return await cacher.wait_for_rv(self.rv, 1.0)
 
-    async def write(self, request: Request, info: RequestInfo, resource: ResourceType) -> tuple[int, bytes]:
-        raise apierrors.method_not_supported(resource.group, resource.resource, info.verb)
+    async def forward(self, request: Request, response: Any, info: RequestInfo | None) -> None:
+        self.forwarded.append(request.path)
+        raise apierrors.path_not_found()
 
 
 class Harness:

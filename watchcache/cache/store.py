@@ -126,6 +126,38 @@ class ResourceCache:
         self.rv = last
         return events
 
+    def relist(self, objects: Iterable[CachedObject], rv: int) -> list[WatchEvent]:
+        """Replace the state with a fresh list at ``rv`` and return the difference as events.
+
+        Used after the upstream answered 410 to a resumed watch: instead of ending every
+        client watch (kube-apiserver's behaviour), the change from the old state to the
+        new one is delivered as ordinary events, all at ``rv`` (one atomic group): ADDED
+        and MODIFIED carry the listed objects, DELETED the last known state stamped with
+        ``rv``. History restarts at ``rv``: what happened between the old rv and ``rv``
+        is unknown, so no read or watch start inside that gap can be served exactly.
+        """
+        if rv < self.rv:
+            raise ResourceVersionOrderError(f"{self.resource.qualified}: relist at {rv} after {self.rv}")
+        now = self._clock()
+        fresh = SortedDict((o.key, o) for o in objects)
+        old = self._objects
+        events: list[WatchEvent] = []
+        for key, obj in fresh.items():
+            prev = old.get(key)
+            if prev is None:
+                events.append(WatchEvent(self.resource, ADDED, obj, None, rv, now))
+            elif prev.rv != obj.rv or prev.body != obj.body:
+                events.append(WatchEvent(self.resource, MODIFIED, obj, prev, rv, now))
+        for key, prev in old.items():
+            if key not in fresh:
+                gone = prev.with_resource_version(rv)
+                events.append(WatchEvent(self.resource, DELETED, gone, prev, rv, now))
+        self._objects = fresh
+        self._object_bytes = sum(len(o.body) for o in fresh.values())
+        self.rv = rv
+        self.history.reset(rv)
+        return events
+
     def progress(self, rv: int) -> bool:
         """The upstream promises no event at or before ``rv`` is missing; True if rv moved."""
         if rv > self.rv:

@@ -53,6 +53,7 @@ class Cacher:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self.events_received = 0
+        self.watch_requests = 0
 
     @property
     def ready(self) -> bool:
@@ -75,6 +76,21 @@ class Cacher:
         events = self.cache.apply(changes)
         self.events_received += len(events)
         self.dispatcher.dispatch(events)
+        self._wake_waiters()
+        return events
+
+    def relist(self, objects: Iterable[CachedObject], rv: int) -> list[WatchEvent]:
+        """A fresh list after the upstream's 410: watchers get the difference, not a 410 of their own.
+
+        Watchers that allow bookmarks then get a BOOKMARK at ``rv`` at once, so a client
+        that reconnects resumes from ``rv`` (inside the new window) rather than from an
+        object's older resourceVersion.
+        """
+        events = self.cache.relist(objects, rv)
+        self.events_received += len(events)
+        self.dispatcher.dispatch(events)
+        for watcher in list(self.dispatcher.watchers()):
+            watcher.bookmark(rv)
         self._wake_waiters()
         return events
 

@@ -1,26 +1,32 @@
-"""The API handler: health, discovery, cached reads, and everything else to the upstream."""
+"""The API handler: health, cached reads, and everything else to the upstream.
+
+A request is served from the cache when it is a get/list/watch of a cached resource
+(no subresource) whose answer the cache can produce in a representation the client
+prefers; anything else — writes, discovery, subresources, uncached resources, Table
+output for kubectl, consistent reads the cache cannot prove fresh — goes to
+``ctx.upstream.forward``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 
 import orjson
 
 from watchcache import apierrors
-from watchcache.server.context import ApiContext
-from watchcache.server.discovery import Discovery
+from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.http import Request, Response
 from watchcache.server.options import parse_bool, parse_list_options
 from watchcache.server.reads import serve_get, serve_list
-from watchcache.server.routing import InvalidPath, parse_request_info
+from watchcache.server.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.server.watch import serve_watch
 
 log = logging.getLogger("watchcache.server")
 
 _TEXT = "text/plain; charset=utf-8"
 _READ_VERBS = frozenset({"get", "list", "watch"})
-_WRITE_VERBS = frozenset({"create", "update", "patch", "delete"})
 
 
 def accepts_json(accept: str | None) -> bool:
@@ -34,14 +40,27 @@ def accepts_json(accept: str | None) -> bool:
     return False
 
 
+def prefers_table(accept: str | None) -> bool:
+    """kubectl asks for server-side Table output first; only the upstream can render it."""
+    if not accept:
+        return False
+    first = accept.split(",", 1)[0]
+    return "as=Table" in first
+
+
 class ApiHandler:
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(
+        self, ctx: ApiContext, *, forward_tables: bool = False, metrics: Callable[[], bytes] | None = None
+    ) -> None:
         self.ctx = ctx
-        self.discovery = Discovery(ctx.registry)
+        self.metrics = metrics
+        # True in front of a real apiserver; the simulated cluster has no Table renderer.
+        self.forward_tables = forward_tables
+        self.passed_through: dict[str, int] = {}
 
     def readiness(self) -> tuple[bool, list[str]]:
         lines = []
-        ok = True
+        ok = bool(self.ctx.cachers)
         for resource, cacher in self.ctx.cachers.items():
             ok &= cacher.ready
             state = "ok" if cacher.ready else "failed: not synced"
@@ -54,13 +73,13 @@ class ApiHandler:
         for resource, cacher in self.ctx.cachers.items():
             stats = dataclasses.asdict(cacher.cache.stats())
             stats["watchers"] = len(cacher.dispatcher)
+            stats["watch_requests"] = cacher.watch_requests
             stats["ready"] = cacher.ready
             out[resource.qualified] = stats
-        return orjson.dumps(out)
+        return orjson.dumps({"resources": out, "passed_through": self.passed_through})
 
     async def __call__(self, request: Request, response: Response) -> None:
         path = request.path
-        method = request.method
         if path in ("/healthz", "/livez"):
             response.send(200, b"ok", content_type=_TEXT)
             return
@@ -74,40 +93,51 @@ class ApiHandler:
             )
             response.send(200 if ok else 500, text.encode(), content_type=_TEXT)
             return
+        if path == "/metrics" and self.metrics is not None:
+            response.send(200, self.metrics(), content_type="text/plain; version=0.0.4; charset=utf-8")
+            return
         if path == "/debug/cache":
             response.send(200, self.cache_stats())
-            return
-        doc = self.discovery.get(path)
-        if doc is not None:
-            if method not in ("GET", "HEAD"):
-                raise apierrors.StatusError(
-                    405,
-                    "MethodNotAllowed",
-                    f"the server does not allow this method on the requested resource ({method})",
-                )
-            response.send(200, doc)
             return
 
         raw = request.raw_path.split(b"?", 1)[0].decode("latin-1")
         try:
-            info = parse_request_info(method, raw, parse_bool(request.query_value("watch")))
+            info = parse_request_info(request.method, raw, parse_bool(request.query_value("watch")))
         except InvalidPath as e:
             raise apierrors.bad_request(str(e)) from None
+        reason = self._uncached_reason(request, info)
+        if reason is None:
+            try:
+                await self._serve_cached(request, response, info)
+                return
+            except PassThrough as p:
+                reason = p.reason
+        self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
+        await self.ctx.upstream.forward(request, response, info if info.is_resource_request else None)
+
+    def _uncached_reason(self, request: Request, info: RequestInfo) -> str | None:
+        """Why the cache will not answer this request (None: it will)."""
         if not info.is_resource_request:
-            raise apierrors.path_not_found()
+            return "non-resource"
+        if info.verb not in _READ_VERBS:
+            return "write"
+        if info.subresource:
+            return "subresource"
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
-        if resource is None or (info.namespace and not resource.namespaced):
+        if resource is None or resource not in self.ctx.cachers:
+            return "uncached-resource"
+        accept = request.headers.get("accept")
+        if self.forward_tables and prefers_table(accept):
+            return "table"
+        if not accepts_json(accept):
+            return "media-type"
+        return None
+
+    async def _serve_cached(self, request: Request, response: Response, info: RequestInfo) -> None:
+        resource = self.ctx.registry.get(info.group, info.version, info.resource)
+        assert resource is not None
+        if info.namespace and not resource.namespaced:
             raise apierrors.path_not_found()
-        if info.verb in _WRITE_VERBS:
-            status, written = await self.ctx.upstream.write(request, info, resource)
-            response.send(status, written)
-            return
-        if info.verb not in _READ_VERBS or info.subresource:
-            raise apierrors.method_not_supported(resource.group, resource.resource, info.verb)
-        if not accepts_json(request.headers.get("accept")):
-            raise apierrors.StatusError(
-                406, "NotAcceptable", "only the following media types are accepted: application/json"
-            )
         cacher = self.ctx.cachers[resource]
         opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
         if info.verb == "watch":

@@ -8,19 +8,27 @@ from typing import Protocol
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceRegistry, ResourceType
-from watchcache.server.http import Request
+from watchcache.server.http import Request, Response
 from watchcache.server.routing import RequestInfo
 from watchcache.watchers.flush import FlushScheduler
 
 
 class Upstream(Protocol):
-    """Where the truth is: answers what the cache cannot (writes, freshness)."""
+    """Where the truth is: answers what the cache cannot (writes, freshness, the rest of the API)."""
 
-    async def consistent_rv(self, resource: ResourceType) -> int:
-        """The upstream's current rv: a "Most Recent" read must see at least this."""
+    async def ensure_fresh(self, cacher: Cacher) -> bool:
+        """True once ``cacher`` provably holds the upstream's state as of this call (a "Most Recent" read)."""
 
-    async def write(self, request: Request, info: RequestInfo, resource: ResourceType) -> tuple[int, bytes]:
-        """Perform a write; (status, JSON body). Raises StatusError."""
+    async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
+        """Answer a request the cache does not serve. Raises StatusError."""
+
+
+class PassThrough(Exception):
+    """Raised by a cached read that must be answered by the upstream instead."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from watchcache.cache.semantics import ListOptions, Mode, ReadPlan, plan_get, pl
 from watchcache.cache.store import ResourceVersionTooNew, ResourceVersionTooOld, Snapshot
 from watchcache.dispatch.cacher import Cacher
 from watchcache.selectors import SelectorError
-from watchcache.server.context import ApiContext
+from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.http import Response
 from watchcache.server.routing import RequestInfo
 
@@ -36,10 +36,16 @@ async def ensure_ready(ctx: ApiContext, cacher: Cacher) -> None:
 
 
 async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> None:
-    """Block (bounded) until the cache can serve ``plan``; 504 "Too large resource version" else."""
+    """Block (bounded) until the cache can serve ``plan``.
+
+    "Most Recent" that cannot be proven fresh passes through to the upstream; a requested
+    rv the cache does not reach in time is 504 "Too large resource version".
+    """
     if plan.mode is Mode.MOST_RECENT:
-        wanted = await ctx.upstream.consistent_rv(cacher.resource)
-    elif plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE):
+        if not await ctx.upstream.ensure_fresh(cacher):
+            raise PassThrough("consistent read not provably fresh")
+        return
+    if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE):
         wanted = plan.rv
     else:
         return

@@ -16,7 +16,7 @@ from watchcache.cache.events import ADDED, error_frame, frame_head, frame_tail
 from watchcache.cache.semantics import ListOptions, Mode, plan_watch
 from watchcache.cache.store import ResourceVersionTooOld
 from watchcache.dispatch.cacher import Cacher
-from watchcache.server.context import ApiContext
+from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.http import ConnectionClosed, Response
 from watchcache.server.reads import ensure_ready, parse_predicate
 from watchcache.server.routing import RequestInfo
@@ -85,6 +85,7 @@ def _watch_timeout(ctx: ApiContext, opts: ListOptions) -> float:
 async def serve_watch(
     ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: ListOptions, response: Response
 ) -> None:
+    cacher.watch_requests += 1
     plan = plan_watch(opts)
     namespace = info.namespace
     if info.name:
@@ -95,14 +96,10 @@ async def serve_watch(
     await ensure_ready(ctx, cacher)
 
     error: apierrors.StatusError | None = None
-    if plan.mode is Mode.MOST_RECENT:
-        wanted = await ctx.upstream.consistent_rv(cacher.resource)
-    elif plan.mode is Mode.NOT_OLDER_THAN:
-        wanted = plan.rv
-    else:
-        wanted = 0
-    if wanted and not await cacher.wait_for_rv(wanted, ctx.config.fresh_wait):
-        error = apierrors.too_large_resource_version(wanted, cacher.rv)
+    if plan.mode is Mode.MOST_RECENT and not await ctx.upstream.ensure_fresh(cacher):
+        raise PassThrough("consistent watch start not provably fresh")
+    if plan.mode is Mode.NOT_OLDER_THAN and not await cacher.wait_for_rv(plan.rv, ctx.config.fresh_wait):
+        error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
     resource = cacher.resource
     response.start_chunked(200)

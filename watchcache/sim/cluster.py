@@ -20,10 +20,17 @@ Deliberate simplifications, because the sim exists for demos and load:
   namespace-exists check;
 * a strategic merge patch is applied as a JSON merge patch minus its ``$`` directives, so
   lists are replaced whole (see ``watchcache.sim.patches``); no server-side apply.
+
+With a ``state_file`` the sim persists like an apiserver on etcd: every commit is
+appended to a journal (``watchcache.sim.journal``) before it is applied, and a restart
+replays it to the same objects and revision. History does not survive: the restarted
+sim's window starts at its revision, as after an etcd compaction, so a watch resuming
+from before the restart gets 410 Gone and relists.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import time
@@ -40,6 +47,7 @@ from watchcache.cache.object import CachedObject, encode_object, object_key
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceRegistry, ResourceType
+from watchcache.sim.journal import Journal, load_state
 from watchcache.sim.patches import apply_patch, parse_patch
 
 Listener = Callable[[ResourceType, list[tuple[str, CachedObject]], int], None]
@@ -82,6 +90,9 @@ class SimCluster:
 
     Single-threaded like the cachers it feeds: call it from the event loop thread.
     ``seed`` makes uids and generated names reproducible (tests, load-test replays).
+    ``state_file`` persists every commit there and, if it holds commits, starts from them
+    (``restored`` is then True and the default namespaces are not created again); call
+    ``close()`` when done with it.
     """
 
     def __init__(
@@ -92,22 +103,36 @@ class SimCluster:
         wall_clock: Callable[[], float] = time.time,
         *,
         seed: int | None = None,
+        state_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.registry = registry
         self.wall_clock = wall_clock
         self.rv = 1
-        self.cachers: dict[ResourceType, Cacher] = {}
-        for resource in registry.types:
-            cacher = Cacher(resource, config, clock)
-            cacher.replace([], self.rv)
-            self.cachers[resource] = cacher
+        self.cachers: dict[ResourceType, Cacher] = {t: Cacher(t, config, clock) for t in registry.types}
         self._namespaces = registry.get("", "v1", "namespaces")
         self._listeners: list[Listener] = []
         self._commits = 0
         self._rng = random.Random(seed)
-        if self._namespaces is not None:
-            for name in INITIAL_NAMESPACES:
-                self.create(self._namespaces, "", {"metadata": {"name": name}})
+        self._journal: Journal | None = None
+        self.restored = False
+        if state_file is not None:
+            self._journal = Journal.open(state_file)
+            try:
+                state = load_state(self._journal, registry)
+            except BaseException:
+                self.close()
+                raise
+            if state.records:
+                self.restored = True
+                self.rv = state.rv
+                for resource, cacher in self.cachers.items():
+                    cacher.replace(state.objects[resource].values(), self.rv)
+        if not self.restored:
+            for cacher in self.cachers.values():
+                cacher.replace([], self.rv)
+            if self._namespaces is not None:  # journaled like any commit
+                for name in INITIAL_NAMESPACES:
+                    self.create(self._namespaces, "", {"metadata": {"name": name}})
 
     # ------------------------------------------------------------------ reads used by writers
 
@@ -138,6 +163,11 @@ class SimCluster:
         ``cachers[r].cache.snapshot()`` at the same moment (nothing can commit in between).
         """
         self._listeners.append(listener)
+
+    def close(self) -> None:
+        """Close the state file's journal (later writes fail); a no-op without a state file."""
+        if self._journal is not None:
+            self._journal.close()
 
     def compact(self) -> int:
         """Forget all history (an etcd compaction at the current revision): old-rv reads and watches get 410."""
@@ -292,6 +322,8 @@ class SimCluster:
         return self._commit_object(cacher, event_type, cached)
 
     def _commit_object(self, cacher: Cacher, event_type: str, cached: CachedObject) -> CachedObject:
+        if self._journal is not None:  # write-ahead: a commit that is not on disk did not happen
+            self._journal.append(cacher.resource, event_type, cached, cached.rv)
         self.rv = rv = cached.rv
         changes = [(event_type, cached)]
         cacher.apply(changes)

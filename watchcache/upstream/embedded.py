@@ -1,36 +1,72 @@
 """The simulated cluster as an upstream, in-process.
 
-``SimUpstream`` is what ``watchcache sim`` serves from: its own storage *is* the cache.
-``EmbeddedUpstream`` is what ``watchcache serve`` uses until it is pointed at a real
-apiserver: a simulated cluster in the same process feeding the proxy's own caches
-through exactly the ordered stream a reflector produces (``replace`` once, then
-``apply`` per commit and ``progress`` for every other resource), so the proxy path
-is exercised end to end without a network hop.
+``SimUpstream`` is what ``watchcache sim`` serves from: its own storage *is* the cache,
+and it answers what a cache does not (discovery, writes) itself. ``EmbeddedUpstream`` is
+what ``watchcache serve`` uses when no apiserver is configured: a simulated cluster in
+the same process feeding the proxy's own caches through exactly the ordered stream a
+reflector produces (``replace`` once, then ``apply`` per commit and ``progress`` for every
+other resource), so the proxy path is exercised without a network hop.
 """
 
 from __future__ import annotations
 
+import orjson
+
+from watchcache import apierrors
 from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
-from watchcache.server.http import Request
+from watchcache.server.discovery import Discovery
+from watchcache.server.http import Request, Response
 from watchcache.server.routing import RequestInfo
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.writes import handle_write
+from watchcache.watchers.watcher import CloseReason
+
+_WRITES = frozenset({"create", "update", "patch", "delete"})
 
 
 class SimUpstream:
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
+        self.discovery = Discovery(cluster.registry)
 
-    async def consistent_rv(self, resource: ResourceType) -> int:
-        return self.cluster.rv
+    async def ensure_fresh(self, cacher: Cacher) -> bool:
+        # Writes apply to the caches synchronously: the cache is always the newest state.
+        return True
 
-    async def write(self, request: Request, info: RequestInfo, resource: ResourceType) -> tuple[int, bytes]:
+    async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
+        if request.path == "/sim/compact" and request.method == "POST":
+            response.send(200, orjson.dumps({"resourceVersion": str(self.compact())}))
+            return
+        if info is None:
+            doc = self.discovery.get(request.path)
+            if doc is None:
+                raise apierrors.path_not_found()
+            if request.method not in ("GET", "HEAD"):
+                message = f"the server does not allow this method on the requested resource ({request.method})"
+                raise apierrors.StatusError(405, "MethodNotAllowed", message)
+            response.send(200, doc)
+            return
+        resource = self.cluster.registry.get(info.group, info.version, info.resource)
+        if resource is None or (info.namespace and not resource.namespaced):
+            raise apierrors.path_not_found()
+        if info.verb not in _WRITES or info.subresource:
+            raise apierrors.method_not_supported(resource.group, resource.resource, info.verb)
         content_type = request.headers.get("content-type", "application/json")
-        return handle_write(
+        status, body = handle_write(
             self.cluster, request.method, resource, info.namespace, info.name, content_type, request.body
         )
+        response.send(status, body)
+
+    def compact(self) -> int:
+        """Compact every resource's history to now and end every watch, as an etcd compaction
+        followed by an apiserver restart would: clients resuming from an older rv get 410."""
+        rv = self.cluster.compact()
+        for cacher in self.cluster.cachers.values():
+            for watcher in list(cacher.dispatcher.watchers()):
+                watcher.close(CloseReason.SHUTDOWN)
+        return rv
 
 
 class EmbeddedUpstream(SimUpstream):

@@ -1,0 +1,91 @@
+"""The reflector's event handling, without a network: lines in, cache calls out."""
+
+import asyncio
+
+import orjson
+import pytest
+
+from tests.factories import pod
+from watchcache.dispatch.cacher import Cacher
+from watchcache.resources import PODS
+from watchcache.upstream.client import UpstreamError
+from watchcache.upstream.discovery import ResourceResolutionError, parse_resource_id
+from watchcache.upstream.reflector import Backoff, Gone, Reflector
+
+
+def line(kind: str, obj: dict) -> bytes:
+    return orjson.dumps({"type": kind, "object": obj})
+
+
+def pod_json(name: str, rv: int) -> dict:
+    return {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": name, "namespace": "d", "resourceVersion": str(rv)}}
+
+
+def reflector() -> Reflector:
+    async def make():
+        cacher = Cacher(PODS)
+        cacher.replace([pod("a", "d", 1)], 10)
+        return Reflector(client=None, cacher=cacher)  # type: ignore[arg-type]
+
+    return asyncio.run(make())
+
+
+def test_events_apply_as_one_batch_and_bookmarks_progress():
+    r = reflector()
+    r._apply(
+        [
+            line("ADDED", pod_json("b", 11)),
+            line("MODIFIED", pod_json("a", 12)),
+            line("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "20"}}),
+        ]
+    )
+    assert r.cacher.rv == 20
+    assert [e.rv for e in r.cacher.cache.events_since(10)] == [11, 12]
+
+
+def test_repeated_events_at_or_below_the_cache_rv_are_skipped():
+    r = reflector()
+    r._apply([line("ADDED", pod_json("b", 11))])
+    r._apply([line("ADDED", pod_json("b", 11)), line("MODIFIED", pod_json("b", 12))])
+    assert [e.rv for e in r.cacher.cache.events_since(10)] == [11, 12]
+
+
+def test_error_410_event_raises_gone_after_applying_what_came_before():
+    r = reflector()
+    status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 1 (5)"}
+    with pytest.raises(Gone, match="too old"):
+        r._apply([line("MODIFIED", pod_json("a", 11)), line("ERROR", status)])
+    assert r.cacher.rv == 11
+
+
+def test_other_error_events_raise_upstream_error():
+    r = reflector()
+    with pytest.raises(UpstreamError) as e:
+        r._apply([line("ERROR", {"kind": "Status", "code": 500, "message": "boom"})])
+    assert e.value.code == 500
+
+
+def test_backoff_grows_with_jitter_and_caps():
+    b = Backoff(1.0, 4.0)
+    delays = [b.next() for _ in range(5)]
+    assert 0.5 <= delays[0] <= 1.0 and 1.0 <= delays[1] <= 2.0
+    assert all(d <= 4.0 for d in delays) and delays[-1] >= 2.0
+    b.reset()
+    assert b.next() <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "gvr"),
+    [
+        ("pods", ("", "v1", "pods")),
+        ("v1/pods", ("", "v1", "pods")),
+        ("apps/v1/deployments", ("apps", "v1", "deployments")),
+    ],
+)
+def test_resource_ids(text, gvr):
+    assert parse_resource_id(text) == gvr
+
+
+def test_bad_resource_id():
+    with pytest.raises(ResourceResolutionError):
+        parse_resource_id("a/b/c/d")

@@ -1,0 +1,102 @@
+"""Which resources to cache, and what the upstream's discovery says about each.
+
+``--resources pods,configmaps,apps/v1/deployments`` names them; discovery supplies the kind,
+the scope and the verbs (a resource must support list and watch to be cached). Selectable
+fields and the watcher trigger field come from the built-in table for the types kube
+defines them for; other types (CRDs) select on metadata.name/namespace only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from watchcache.resources import BUILTIN, ResourceType
+from watchcache.upstream.client import UpstreamClient, UpstreamError
+
+log = logging.getLogger("watchcache.upstream.discovery")
+
+# Secrets are left out until requests are authorised per user (docs/deploy.md).
+DEFAULT_RESOURCES = (
+    "pods",
+    "nodes",
+    "namespaces",
+    "services",
+    "configmaps",
+    "serviceaccounts",
+    "endpoints",
+    "apps/v1/deployments",
+    "apps/v1/replicasets",
+    "apps/v1/statefulsets",
+    "apps/v1/daemonsets",
+    "discovery.k8s.io/v1/endpointslices",
+)
+
+_BUILTIN = {(t.group, t.version, t.resource): t for t in BUILTIN}
+
+
+class ResourceResolutionError(ValueError):
+    pass
+
+
+def parse_resource_id(text: str) -> tuple[str, str, str]:
+    """``pods`` → ("", "v1", "pods"); ``v1/pods``; ``apps/v1/deployments`` → ("apps", "v1", "deployments")."""
+    parts = [p for p in text.strip().split("/") if p]
+    if len(parts) == 1:
+        return "", "v1", parts[0]
+    if len(parts) == 2:
+        return "", parts[0], parts[1]
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    raise ResourceResolutionError(
+        f"cannot parse resource {text!r}: use RESOURCE, VERSION/RESOURCE or GROUP/VERSION/RESOURCE"
+    )
+
+
+def resource_type_from(group: str, version: str, entry: dict[str, Any]) -> ResourceType:
+    known = _BUILTIN.get((group, version, entry["name"]))
+    if known is not None and known.kind == entry.get("kind"):
+        return known
+    return ResourceType(
+        group,
+        version,
+        entry["name"],
+        entry["kind"],
+        bool(entry.get("namespaced")),
+        entry.get("singularName") or entry["kind"].lower(),
+        tuple(entry.get("shortNames") or ()),
+        categories=tuple(entry.get("categories") or ()),
+    )
+
+
+async def resolve(client: UpstreamClient, ids: Sequence[str], *, strict: bool) -> list[ResourceType]:
+    """ResourceTypes for ``ids``; unknown or unwatchable ones raise if ``strict``, else are skipped."""
+    documents: dict[tuple[str, str], dict[str, dict[str, Any]] | None] = {}
+    out: list[ResourceType] = []
+    for text in ids:
+        group, version, name = parse_resource_id(text)
+        if (group, version) not in documents:
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            try:
+                doc = await client.get_json(path)
+                documents[(group, version)] = {r["name"]: r for r in doc.get("resources", [])}
+            except UpstreamError as e:
+                if e.code != 404:
+                    raise
+                documents[(group, version)] = None
+        entries = documents[(group, version)]
+        entry = entries.get(name) if entries else None
+        problem = None
+        if entry is None:
+            problem = f"the upstream does not serve {text}"
+        elif not {"list", "watch"} <= set(entry.get("verbs") or ()):
+            problem = f"{text} does not support list and watch"
+        if problem:
+            if strict:
+                raise ResourceResolutionError(problem)
+            log.warning("not caching %s: %s", text, problem)
+            continue
+        assert entry is not None
+        out.append(resource_type_from(group, version, entry))
+    return out

@@ -1,0 +1,81 @@
+"""Pass-through: forward a request to the upstream and stream the answer back.
+
+Used for everything the cache does not answer (writes, discovery, subresources, uncached
+resources, Table requests) and for consistent reads the cache cannot prove fresh. The
+client's own credentials are forwarded as given, on a connection that carries no identity
+of the proxy's, so the upstream authorises the client, not the proxy. Response bodies are
+streamed chunk by chunk with flow control (``kubectl logs -f``, large lists).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+
+from watchcache import apierrors
+from watchcache.server.http import ConnectionClosed, Request, Response
+from watchcache.upstream.client import UpstreamClient
+
+log = logging.getLogger("watchcache.upstream.passthrough")
+
+# RFC 9110 7.6.1 hop-by-hop headers, plus what we recompute.
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+_RESPONSE_DROP = _HOP_BY_HOP | {"date", "server", "content-type", "cache-control"}
+
+
+async def forward(client: UpstreamClient, request: Request, response: Response) -> None:
+    session = client.passthrough
+    assert session is not None, "UpstreamClient.start() not called"
+    headers = {k: v for k, v in request.headers.items() if k not in _HOP_BY_HOP}
+    forwarded = request.remote.rsplit(":", 1)[0].strip("[]")
+    if forwarded:
+        prior = headers.get("x-forwarded-for")
+        headers["x-forwarded-for"] = f"{prior}, {forwarded}" if prior else forwarded
+    try:
+        upstream = await session.request(
+            request.method,
+            client.url(request.raw_path.decode("latin-1")),
+            headers=headers,
+            data=request.body or None,
+            allow_redirects=False,
+            server_hostname=client.config.tls_server_name,
+        )
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        log.warning("pass-through %s %s failed: %s", request.method, request.path, e)
+        raise apierrors.StatusError(503, "ServiceUnavailable", "the upstream apiserver is unreachable") from None
+    async with upstream:
+        extra = [(k, v) for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP]
+        content_type = upstream.headers.get("Content-Type", "application/json")
+        if upstream.status in (204, 304) or request.method == "HEAD":
+            response.send(upstream.status, b"", content_type=content_type, headers=extra)
+            return
+        response.start_chunked(upstream.status, content_type=content_type, headers=extra)
+        try:
+            async for chunk in upstream.content.iter_any():
+                if response.closed:
+                    return
+                response.write_chunk([chunk])
+                if not response.writable:
+                    await response.drain()
+        except ConnectionClosed:
+            return
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            log.info("pass-through %s %s ended by the upstream: %s", request.method, request.path, e)
+            response.abort()
+            return
+        response.end_chunked()

@@ -1,0 +1,22 @@
+"""The upstream as the proxy sees it: consistent-read proofs and pass-through."""
+
+from __future__ import annotations
+
+from watchcache.dispatch.cacher import Cacher
+from watchcache.server.http import Request, Response
+from watchcache.server.routing import RequestInfo
+from watchcache.upstream import passthrough
+from watchcache.upstream.client import UpstreamClient
+from watchcache.upstream.consistency import ConsistentReads
+
+
+class ProxyUpstream:
+    def __init__(self, client: UpstreamClient, consistent: ConsistentReads) -> None:
+        self.client = client
+        self.consistent = consistent
+
+    async def ensure_fresh(self, cacher: Cacher) -> bool:
+        return await self.consistent.ensure_fresh(cacher)
+
+    async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
+        await passthrough.forward(self.client, request, response)

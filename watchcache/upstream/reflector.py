@@ -1,0 +1,233 @@
+"""Reflector: one upstream list+watch per cached resource type, feeding its Cacher.
+
+As client-go's reflector: a paged LIST, then a WATCH with bookmarks from the list's rv,
+resumed from the last rv seen after any disconnect, with exponential backoff and jitter.
+Two differences that matter for a proxy:
+
+* on ``410 Gone`` it relists and hands the *difference* to ``Cacher.relist``, so client
+  watches continue (kube-apiserver ends them all in this case);
+* a watch that goes silent (no event, no bookmark) for longer than ``stall_timeout`` is
+  dropped and resumed, rather than waited on forever.
+
+State machine (one log line per change)::
+
+    LISTING --synced--> WATCHING --disconnect/error--> BACKOFF --> WATCHING
+        ^                   |                                  \\-- 410 --> LISTING
+        +------ 410 --------+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from watchcache.cache.events import BOOKMARK, DELETED, ERROR
+from watchcache.cache.object import CachedObject, ObjectError, encode_object, parse_resource_version
+from watchcache.dispatch.cacher import Cacher
+from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled, collection_path
+
+log = logging.getLogger("watchcache.upstream.reflector")
+
+
+class ReflectorState(enum.Enum):
+    LISTING = "listing"
+    WATCHING = "watching"
+    BACKOFF = "backoff"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class ReflectorConfig:
+    page_size: int = 500
+    # Silence longer than this ends the watch. kube sends bookmarks about once a minute.
+    stall_timeout: float = 75.0
+    # Watches are re-established every [min, 2*min) seconds, as client-go does.
+    min_watch_timeout: float = 300.0
+    backoff_initial: float = 0.2
+    backoff_max: float = 30.0
+
+
+class Gone(Exception):
+    """The upstream no longer has the history we asked for (410)."""
+
+
+class Backoff:
+    """Exponential with full jitter; reset once a watch has run well."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self._current = initial
+
+    def next(self) -> float:
+        delay = random.uniform(self._current / 2, self._current)
+        self._current = min(self._current * 2, self.maximum)
+        return delay
+
+    def reset(self) -> None:
+        self._current = self.initial
+
+
+class Reflector:
+    def __init__(self, client: UpstreamClient, cacher: Cacher, config: ReflectorConfig | None = None) -> None:
+        self.client = client
+        self.cacher = cacher
+        self.resource = cacher.resource
+        self.config = config or ReflectorConfig()
+        self.state = ReflectorState.LISTING
+        self.backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
+        self.relists = 0
+        self.watch_restarts = 0
+        self.gone = 0
+        self.last_event_at: float | None = None
+        self._synced_once = False
+
+    def _set_state(self, state: ReflectorState, why: str = "") -> None:
+        if state is not self.state:
+            detail = f" ({why})" if why else ""
+            log.info("reflector %s: %s -> %s%s", self.resource.qualified, self.state.value, state.value, detail)
+            self.state = state
+
+    async def run(self) -> None:
+        """Forever, until cancelled."""
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    self._set_state(ReflectorState.LISTING)
+                    await self._list()
+                    need_list = False
+                self._set_state(ReflectorState.WATCHING)
+                started = time.monotonic()
+                await self._watch()
+                self.watch_restarts += 1
+                if time.monotonic() - started > 10.0:
+                    self.backoff.reset()
+                continue
+            except asyncio.CancelledError:
+                self._set_state(ReflectorState.STOPPED)
+                raise
+            except Gone as e:
+                self.gone += 1
+                need_list = True
+                self._set_state(ReflectorState.LISTING, f"410 from upstream: {e}")
+                continue
+            except (UpstreamError, aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:
+                self.watch_restarts += 1
+                delay = self.backoff.next()
+                self._set_state(ReflectorState.BACKOFF, f"{type(e).__name__}: {e}; retry in {delay:.1f}s")
+            await asyncio.sleep(delay)
+
+    # ------------------------------------------------------------------ list
+
+    async def _list(self) -> None:
+        started = time.monotonic()
+        params: dict[str, str] = {"limit": str(self.config.page_size)}
+        objects: list[CachedObject] = []
+        nbytes = 0
+        rv = 0
+        pages = 0
+        while True:
+            try:
+                page = await self.client.get_json(collection_path(self.resource), params, timeout=60.0)
+            except UpstreamError as e:
+                if e.code == 410 and "continue" in params:
+                    # The continue token expired mid-list: start the list over.
+                    params = {"limit": str(self.config.page_size)}
+                    objects, nbytes, pages = [], 0, 0
+                    continue
+                raise
+            pages += 1
+            rv = parse_resource_version(page["metadata"]["resourceVersion"])
+            for item in page.get("items") or []:
+                obj = encode_object(self.resource, item)
+                nbytes += len(obj.body)
+                objects.append(obj)
+            token = page["metadata"].get("continue")
+            if pages % 20 == 0:
+                log.info("sync %s: %d objects so far", self.resource.qualified, len(objects))
+            if not token:
+                break
+            params = {"limit": str(self.config.page_size), "continue": token}
+        if self._synced_once:
+            events = self.cacher.relist(objects, rv)
+            self.relists += 1
+            log.info(
+                "relisted %s at rv %d: %d objects, %d changes delivered to watchers",
+                self.resource.qualified,
+                rv,
+                len(objects),
+                len(events),
+            )
+        else:
+            self.cacher.replace(objects, rv)
+            self._synced_once = True
+        log.info(
+            "synced %s: %d objects, %.1f MB, rv %d, %.2fs",
+            self.resource.qualified,
+            len(objects),
+            nbytes / 1e6,
+            rv,
+            time.monotonic() - started,
+        )
+
+    # ------------------------------------------------------------------ watch
+
+    async def _watch(self) -> None:
+        timeout = int(self.config.min_watch_timeout * (1 + random.random()))
+        params = {
+            "resourceVersion": str(self.cacher.rv),
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout),
+        }
+        stream = self.client.watch(self.resource, params, stall_timeout=self.config.stall_timeout)
+        try:
+            async for lines in stream:
+                self._apply(lines)
+        except UpstreamError as e:
+            if e.code == 410:
+                raise Gone(e.status.get("message", "") if e.status else str(e)) from None
+            raise
+
+    def _apply(self, lines: list[bytes]) -> None:
+        """Apply one network read's events as one batch (one dispatch, one coalesced flush)."""
+        cacher = self.cacher
+        batch: list[tuple[str, CachedObject]] = []
+        last = cacher.rv
+        for line in lines:
+            event = orjson.loads(line)
+            kind = event.get("type")
+            raw = event.get("object") or {}
+            if kind == ERROR:
+                if batch:
+                    cacher.apply(batch)
+                if raw.get("code") == 410:
+                    raise Gone(str(raw.get("message", "")))
+                raise UpstreamError(int(raw.get("code") or 500), str(raw.get("message", "")), raw)
+            if kind == BOOKMARK:
+                if batch:
+                    cacher.apply(batch)
+                    batch = []
+                rv = parse_resource_version((raw.get("metadata") or {}).get("resourceVersion"))
+                cacher.progress(rv)
+                last = max(last, rv)
+                continue
+            try:
+                obj = encode_object(self.resource, raw)
+            except ObjectError as e:
+                log.warning("%s: dropping malformed %s event: %s", self.resource.qualified, kind, e)
+                continue
+            if obj.rv <= last:
+                continue  # already applied (a resumed stream may repeat its start)
+            batch.append((DELETED if kind == DELETED else kind, obj))
+            last = obj.rv
+        if batch:
+            cacher.apply(batch)
+        self.last_event_at = time.monotonic()
