@@ -218,9 +218,14 @@ async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Aw
     for cacher in cachers.values():
         for watcher in list(cacher.dispatcher.watchers()):
             watcher.close(CloseReason.SHUTDOWN)
+    # In-flight reads (one may be waiting for a resourceVersion) finish with an answer,
+    # and watch handlers flush and end their streams; bounded by the longest read wait.
+    deadline = time.monotonic() + options.serve.fresh_wait + 1.0
+    await asyncio.sleep(0.05)
+    while wiring.handler.inflight and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    for cacher in cachers.values():
         cacher.stop()
-    # Let watch handlers flush and end their streams.
-    await asyncio.sleep(0.1)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(server.wait_closed(), 2.0)
     for cleanup in wiring.cleanup:

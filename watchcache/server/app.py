@@ -57,6 +57,8 @@ class ApiHandler:
         # True in front of a real apiserver; the simulated cluster has no Table renderer.
         self.forward_tables = forward_tables
         self.passed_through: dict[str, int] = {}
+        # Cached reads being answered now (watches included until they end); shutdown waits for them.
+        self.inflight = 0
 
     def readiness(self) -> tuple[bool, list[str]]:
         lines = []
@@ -107,11 +109,14 @@ class ApiHandler:
             raise apierrors.bad_request(str(e)) from None
         reason = self._uncached_reason(request, info)
         if reason is None:
+            self.inflight += 1
             try:
                 await self._serve_cached(request, response, info)
                 return
             except PassThrough as p:
                 reason = p.reason
+            finally:
+                self.inflight -= 1
         self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
         await self.ctx.upstream.forward(request, response, info if info.is_resource_request else None)
 

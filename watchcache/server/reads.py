@@ -54,7 +54,7 @@ async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> None:
     raise apierrors.too_large_resource_version(wanted, cacher.rv)
 
 
-def snapshot_for(cacher: Cacher, plan: ReadPlan) -> Snapshot:
+def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:
     """The snapshot a plan reads (call right after ``wait_fresh``, without awaiting between)."""
     cache = cacher.cache
     if plan.mode in (Mode.EXACT, Mode.CONTINUE):
@@ -62,7 +62,10 @@ def snapshot_for(cacher: Cacher, plan: ReadPlan) -> Snapshot:
             return cache.snapshot(plan.rv)
         except ResourceVersionTooOld as e:
             if plan.mode is Mode.CONTINUE:
-                raise apierrors.resource_expired(CONTINUE_TOO_OLD) from None
+                # As kube: the 410 carries an "inconsistent" token that goes on from the same
+                # key at the newest rv, for clients that accept a list that is not one snapshot.
+                token = ctx.codec.encode(cache.rv, plan.start) if plan.start else None
+                raise apierrors.resource_expired(CONTINUE_TOO_OLD, list_continue=token) from None
             raise apierrors.resource_expired(str(e)) from None
         except ResourceVersionTooNew as e:  # the cache moved backwards: a relist restarted it
             raise apierrors.too_large_resource_version(e.requested, e.current) from None
@@ -93,7 +96,7 @@ async def serve_list(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: L
     await ensure_ready(ctx, cacher)
     await wait_fresh(ctx, cacher, plan)
     # From here to send(): synchronous, so the snapshot cannot change under us.
-    snapshot = snapshot_for(cacher, plan)
+    snapshot = snapshot_for(ctx, cacher, plan)
     resource = cacher.resource
     scope = ListScope.of(info.namespace if resource.namespaced else None)
     name = predicate.exact_name()
