@@ -74,6 +74,9 @@ class FakeResponse:
         self.headers = list(headers)
         self.body = body if isinstance(body, bytes) else b"".join(body)
 
+    async def send_stream(self, status: int, parts: Sequence[bytes], **kw: Any) -> None:
+        self.send(status, parts, **kw)
+
     def start_chunked(
         self, status: int, *, content_type: str = "application/json", headers: Sequence[tuple[str, str]] = ()
     ) -> None:

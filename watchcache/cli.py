@@ -63,6 +63,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--max-limit", type=int, default=0, help="clamp LIST page sizes to this many items (default: no clamp)"
     )
     p.add_argument(
+        "--max-watch-buffer-bytes",
+        type=int,
+        default=_SERVE.watch_max_pending_bytes,
+        help="unsent event bytes per watcher before it is treated as slow: its buffer is dropped and it is "
+        "caught up from history once it reads again, or ended with 410 if history moved on (default %(default)s)",
+    )
+    p.add_argument(
         "--continue-token-key-file",
         type=Path,
         help="file with the key that signs continue tokens; share it between replicas (default: random per process)",
@@ -203,6 +210,7 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
             bookmark_interval=args.bookmark_interval,
             min_request_timeout=args.min_request_timeout,
             max_limit=args.max_limit,
+            watch_max_pending_bytes=args.max_watch_buffer_bytes,
         ),
         cache=CacheConfig(history_max_events=args.history_max_events, history_max_age=args.history_max_age),
         sim=SimOptions(

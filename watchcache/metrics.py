@@ -44,8 +44,16 @@ class CacheCollector(Collector):
         dispatched = CounterMetricFamily(
             "apiserver_watch_cache_events_dispatched", "Event deliveries to watchers", labels=labels
         )
+        slow = CounterMetricFamily(
+            "watchcache_slow_watchers",
+            "Watchers that fell behind (lagged), then caught up from history or were ended with 410 (expired)",
+            labels=[*labels, "outcome"],
+        )
         for resource, cacher in list(self.ctx.cachers.items()):
             lv = [resource.group, resource.resource]
+            slow.add_metric([*lv, "lagged"], cacher.watchers_lagged)
+            slow.add_metric([*lv, "caught_up"], cacher.watchers_caught_up)
+            slow.add_metric([*lv, "expired"], cacher.watchers_expired)
             stats = cacher.cache.stats()
             rv.add_metric(lv, stats.rv)
             objects.add_metric(lv, stats.objects)
@@ -56,7 +64,7 @@ class CacheCollector(Collector):
             watchers.add_metric(lv, len(cacher.dispatcher))
             received.add_metric(lv, cacher.events_received)
             dispatched.add_metric(lv, cacher.dispatcher.events_dispatched)
-        yield from (rv, objects, nbytes, hist_events, hist_bytes, oldest, watchers, received, dispatched)
+        yield from (rv, objects, nbytes, hist_events, hist_bytes, oldest, watchers, received, dispatched, slow)
 
         passthrough = CounterMetricFamily(
             "watchcache_passthrough_requests", "Requests forwarded to the upstream, by reason", labels=["reason"]

@@ -20,6 +20,9 @@ class Sink:
     def closed(self, watcher: Watcher, reason: str) -> None:
         self.closed_reasons.append(reason)
 
+    def lagging(self, watcher: Watcher) -> None:
+        self.lagged = getattr(self, "lagged", 0) + 1
+
 
 class CountingWatcher(Watcher):
     __slots__ = ("calls",)
@@ -106,14 +109,58 @@ def test_events_at_or_before_start_rv_are_not_delivered():
     assert len(w.pending) == 1 and b'"resourceVersion":"12"' in w.pending[0]
 
 
-def test_watcher_over_its_buffer_cap_is_closed_and_frees_memory():
-    w = watcher(max_pending_bytes=1000)
+def test_watcher_over_its_buffer_cap_without_history_is_closed_and_frees_memory():
+    w = watcher(max_pending_bytes=1000, can_lag=False)
     c = cache()
     for rv in range(11, 20):
         for e in c.apply([(MODIFIED, pod("a", "ns1", rv))]):
             w.deliver(e)
     assert w.closed and w.close_reason == CloseReason.BUFFER_OVERFLOW
     assert w.pending == [] and w.sink.closed_reasons == ["buffer_overflow"]  # type: ignore[attr-defined]
+
+
+def test_slow_watcher_lags_then_catches_up_from_history_without_gap_or_duplicate():
+    w = watcher("ns1", max_pending_bytes=1500)
+    c = cache()
+    delivered: list[int] = []
+
+    def read_all() -> None:
+        for frame in w.take():
+            delivered.append(int(frame.split(b'"resourceVersion":"')[1].split(b'"')[0]))
+
+    for e in c.apply([(MODIFIED, pod("a", "ns1", 11))]):
+        w.deliver(e)
+    read_all()  # the client read rv 11
+    for rv in range(12, 30):  # then stopped reading
+        for e in c.apply([(MODIFIED, pod("a", "ns1", rv))]):
+            w.deliver(e)
+    assert w.lagging and w.resume_rv == 11 and w.pending_bytes == 0
+    # new events are ignored while lagging; they stay in history
+    for e in c.apply([(MODIFIED, pod("a", "ns1", 30))]):
+        assert not w.deliver(e)
+    steps = 0
+    while True:
+        steps += 1
+        done = w.catch_up(c.events_since(w.resume_rv))
+        read_all()
+        if done:
+            break
+    assert steps > 1  # bounded steps, not the whole backlog at once
+    assert not w.lagging
+    for e in c.apply([(MODIFIED, pod("a", "ns1", 31))]):
+        w.deliver(e)
+    read_all()
+    assert delivered == list(range(11, 32))
+
+
+def test_initial_events_survive_an_overflow():
+    w = watcher(max_pending_bytes=500, start_rv=10)
+    w.deliver_initial([b"initial-1", b"initial-2"], 10)
+    c = cache()
+    for rv in range(11, 20):
+        for e in c.apply([(MODIFIED, pod("a", "ns1", rv))]):
+            w.deliver(e)
+    assert w.lagging and w.pending == [b"initial-1", b"initial-2"] and w.resume_rv == 10
 
 
 def test_bookmark_schedule_is_periodic_and_just_before_the_deadline():

@@ -54,6 +54,10 @@ class Cacher:
         self._seq = itertools.count()
         self.events_received = 0
         self.watch_requests = 0
+        # Slow-watcher outcomes: fell behind, caught up from history, ended with 410.
+        self.watchers_lagged = 0
+        self.watchers_caught_up = 0
+        self.watchers_expired = 0
 
     @property
     def ready(self) -> bool:

@@ -43,7 +43,7 @@ class ServeConfig:
     bookmark_interval: float = 10.0
     # Watches without timeoutSeconds end after [min, 2*min) s (kube: --min-request-timeout=1800).
     min_request_timeout: float = 1800.0
-    # A watcher whose unsent frames exceed this is ended (the client resumes from its last rv).
+    # A watcher whose unsent frames exceed this lags: buffer dropped, caught up from history later.
     watch_max_pending_bytes: int = 16 << 20
     # Page size clamp for LIST (0: none).
     max_limit: int = 0

@@ -219,6 +219,57 @@ class Response:
         if self._handler_done:
             proto._finish(self)
 
+    async def send_stream(
+        self,
+        status: int,
+        parts: Sequence[bytes],
+        *,
+        content_type: str = "application/json",
+        headers: Sequence[tuple[str, str]] = (),
+        slice_bytes: int = 1 << 20,
+    ) -> None:
+        """A Content-Length body written in slices, waiting for the client between them.
+
+        For large LISTs: the parts (cached object bytes) are written as the client reads,
+        so a 100 MB list never sits whole in the transport's buffer; a small body leaves
+        in one ``writelines`` exactly like ``send``. A client gone mid-body just ends it.
+        """
+        if self._started:
+            raise RuntimeError("response already started")
+        size = sum(map(len, parts))
+        head = self._head(status, content_type, size, headers)
+        self._started = True
+        proto = self._proto
+        try:
+            if self._head_only or status in _BODYLESS or status < 200 or size <= slice_bytes:
+                if not proto._closing:
+                    if self._head_only or status in _BODYLESS or status < 200:
+                        proto._transport.write(head)
+                    else:
+                        proto._transport.writelines([head, *parts])
+                return
+            batch: list[bytes] = [head]
+            batch_bytes = 0
+            for part in parts:
+                batch.append(part)
+                batch_bytes += len(part)
+                if batch_bytes >= slice_bytes:
+                    if proto._closing:
+                        return
+                    proto._transport.writelines(batch)
+                    batch = []
+                    batch_bytes = 0
+                    if not proto._flow.writable:
+                        await proto._flow.drain()
+            if batch and not proto._closing:
+                proto._transport.writelines(batch)
+        except ConnectionClosed:
+            return
+        finally:
+            self._finished = True
+            if self._handler_done:
+                proto._finish(self)
+
     def start_chunked(
         self,
         status: int,

@@ -132,4 +132,5 @@ async def serve_list(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: L
         parts.append(obj.body)
         sep = b",{"
     parts.append(b"]}")
-    response.send(200, parts)
+    # The parts are immutable cached bytes: the snapshot stays consistent while they are written.
+    await response.send_stream(200, parts)

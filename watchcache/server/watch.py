@@ -26,14 +26,25 @@ from watchcache.watchers.watcher import CloseReason, Watcher
 _TAIL = frame_tail()
 
 
+# One flush writes at most this much, so a watcher with a large backlog (initial events of
+# a big list) never copies it all into the transport buffer at once.
+FLUSH_BYTES = 1 << 20
+
+
 class HttpWatchStream:
-    """The ``WatchSink`` of one watcher: flushes its pending frames as one HTTP chunk."""
+    """The ``WatchSink`` of one watcher: flushes its pending frames as HTTP chunks, with flow control.
 
-    __slots__ = ("_drain_task", "done", "flusher", "response", "watcher")
+    Also runs the slow-consumer path: when the watcher went LAGGING, waits for the client to
+    drain, then catches it up from the cacher's history in bounded steps (or ends the watch
+    with 410 Expired if the history has moved past it).
+    """
 
-    def __init__(self, response: Response, flusher: FlushScheduler) -> None:
+    __slots__ = ("_drain_task", "cacher", "done", "flusher", "response", "watcher")
+
+    def __init__(self, response: Response, flusher: FlushScheduler, cacher: Cacher) -> None:
         self.response = response
         self.flusher = flusher
+        self.cacher = cacher
         self.watcher: Watcher | None = None
         self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._drain_task: asyncio.Future[None] | None = None
@@ -46,10 +57,14 @@ class HttpWatchStream:
         if not self.done.done():
             self.done.set_result(reason)
 
+    def lagging(self, watcher: Watcher) -> None:
+        self.cacher.watchers_lagged += 1
+        self.flusher.mark(self)
+
     # Flushable
     def flush(self) -> None:
         watcher = self.watcher
-        if watcher is None or watcher.closed or not watcher.pending:
+        if watcher is None or watcher.closed:
             return
         response = self.response
         if response.closed:
@@ -61,7 +76,26 @@ class HttpWatchStream:
             if self._drain_task is None:
                 self._drain_task = asyncio.ensure_future(self._resume_after_drain())
             return
-        response.write_chunk(watcher.take())
+        if watcher.pending:
+            response.write_chunk(watcher.take(FLUSH_BYTES))
+            if watcher.pending or watcher.lagging:
+                self.flusher.mark(self)
+            return
+        if watcher.lagging:
+            self._catch_up(watcher)
+
+    def _catch_up(self, watcher: Watcher) -> None:
+        try:
+            events = self.cacher.cache.events_since(watcher.resume_rv)
+        except ResourceVersionTooOld as e:
+            self.cacher.watchers_expired += 1
+            self.response.write_chunk([error_frame(apierrors.resource_expired(str(e)).body())])
+            watcher.close(CloseReason.EXPIRED)
+            return
+        if watcher.catch_up(events):
+            self.cacher.watchers_caught_up += 1
+        if watcher.pending or watcher.lagging:
+            self.flusher.mark(self)
 
     async def _resume_after_drain(self) -> None:
         try:
@@ -111,7 +145,7 @@ async def serve_watch(
 
     # ---- synchronous from here to add_watcher: no event can slip between state and stream.
     cache = cacher.cache
-    stream = HttpWatchStream(response, ctx.flusher)
+    stream = HttpWatchStream(response, ctx.flusher, cacher)
     timeout = _watch_timeout(ctx, opts)
     loop = asyncio.get_running_loop()
     backlog = []
@@ -152,7 +186,7 @@ async def serve_watch(
                 parts.append(head)
                 parts.append(obj.body)
                 parts.append(_TAIL)
-        watcher.deliver_parts(parts, start_rv)
+        watcher.deliver_initial(parts, start_rv)
         if plan.initial_events_end_bookmark:
             watcher.bookmark(start_rv, initial_events_end=True)
     for event in backlog:

@@ -3,10 +3,25 @@
 A ``Watcher`` never writes by itself. ``deliver`` turns an event into the frame this
 watcher must see (ADDED/MODIFIED/DELETED, with kube's selector-transition rules) and
 appends the event's *shared* frame bytes to ``pending``; the ``WatchSink`` (the HTTP
-stream) is told once that there is something to flush, and flushes everything
-pending in one write. The watcher is thus testable without sockets.
+stream) is told once that there is something to flush, and flushes what is pending in
+one write. The watcher is thus testable without sockets.
 
-Lifecycle: ACTIVE → CLOSED (once). ``close(reason)`` is idempotent.
+Slow consumers, in one place (etcd's ``demux`` active/lagging split)::
+
+    ACTIVE --pending over max_pending_bytes--> LAGGING --catch_up() reaches the head--> ACTIVE
+       |                                          |
+       |                                          +--history moved past resume_rv--> CLOSED (410)
+       +--close(reason)--> CLOSED
+
+A lagging watcher drops its unsent live frames (memory stays bounded), ignores new
+events, and remembers ``resume_rv``: the rv of the last live frame it handed to the
+writer. When its client has drained, ``catch_up`` replays the history after
+``resume_rv`` in bounded steps; once it reaches the newest event it is live again, in
+the same synchronous step, so nothing falls between replay and live dispatch.
+
+Initial events (the state sent at the start of a watch, and the initial-events-end
+bookmark) are never dropped: they are shared object bytes held by the cache anyway,
+and they cannot be replayed from history.
 """
 
 from __future__ import annotations
@@ -27,6 +42,9 @@ class WatchSink(Protocol):
     def closed(self, watcher: Watcher, reason: str) -> None:
         """The watcher ended (timeout, overflow, shutdown, client gone)."""
 
+    def lagging(self, watcher: Watcher) -> None:
+        """The watcher dropped its buffer; catch it up from history once its client drains."""
+
 
 class CloseReason(enum.StrEnum):
     CLIENT_GONE = "client_gone"
@@ -37,19 +55,27 @@ class CloseReason(enum.StrEnum):
 
 
 class Watcher:
+    # pending[i] has rv pending_rv[i]; the first ``protected`` items are initial events
+    # (never dropped). pending_bytes counts the droppable (live) frames only.
     __slots__ = (
         "_next_bookmark",
         "allow_bookmarks",
         "bookmark_interval",
+        "can_lag",
         "close_reason",
         "closed",
         "deadline",
+        "flushed_rv",
+        "lagging",
         "last_rv",
         "max_pending_bytes",
         "pending",
         "pending_bytes",
+        "pending_rv",
         "predicate",
+        "protected",
         "resource",
+        "resume_rv",
         "sink",
         "start_rv",
     )
@@ -65,6 +91,7 @@ class Watcher:
         deadline: float | None = None,
         bookmark_interval: float = 10.0,
         max_pending_bytes: int = 16 << 20,
+        can_lag: bool = True,
     ) -> None:
         self.resource = resource
         self.predicate = predicate
@@ -72,13 +99,21 @@ class Watcher:
         self.start_rv = start_rv
         # The newest rv this watcher has been given (event or bookmark).
         self.last_rv = start_rv
+        # The rv of the last live frame handed to the writer: where a lagging watcher resumes.
+        self.flushed_rv = start_rv
         self.sink = sink
         self.allow_bookmarks = allow_bookmarks
         self.deadline = deadline
         self.bookmark_interval = bookmark_interval
         self.max_pending_bytes = max_pending_bytes
+        # False: over the cap the watcher is closed instead (no history to replay from).
+        self.can_lag = can_lag
         self.pending: list[bytes] = []
+        self.pending_rv: list[int] = []
+        self.protected = 0
         self.pending_bytes = 0
+        self.lagging = False
+        self.resume_rv = start_rv
         self.closed = False
         self.close_reason: str | None = None
         self._next_bookmark: float | None = None
@@ -88,35 +123,43 @@ class Watcher:
 
     # ----------------------------------------------------------------- delivery
 
-    def deliver(self, event: WatchEvent) -> bool:
-        """Queue the frame ``event`` means for this watcher, if any; True if one was queued."""
-        if self.closed or event.rv <= self.start_rv:
-            return False
+    def frame_for(self, event: WatchEvent) -> bytes | None:
+        """The frame ``event`` means for this watcher (kube's ``convertToWatchEvent``), or None."""
+        if event.rv <= self.start_rv:
+            return None
         matches = self.predicate.matches
         if event.type == DELETED:
             if not matches(event.prev if event.prev is not None else event.object):
-                return False
-            as_type = DELETED
-        else:
-            cur = matches(event.object)
-            old = event.prev is not None and matches(event.prev)
-            if cur:
-                as_type = MODIFIED if old else ADDED
-            elif old:
-                # Left the selection: kube sends DELETED with the previous state.
-                as_type = DELETED
-            else:
-                return False
-        self._enqueue(event.frame(as_type), event.rv)
+                return None
+            return event.frame(DELETED)
+        cur = matches(event.object)
+        old = event.prev is not None and matches(event.prev)
+        if cur:
+            return event.frame(MODIFIED if old else ADDED)
+        if old:
+            # Left the selection: kube sends DELETED with the previous state.
+            return event.frame(DELETED)
+        return None
+
+    def deliver(self, event: WatchEvent) -> bool:
+        """Queue the frame ``event`` means for this watcher, if any; True if one was queued."""
+        if self.closed or self.lagging:
+            return False
+        frame = self.frame_for(event)
+        if frame is None:
+            return False
+        self._enqueue(frame, event.rv)
         return True
 
-    def deliver_parts(self, parts: Sequence[bytes], rv: int) -> None:
-        """Queue pre-built frame pieces (initial ADDED events) that bring the watcher to ``rv``."""
+    def deliver_initial(self, parts: Sequence[bytes], rv: int) -> None:
+        """Queue the initial state (pre-built frame pieces) that brings the watcher to ``rv``."""
         if self.closed or not parts:
             return
         was_empty = not self.pending
-        self.pending.extend(parts)
-        self.pending_bytes += sum(len(p) for p in parts)
+        at = self.protected
+        self.pending[at:at] = parts
+        self.pending_rv[at:at] = [rv] * len(parts)
+        self.protected += len(parts)
         if rv > self.last_rv:
             self.last_rv = rv
         if was_empty:
@@ -124,37 +167,89 @@ class Watcher:
 
     def bookmark(self, rv: int, frame: bytes | None = None, *, initial_events_end: bool = False) -> bool:
         """Queue a BOOKMARK at ``rv`` (a promise: every event up to rv was sent)."""
-        if (
-            self.closed
-            or not self.allow_bookmarks
-            or rv < self.last_rv
-            or (rv <= self.start_rv and not initial_events_end)
-        ):
+        if self.closed or not self.allow_bookmarks:
             return False
-        if frame is None:
-            frame = bookmark_frame(self.resource, rv, initial_events_end=initial_events_end)
-        self._enqueue(frame, rv)
+        if initial_events_end:
+            self.deliver_initial([bookmark_frame(self.resource, rv, initial_events_end=True)], rv)
+            return True
+        if self.lagging or rv < self.last_rv or rv <= self.start_rv:
+            return False
+        self._enqueue(frame or bookmark_frame(self.resource, rv), rv)
         return True
 
     def _enqueue(self, frame: bytes, rv: int) -> None:
         was_empty = not self.pending
         self.pending.append(frame)
+        self.pending_rv.append(rv)
         self.pending_bytes += len(frame)
         self.last_rv = rv
         if self.pending_bytes > self.max_pending_bytes:
-            # Bounded memory: a watcher that cannot keep up is ended; the client resumes
-            # from the last rv it read (the catch-up path comes with the hot-path work).
-            self.close(CloseReason.BUFFER_OVERFLOW)
+            self._overflow()
             return
         if was_empty:
             self.sink.wake(self)
 
-    def take(self) -> list[bytes]:
-        """Hand everything pending to the writer (one write per flush)."""
-        frames = self.pending
-        self.pending = []
+    def _overflow(self) -> None:
+        if not self.can_lag:
+            self.close(CloseReason.BUFFER_OVERFLOW)
+            return
+        # Drop the unsent live frames; keep the initial events (see module doc).
+        del self.pending[self.protected :]
+        del self.pending_rv[self.protected :]
         self.pending_bytes = 0
+        self.lagging = True
+        self.resume_rv = self.flushed_rv
+        self.last_rv = self.flushed_rv
+        self.sink.lagging(self)
+
+    def take(self, max_bytes: int = 0) -> list[bytes]:
+        """Hand pending frames to the writer: all of them, or about ``max_bytes`` (at least one)."""
+        pending = self.pending
+        if not max_bytes or len(pending) <= 1:
+            count = len(pending)
+        else:
+            size = 0
+            count = 0
+            for frame in pending:
+                size += len(frame)
+                count += 1
+                if size >= max_bytes:
+                    break
+        frames = pending[:count]
+        if count:
+            live = count - min(count, self.protected)
+            if live:
+                self.pending_bytes -= sum(len(f) for f in frames[count - live :])
+                self.flushed_rv = self.pending_rv[count - 1]
+            self.protected -= min(count, self.protected)
+            del pending[:count]
+            del self.pending_rv[:count]
         return frames
+
+    def catch_up(self, events: Sequence[WatchEvent]) -> bool:
+        """Replay ``events`` (the history after ``resume_rv``) until about half the cap is queued.
+
+        Stops only between two rv groups, never inside one. Returns True when every
+        event was replayed: the watcher is live again.
+        """
+        budget = self.max_pending_bytes // 2
+        i = 0
+        n = len(events)
+        while i < n:
+            group_rv = events[i].rv
+            while i < n and events[i].rv == group_rv:
+                frame = self.frame_for(events[i])
+                if frame is not None:
+                    self.pending.append(frame)
+                    self.pending_rv.append(group_rv)
+                    self.pending_bytes += len(frame)
+                i += 1
+            self.resume_rv = group_rv
+            self.last_rv = group_rv
+            if self.pending_bytes >= budget and i < n:
+                return False
+        self.lagging = False
+        return True
 
     # ----------------------------------------------------------------- bookmarks & lifetime
 
@@ -182,6 +277,8 @@ class Watcher:
         self.close_reason = reason
         if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.CLIENT_GONE):
             self.pending = []
+            self.pending_rv = []
+            self.protected = 0
             self.pending_bytes = 0
         # Otherwise (timeout, shutdown) the stream writes what is pending before it ends.
         self.sink.closed(self, reason)
