@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
 import sys
 from pathlib import Path
 
 from watchcache.cache.store import CacheConfig
 from watchcache.server.context import ServeConfig
-from watchcache.service import RunOptions, SimOptions, parse_listen, run
+from watchcache.service import RunOptions, ShardOptions, SimOptions, parse_listen, run
+from watchcache.shard.supervisor import Supervisor
 from watchcache.upstream.config import UpstreamConfigError, from_flags, from_kubeconfig, in_cluster
 from watchcache.upstream.reflector import ReflectorConfig
 
@@ -128,6 +131,15 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
         "endpointslices; the embedded cluster: all it has)",
     )
     g.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes sharing the port, each owning part of the cache (default: the number of CPUs; "
+        "1 without an upstream flag)",
+    )
+    g.add_argument("--worker-id", type=int, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--shard-dir", default=None, help=argparse.SUPPRESS)
+    g.add_argument(
         "--stall-timeout",
         type=float,
         default=_REFLECTOR.stall_timeout,
@@ -228,6 +240,22 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
     )
 
 
+def _without(argv: list[str], flags: set[str]) -> list[str]:
+    """``argv`` minus the given ``--flag value`` / ``--flag=value`` options (the supervisor sets them per worker)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in flags:
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -244,7 +272,21 @@ def main(argv: list[str] | None = None) -> int:
             run(options_from(args, ""), "sim")
         else:
             mode, upstream = _upstream(args)
-            run(options_from(args, "sim_", upstream), mode)
+            workers = args.workers if args.workers is not None else (os.cpu_count() or 1) if mode == "proxy" else 1
+            if workers < 1:
+                raise ValueError("--workers must be at least 1")
+            if workers > 1 and mode != "proxy":
+                raise ValueError("--workers > 1 needs an upstream (--upstream, --kubeconfig or --in-cluster)")
+            if workers > 1 and args.worker_id is None:
+                host, port = parse_listen(args.listen)
+                raw = list(sys.argv[2:] if argv is None else argv[1:])
+                worker_args = _without(raw, {"--listen", "--workers", "--continue-token-key-file"})
+                key = str(args.continue_token_key_file) if args.continue_token_key_file else None
+                return Supervisor(worker_args, workers, host, port, continue_key_file=key).run()
+            options = options_from(args, "sim_", upstream)
+            if args.worker_id is not None:
+                options = dataclasses.replace(options, shard=ShardOptions(args.worker_id, workers, args.shard_dir))
+            run(options, mode)
     except (ValueError, UpstreamConfigError, OSError) as e:
         print(f"watchcache: {e}", file=sys.stderr)
         return 2

@@ -16,8 +16,11 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
+import grpc
+import orjson
 from prometheus_client import CollectorRegistry
 
 from watchcache.cache.continuetoken import ContinueCodec
@@ -28,6 +31,10 @@ from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig, Upstream
 from watchcache.server.http import start_server
+from watchcache.shard.follow_pb2_grpc import add_OwnerServicer_to_server
+from watchcache.shard.follower import Followers
+from watchcache.shard.owner import OwnerService
+from watchcache.shard.ownership import owner_of
 from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import SimCluster
 from watchcache.upstream.client import UpstreamClient
@@ -54,6 +61,18 @@ class SimOptions:
 
 
 @dataclass(frozen=True)
+class ShardOptions:
+    """This process is worker ``worker_id`` of ``workers`` (set by the supervisor)."""
+
+    worker_id: int
+    workers: int
+    shard_dir: str
+
+    def socket_path(self, worker: int) -> str:
+        return os.path.join(self.shard_dir, f"w{worker}.sock")
+
+
+@dataclass(frozen=True)
 class RunOptions:
     host: str = "127.0.0.1"
     port: int = 8080
@@ -64,6 +83,7 @@ class RunOptions:
     continue_key: bytes = b""
     upstream: UpstreamConfig | None = None
     reflector: ReflectorConfig = field(default_factory=ReflectorConfig)
+    shard: ShardOptions | None = None
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -82,6 +102,8 @@ class Wiring:
     tasks: Sequence[asyncio.Future[None]] = field(default_factory=list)
     cleanup: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     consistent: ConsistentReads | None = None
+    # Called every tick (about once a second), e.g. dropping idle followers.
+    housekeeping: list[Callable[[], None]] = field(default_factory=list)
 
 
 def _context(
@@ -138,21 +160,96 @@ async def wire_proxy(options: RunOptions) -> Wiring:
 
     It listens at once. Cached resources the built-in table knows are registered before
     discovery answers, so their reads get 429 (not a pass-through) until synced;
-    discovery then confirms each (or drops it) and adds the others.
+    discovery then confirms each (or drops it) and adds the others. As worker i of W, it
+    reflects only the resources it owns and follows the others from their owners.
     """
     assert options.upstream is not None
     client = UpstreamClient(options.upstream)
     await client.start()
     log.info("upstream %s", options.upstream.describe())
     ids = options.resources or DEFAULT_RESOURCES
+    shard = options.shard
     known = ResourceRegistry()
     provisional = [t for t in (known.by_id(i) for i in ids) if t is not None]
     registry = ResourceRegistry(tuple(provisional))
-    cachers = {t: Cacher(t, options.cache) for t in provisional}
+    cachers = {t: Cacher(t, options.cache) for t in provisional if _owns(shard, t)}
     consistent = ConsistentReads(client, fresh_wait=options.serve.fresh_wait)
     ctx = _context(options, registry, cachers, ProxyUpstream(client, consistent))
-    started = asyncio.ensure_future(_discover_and_reflect(client, ctx, options, ids))
-    return Wiring(ctx, ApiHandler(ctx, forward_tables=True), [started], [client.close], consistent)
+    ctx.discovered = False
+    wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True), [], [client.close], consistent)
+    if shard is not None:
+        followers = Followers(
+            ctx.cachers,
+            lambda t: shard.socket_path(owner_of(t.path_id(), shard.workers)),
+            shard.worker_id,
+            options.cache,
+        )
+        ctx.on_demand = lambda t: None if _owns(shard, t) else followers.ensure(t)
+        grpc_server = await _start_owner_service(ctx, shard)
+        wiring.handler.routes["/debug/shards"] = lambda: _shard_map(ctx, shard, followers)
+        wiring.housekeeping.append(followers.drop_idle)
+        # Group readiness: a worker is ready when every worker's owned caches have synced, since
+        # a request (or a readiness probe) lands on any of them.
+        synced = Path(shard.shard_dir, f"w{shard.worker_id}.synced")
+        synced.unlink(missing_ok=True)
+
+        def mark_synced() -> None:
+            owned = [c for t, c in ctx.cachers.items() if _owns(shard, t)]
+            # A worker may own nothing (more workers than resources): synced once discovery is done.
+            if ctx.discovered and all(c.ready for c in owned) and not synced.exists():
+                synced.write_text(str(os.getpid()))
+
+        def workers_synced() -> tuple[bool, str]:
+            missing = [w for w in range(shard.workers) if not Path(shard.shard_dir, f"w{w}.synced").exists()]
+            if missing:
+                return False, f"[-]workers-synced failed: workers {missing} not synced"
+            return True, f"[+]workers-synced ok ({shard.workers} workers)"
+
+        wiring.housekeeping.append(mark_synced)
+        wiring.handler.readiness_checks.append(workers_synced)
+
+        async def stop_shard() -> None:
+            followers.stop()
+            await grpc_server.stop(1.0)
+
+        wiring.cleanup.insert(0, stop_shard)
+    wiring.tasks = [asyncio.ensure_future(_discover_and_reflect(client, ctx, options, ids))]
+    return wiring
+
+
+def _owns(shard: ShardOptions | None, resource: ResourceType) -> bool:
+    return shard is None or owner_of(resource.path_id(), shard.workers) == shard.worker_id
+
+
+async def _start_owner_service(ctx: ApiContext, shard: ShardOptions) -> grpc.aio.Server:
+    path = shard.socket_path(shard.worker_id)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # left by a predecessor that was killed
+    server = grpc.aio.server()
+    owned = {t.path_id() for t in ctx.cachers}
+
+    def lookup(resource_id: str) -> Cacher | None:
+        t = ctx.registry.by_id(resource_id)
+        return ctx.cachers.get(t) if t is not None and _owns(shard, t) else None
+
+    add_OwnerServicer_to_server(OwnerService(lookup), server)
+    server.add_insecure_port(f"unix:{path}")
+    await server.start()
+    log.info("worker %d of %d owns %s", shard.worker_id, shard.workers, ", ".join(sorted(owned)) or "nothing yet")
+    return server
+
+
+def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> bytes:
+    return orjson.dumps(
+        {
+            "worker": shard.worker_id,
+            "workers": shard.workers,
+            "pid": os.getpid(),
+            "owners": {t.path_id(): owner_of(t.path_id(), shard.workers) for t in ctx.registry.types},
+            "owned": sorted(t.path_id() for t in ctx.cachers if _owns(shard, t)),
+            "following": sorted(t.path_id() for t in followers.followers),
+        }
+    )
 
 
 async def _discover_and_reflect(
@@ -168,17 +265,20 @@ async def _discover_and_reflect(
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
     resolved = {(t.group, t.version, t.resource): t for t in types}
-    for t in list(ctx.cachers):
+    for t in list(ctx.registry.types):
         confirmed = resolved.get((t.group, t.version, t.resource))
         if confirmed is None or confirmed.kind != t.kind or confirmed.namespaced != t.namespaced:
-            del ctx.cachers[t]
+            ctx.cachers.pop(t, None)
             ctx.registry.remove(t)
     for t in types:
-        if t not in ctx.cachers:
+        if ctx.registry.get(t.group, t.version, t.resource) is None:
             ctx.registry.add(t)
+        if _owns(options.shard, t) and t not in ctx.cachers:
             ctx.cachers[t] = Cacher(t, options.cache)
-    log.info("caching %s", ", ".join(t.path_id() for t in ctx.cachers))
-    reflectors = [asyncio.ensure_future(Reflector(client, c, options.reflector).run()) for c in ctx.cachers.values()]
+    owned = [c for t, c in ctx.cachers.items() if _owns(options.shard, t)]
+    ctx.discovered = True
+    log.info("caching %s", ", ".join(c.resource.path_id() for c in owned))
+    reflectors = [asyncio.ensure_future(Reflector(client, c, options.reflector).run()) for c in owned]
     try:
         await asyncio.gather(*reflectors)
     finally:
@@ -196,27 +296,33 @@ async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Aw
     cachers = wiring.ctx.cachers
     registry = CollectorRegistry()
     registry.register(CacheCollector(wiring.ctx, wiring.handler.passed_through, wiring.consistent))
-    wiring.handler.metrics = lambda: render(registry)
-    server = await start_server(wiring.handler, options.host, options.port)
+    wiring.handler.routes["/metrics"] = lambda: render(registry)
+    shard = options.shard
+    server = await start_server(wiring.handler, options.host, options.port, reuse_port=shard is not None)
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-    objects = sum(len(c.cache) for c in cachers.values())
+    who = name if shard is None else f"{name} worker {shard.worker_id}"
     log.info(
         "%s ready: listening on http://%s:%d (%d resources, %d objects cached, %.2fs)",
-        name,
+        who,
         options.host,
         port,
         len(cachers),
-        objects,
+        sum(len(c.cache) for c in cachers.values()),
         time.monotonic() - started,
     )
-    tasks = [*wiring.tasks, asyncio.ensure_future(_tick(cachers))]
+    if shard is not None:
+        Path(shard.shard_dir, f"w{shard.worker_id}.ready").write_text(str(os.getpid()))
+    tasks = [*wiring.tasks, asyncio.ensure_future(_tick(cachers, wiring.housekeeping, stop))]
     await stop.wait()
-    log.info("%s shutting down", name)
+    log.info("%s shutting down", who)
     server.close()
     for task in tasks:
         task.cancel()
-    for cacher in cachers.values():
+    # Every watcher that asked for bookmarks gets a last one at the newest rv, so its client
+    # resumes from there (on another worker or replica) without relisting; then all end.
+    for cacher in list(cachers.values()):
         for watcher in list(cacher.dispatcher.watchers()):
+            watcher.bookmark(cacher.rv, final=True)
             watcher.close(CloseReason.SHUTDOWN)
     # In-flight reads (one may be waiting for a resourceVersion) finish with an answer,
     # and watch handlers flush and end their streams; bounded by the longest read wait.
@@ -224,20 +330,28 @@ async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Aw
     await asyncio.sleep(0.05)
     while wiring.handler.inflight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    for cacher in cachers.values():
+    for cacher in list(cachers.values()):
         cacher.stop()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(server.wait_closed(), 2.0)
     for cleanup in wiring.cleanup:
         await cleanup()
-    log.info("%s stopped", name)
+    log.info("%s stopped", who)
 
 
-async def _tick(cachers: dict[ResourceType, Cacher]) -> None:
+async def _tick(
+    cachers: dict[ResourceType, Cacher], housekeeping: list[Callable[[], None]], stop: asyncio.Event
+) -> None:
+    parent = os.getppid()
     while True:
         await asyncio.sleep(1.0)
-        for cacher in cachers.values():
+        for cacher in list(cachers.values()):
             cacher.tick()
+        for job in housekeeping:
+            job()
+        if os.getppid() != parent:  # the supervisor died: do not outlive it
+            log.warning("parent process exited; shutting down")
+            stop.set()
 
 
 def run(options: RunOptions, mode: str) -> None:

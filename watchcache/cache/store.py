@@ -132,9 +132,10 @@ class ResourceCache:
         Used after the upstream answered 410 to a resumed watch: instead of ending every
         client watch (kube-apiserver's behaviour), the change from the old state to the
         new one is delivered as ordinary events, all at ``rv`` (one atomic group): ADDED
-        and MODIFIED carry the listed objects, DELETED the last known state stamped with
-        ``rv``. History restarts at ``rv``: what happened between the old rv and ``rv``
-        is unknown, so no read or watch start inside that gap can be served exactly.
+        and MODIFIED carry the listed objects in the order of their own resourceVersions,
+        then DELETED the last known state stamped with ``rv``. History restarts at ``rv``:
+        what happened between the old rv and ``rv`` is unknown, so no read or watch start
+        inside that gap can be served exactly.
         """
         if rv < self.rv:
             raise ResourceVersionOrderError(f"{self.resource.qualified}: relist at {rv} after {self.rv}")
@@ -148,6 +149,9 @@ class ResourceCache:
                 events.append(WatchEvent(self.resource, ADDED, obj, None, rv, now))
             elif prev.rv != obj.rv or prev.body != obj.body:
                 events.append(WatchEvent(self.resource, MODIFIED, obj, prev, rv, now))
+        # In the order of the objects' own resourceVersions, so a client tracking the last rv
+        # it saw never goes backwards; deletions (stamped with rv) come last.
+        events.sort(key=lambda e: (e.object.rv, e.object.key))
         for key, prev in old.items():
             if key not in fresh:
                 gone = prev.with_resource_version(rv)

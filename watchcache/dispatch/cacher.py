@@ -21,6 +21,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
@@ -34,6 +35,16 @@ class CacherState(enum.Enum):
     PENDING = "pending"
     READY = "ready"
     STOPPED = "stopped"
+
+
+class Replica(Protocol):
+    """A follower's feed on the owner: told every change, in order, synchronously."""
+
+    def on_events(self, events: list[WatchEvent]) -> None: ...
+
+    def on_progress(self, rv: int) -> None: ...
+
+    def on_relist(self, events: list[WatchEvent], rv: int) -> None: ...
 
 
 class Cacher:
@@ -53,6 +64,12 @@ class Cacher:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self.events_received = 0
+        # Followers in other workers fed from this cache (owner side of the shard stream).
+        self.replicas: list[Replica] = []
+        # How long a request waits for this cache to sync before 429 (None: the server's default).
+        self.ready_wait: float | None = None
+        # When a request last read this cache (idle followers are dropped).
+        self.last_used = clock()
         self.watch_requests = 0
         # Slow-watcher outcomes: fell behind, caught up from history, ended with 410.
         self.watchers_lagged = 0
@@ -69,17 +86,24 @@ class Cacher:
 
     # ------------------------------------------------------------------ feed
 
-    def replace(self, objects: Iterable[CachedObject], rv: int) -> None:
+    def replace(self, objects: Iterable[CachedObject], rv: int, *, ready: bool = True) -> None:
+        """The initial state; ``ready=False`` when more of the initial stream is still to come."""
         self.cache.replace(objects, rv)
+        if ready:
+            self.mark_ready()
+        self._wake_waiters()
+
+    def mark_ready(self) -> None:
         if self.state is CacherState.PENDING:
             self.state = CacherState.READY
             self._ready.set()
-        self._wake_waiters()
 
     def apply(self, changes: Sequence[tuple[str, CachedObject]]) -> list[WatchEvent]:
         events = self.cache.apply(changes)
         self.events_received += len(events)
         self.dispatcher.dispatch(events)
+        for replica in self.replicas:
+            replica.on_events(events)
         self._wake_waiters()
         return events
 
@@ -95,11 +119,15 @@ class Cacher:
         self.dispatcher.dispatch(events)
         for watcher in list(self.dispatcher.watchers()):
             watcher.bookmark(rv)
+        for replica in self.replicas:
+            replica.on_relist(events, rv)
         self._wake_waiters()
         return events
 
     def progress(self, rv: int) -> None:
         if self.cache.progress(rv):
+            for replica in self.replicas:
+                replica.on_progress(rv)
             self._wake_waiters()
 
     def stop(self) -> None:

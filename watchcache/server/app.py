@@ -49,11 +49,12 @@ def prefers_table(accept: str | None) -> bool:
 
 
 class ApiHandler:
-    def __init__(
-        self, ctx: ApiContext, *, forward_tables: bool = False, metrics: Callable[[], bytes] | None = None
-    ) -> None:
+    def __init__(self, ctx: ApiContext, *, forward_tables: bool = False) -> None:
         self.ctx = ctx
-        self.metrics = metrics
+        # Local endpoints added by the process assembly (``/metrics``, ``/debug/shards``).
+        self.routes: dict[str, Callable[[], bytes]] = {}
+        # More /readyz checks, each (passed, "[+]name ok" line): e.g. the other workers' sync.
+        self.readiness_checks: list[Callable[[], tuple[bool, str]]] = []
         # True in front of a real apiserver; the simulated cluster has no Table renderer.
         self.forward_tables = forward_tables
         self.passed_through: dict[str, int] = {}
@@ -63,10 +64,14 @@ class ApiHandler:
     def readiness(self) -> tuple[bool, list[str]]:
         lines = []
         ok = bool(self.ctx.cachers)
-        for resource, cacher in self.ctx.cachers.items():
+        for resource, cacher in list(self.ctx.cachers.items()):
             ok &= cacher.ready
             state = "ok" if cacher.ready else "failed: not synced"
             lines.append(f"[{'+' if cacher.ready else '-'}]cache-synced:{resource.qualified} {state}")
+        for check in self.readiness_checks:
+            passed, line = check()
+            ok &= passed
+            lines.append(line)
         return ok, lines
 
     def cache_stats(self) -> bytes:
@@ -95,8 +100,10 @@ class ApiHandler:
             )
             response.send(200 if ok else 500, text.encode(), content_type=_TEXT)
             return
-        if path == "/metrics" and self.metrics is not None:
-            response.send(200, self.metrics(), content_type="text/plain; version=0.0.4; charset=utf-8")
+        route = self.routes.get(path)
+        if route is not None:
+            content_type = "text/plain; version=0.0.4; charset=utf-8" if path == "/metrics" else "application/json"
+            response.send(200, route(), content_type=content_type)
             return
         if path == "/debug/cache":
             response.send(200, self.cache_stats())
@@ -129,7 +136,9 @@ class ApiHandler:
         if info.subresource:
             return "subresource"
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
-        if resource is None or resource not in self.ctx.cachers:
+        if resource is None:
+            return "uncached-resource"
+        if resource not in self.ctx.cachers and (self.ctx.on_demand is None or self.ctx.on_demand(resource) is None):
             return "uncached-resource"
         accept = request.headers.get("accept")
         if self.forward_tables and prefers_table(accept):
@@ -144,6 +153,7 @@ class ApiHandler:
         if info.namespace and not resource.namespaced:
             raise apierrors.path_not_found()
         cacher = self.ctx.cachers[resource]
+        cacher.last_used = cacher.clock()
         opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
         if info.verb == "watch":
             await serve_watch(self.ctx, cacher, info, opts, response)

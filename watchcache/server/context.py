@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,3 +58,8 @@ class ApiContext:
     codec: ContinueCodec
     flusher: FlushScheduler
     config: ServeConfig = field(default_factory=ServeConfig)
+    # For a resource in the registry but not in ``cachers``: a cache made on first use
+    # (a follower of the worker that owns it), or None to pass the request through.
+    on_demand: Callable[[ResourceType], Cacher | None] | None = None
+    # The upstream's discovery has confirmed which resources are cached (always true without one).
+    discovered: bool = True

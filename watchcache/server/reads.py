@@ -28,7 +28,8 @@ CONTINUE_TOO_OLD = (
 
 async def ensure_ready(ctx: ApiContext, cacher: Cacher) -> None:
     """Until a cache has synced, its reads get 429 with Retry-After (as kube while initialising)."""
-    if cacher.ready or await cacher.wait_ready(ctx.config.ready_wait):
+    wait = ctx.config.ready_wait if cacher.ready_wait is None else cacher.ready_wait
+    if cacher.ready or await cacher.wait_ready(wait):
         return
     raise apierrors.too_many_requests(
         f"storage is (re)initializing: the cache of {cacher.resource.qualified} is not synced yet", 1

@@ -165,14 +165,20 @@ class Watcher:
         if was_empty:
             self.sink.wake(self)
 
-    def bookmark(self, rv: int, frame: bytes | None = None, *, initial_events_end: bool = False) -> bool:
-        """Queue a BOOKMARK at ``rv`` (a promise: every event up to rv was sent)."""
+    def bookmark(
+        self, rv: int, frame: bytes | None = None, *, initial_events_end: bool = False, final: bool = False
+    ) -> bool:
+        """Queue a BOOKMARK at ``rv`` (a promise: every event up to rv was sent).
+
+        ``final``: the last one before shutdown, sent even if rv has not moved since the
+        watch started, so that every client has an rv to resume from elsewhere.
+        """
         if self.closed or not self.allow_bookmarks:
             return False
         if initial_events_end:
             self.deliver_initial([bookmark_frame(self.resource, rv, initial_events_end=True)], rv)
             return True
-        if self.lagging or rv < self.last_rv or rv <= self.start_rv:
+        if self.lagging or rv < self.last_rv or (rv <= self.start_rv and not final):
             return False
         self._enqueue(frame or bookmark_frame(self.resource, rv), rv)
         return True

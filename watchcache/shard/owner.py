@@ -1,0 +1,147 @@
+"""The owner side of the shard stream: serve a resource's cache to followers in other workers.
+
+A follower gets the owner's state at the start of its history window (``snapshot(oldest_rv)``,
+the MVCC read), then every event of the window, then a progress mark at the owner's rv when
+it registered — from there on every change as it happens. So the follower ends up with the
+same window as the owner, and a client can resume a watch on any worker.
+
+The replica feed is registered in the same synchronous step as the snapshot and history are
+taken, so nothing falls between them. It is bounded: a follower that falls more than
+``max_pending`` messages behind has its stream ended and follows again from a snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from watchcache.cache.events import WatchEvent
+from watchcache.dispatch.cacher import Cacher
+from watchcache.resources import ResourceType
+from watchcache.shard import follow_pb2 as pb
+from watchcache.shard import follow_pb2_grpc as rpc
+from watchcache.shard.convert import changes_to_pb, object_to_pb
+
+log = logging.getLogger("watchcache.shard.owner")
+
+SNAPSHOT_BATCH = 500
+EVENT_BATCH = 500
+
+
+class ReplicaFeed:
+    """Messages for one follower, queued synchronously by the Cacher, sent by the stream."""
+
+    def __init__(self, max_pending: int) -> None:
+        self.max_pending = max_pending
+        self.pending: list[pb.FollowBatch] = []
+        self.overflowed = False
+        self._wake = asyncio.Event()
+
+    def _push(self, msg: pb.FollowBatch) -> None:
+        if self.overflowed:
+            return
+        if len(self.pending) >= self.max_pending:
+            self.overflowed = True
+            self.pending.clear()
+        else:
+            self.pending.append(msg)
+        self._wake.set()
+
+    def on_events(self, events: list[WatchEvent]) -> None:
+        self._push(pb.FollowBatch(events=pb.Events(changes=changes_to_pb(events))))
+
+    def on_progress(self, rv: int) -> None:
+        # Consecutive progress marks collapse into the newest.
+        if self.pending and self.pending[-1].WhichOneof("kind") == "progress":
+            self.pending[-1] = pb.FollowBatch(progress=rv)
+            return
+        self._push(pb.FollowBatch(progress=rv))
+
+    def on_relist(self, events: list[WatchEvent], rv: int) -> None:
+        self._push(pb.FollowBatch(relist=pb.Relist(changes=changes_to_pb(events), resource_version=rv)))
+
+    async def take(self) -> list[pb.FollowBatch]:
+        while not self.pending and not self.overflowed:
+            self._wake.clear()
+            await self._wake.wait()
+        msgs, self.pending = self.pending, []
+        return msgs
+
+
+def _history_batches(events: list[WatchEvent]) -> list[pb.FollowBatch]:
+    """History as Events messages of about EVENT_BATCH changes, never splitting an rv group."""
+    out: list[pb.FollowBatch] = []
+    i = 0
+    n = len(events)
+    while i < n:
+        j = min(i + EVENT_BATCH, n)
+        while j < n and events[j].rv == events[j - 1].rv:
+            j += 1
+        out.append(pb.FollowBatch(events=pb.Events(changes=changes_to_pb(events[i:j]))))
+        i = j
+    return out
+
+
+class OwnerService(rpc.OwnerServicer):
+    def __init__(
+        self, owned: Callable[[str], Cacher | None], *, max_pending: int = 10_000, ready_wait: float = 600.0
+    ) -> None:
+        self._owned = owned
+        self.max_pending = max_pending
+        self.ready_wait = ready_wait
+        self.streams = 0
+
+    async def Follow(  # the gRPC method's name
+        self, request: pb.FollowRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.FollowBatch]:
+        cacher = self._owned(request.resource)
+        if cacher is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"this worker does not own {request.resource}")
+            return
+        if not await cacher.wait_ready(self.ready_wait):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{request.resource} is not synced yet")
+            return
+        # ---- synchronous: snapshot, history and registration in one step.
+        cache = cacher.cache
+        oldest = cache.oldest_rv
+        objects = list(cache.snapshot(oldest).iter_range("", None))
+        history = list(cache.history)
+        head_rv = cache.rv
+        feed = ReplicaFeed(self.max_pending)
+        cacher.replicas.append(feed)
+        # ---- end of the synchronous section.
+        self.streams += 1
+        log.info(
+            "worker %d follows %s (%d objects, %d events of history)",
+            request.follower, request.resource, len(objects), len(history),
+        )
+        try:
+            for i in range(0, max(len(objects), 1), SNAPSHOT_BATCH):
+                part = [object_to_pb(o) for o in objects[i : i + SNAPSHOT_BATCH]]
+                last = i + SNAPSHOT_BATCH >= len(objects)
+                yield pb.FollowBatch(snapshot=pb.Snapshot(objects=part, resource_version=oldest, last=last))
+            for msg in _history_batches(history):
+                yield msg
+            yield pb.FollowBatch(progress=head_rv)
+            while True:
+                msgs = await feed.take()
+                if feed.overflowed:
+                    log.warning("follower %d of %s fell behind; ending its stream", request.follower, request.resource)
+                    return
+                for msg in msgs:
+                    yield msg
+        finally:
+            self.streams -= 1
+            cacher.replicas.remove(feed)
+
+
+def resource_lookup(cachers: dict[ResourceType, Cacher], owned: set[str]) -> Callable[[str], Cacher | None]:
+    def lookup(resource_id: str) -> Cacher | None:
+        if resource_id not in owned:
+            return None
+        return next((c for t, c in cachers.items() if t.path_id() == resource_id), None)
+
+    return lookup

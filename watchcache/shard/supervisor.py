@@ -1,0 +1,177 @@
+"""The supervisor: start W workers on one port, restart the ones that die, stop them all.
+
+In gunicorn's arbiter's manner: signal handlers only queue the signal; one loop dispatches
+``handle_<signal>``, reaps children and restarts them with backoff. Workers bind the public
+port themselves with SO_REUSEPORT; the supervisor holds the port reserved (bound, never
+listening, so it takes no connections) so that port 0 resolves once for everyone and a
+restarting worker can always bind again. Workers are told their id, the worker count, the
+shard directory (their unix sockets and ready files) and the continue-token key file, so a
+token minted by one worker is honoured by all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("watchcache.shard.supervisor")
+
+# A worker that exits with this code is misconfigured: restarting it would only loop.
+EXIT_CONFIG = 2
+
+
+@dataclass
+class WorkerSlot:
+    id: int
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    restarts: int = 0
+    delay: float = 0.5
+    next_start: float = 0.0
+    pids: list[int] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        worker_args: list[str],
+        workers: int,
+        host: str,
+        port: int,
+        *,
+        continue_key_file: str | None = None,
+        drain_timeout: float = 10.0,
+    ) -> None:
+        self.worker_args = worker_args
+        self.workers = workers
+        self.host = host
+        self.port = port
+        self.drain_timeout = drain_timeout
+        self.shard_dir = Path(tempfile.mkdtemp(prefix="watchcache-"))
+        if continue_key_file is None:
+            key = self.shard_dir / "continue-token-key"
+            key.write_bytes(os.urandom(32).hex().encode())
+            key.chmod(0o600)
+            continue_key_file = str(key)
+        self.continue_key_file = continue_key_file
+        self.slots = [WorkerSlot(i) for i in range(workers)]
+        self._signals: list[int] = []
+        self._stopping = False
+        self._announced = False
+
+    # ------------------------------------------------------------------ signals
+
+    def _queue(self, signum: int, frame: object) -> None:
+        self._signals.append(signum)
+
+    def handle_term(self) -> None:
+        self._stopping = True
+
+    handle_int = handle_term
+
+    # ------------------------------------------------------------------ workers
+
+    def _spawn(self, slot: WorkerSlot) -> None:
+        for marker in ("ready", "synced"):
+            (self.shard_dir / f"w{slot.id}.{marker}").unlink(missing_ok=True)
+        argv = [
+            sys.executable, "-m", "watchcache", "serve", *self.worker_args,
+            "--listen", f"{self.host}:{self.port}",
+            "--workers", str(self.workers),
+            "--worker-id", str(slot.id),
+            "--shard-dir", str(self.shard_dir),
+            "--continue-token-key-file", self.continue_key_file,
+        ]  # fmt: skip
+        slot.process = subprocess.Popen(argv)
+        slot.started = time.monotonic()
+        slot.pids.append(slot.process.pid)
+        log.info("worker %d started (pid %d)", slot.id, slot.process.pid)
+
+    def _reap(self) -> int | None:
+        """Restart dead workers (with backoff); returns an exit code if the group must stop."""
+        now = time.monotonic()
+        for slot in self.slots:
+            proc = slot.process
+            if proc is not None and proc.poll() is not None:
+                code = proc.returncode
+                slot.process = None
+                if code == EXIT_CONFIG:
+                    log.error("worker %d exited with a configuration error; stopping", slot.id)
+                    return EXIT_CONFIG
+                if now - slot.started > 30.0:
+                    slot.delay = 0.5  # it had been running fine: restart at once
+                slot.restarts += 1
+                slot.next_start = now + (0.0 if slot.restarts == 1 else slot.delay)
+                slot.delay = min(slot.delay * 2, 10.0)
+                log.warning("worker %d (pid %d) exited with %s; restart #%d", slot.id, proc.pid, code, slot.restarts)
+            if slot.process is None and now >= slot.next_start:
+                self._spawn(slot)
+        return None
+
+    def _announce_when_ready(self) -> None:
+        if self._announced:
+            return
+        if all((self.shard_dir / f"w{s.id}.ready").exists() for s in self.slots):
+            self._announced = True
+            log.info(
+                "watchcache serve ready: listening on http://%s:%d (%d workers, shard dir %s)",
+                self.host, self.port, self.workers, self.shard_dir,
+            )
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        reserve = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        reserve.bind((self.host, self.port))
+        self.port = reserve.getsockname()[1]
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._queue)
+        code = 0
+        try:
+            for slot in self.slots:
+                self._spawn(slot)
+            while not self._stopping:
+                while self._signals:
+                    signum = self._signals.pop(0)
+                    getattr(self, f"handle_{signal.Signals(signum).name[3:].lower()}")()
+                if self._stopping:
+                    break
+                stop_code = self._reap()
+                if stop_code is not None:
+                    code = stop_code
+                    break
+                self._announce_when_ready()
+                time.sleep(0.05)
+        finally:
+            self._stop_all()
+            reserve.close()
+        log.info("watchcache serve stopped")
+        return code
+
+    def _stop_all(self) -> None:
+        running = [s.process for s in self.slots if s.process is not None and s.process.poll() is None]
+        for proc in running:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.drain_timeout + 5.0
+        for proc in running:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker pid %d did not stop in time; killing it", proc.pid)
+                proc.kill()
+                proc.wait()
+        for path in self.shard_dir.glob("*"):
+            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.shard_dir.rmdir()
