@@ -7,8 +7,10 @@ SIM_LISTEN ?= 127.0.0.1:8081
 OBJECTS ?= 1000
 NAMESPACES ?= 10
 CHURN ?= 5
+IMAGE ?= watchcache:0.1.0
+OVERLAY ?= production
 
-.PHONY: run sim test lint fmt clean
+.PHONY: run sim test lint fmt clean proto deploy-test deploy-render image
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,3 +42,19 @@ fmt: $(BIN)/.installed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+## proto: regenerate the shard stream's gRPC modules (a test checks they match the .proto)
+proto: $(BIN)/.installed
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. watchcache/shard/follow.proto
+
+## deploy-test: the deployment checks (kustomize renders, schemas, CLI flags, Dockerfile, alerts, dashboard)
+deploy-test: $(BIN)/.installed
+	$(BIN)/pytest -q tests/deploy
+
+## deploy-render: print the manifests of an overlay (OVERLAY=dev|production)
+deploy-render:
+	kubectl kustomize deploy/kubernetes/overlays/$(OVERLAY)
+
+## image: build the container image (needs a Docker engine with BuildKit)
+image:
+	DOCKER_BUILDKIT=1 docker build -f deploy/Dockerfile -t $(IMAGE) .
