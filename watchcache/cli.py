@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import os
 import sys
 from pathlib import Path
 
 from watchcache.cache.store import CacheConfig
+from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
 from watchcache.service import RunOptions, ShardOptions, SimOptions, parse_listen, run
 from watchcache.shard.supervisor import Supervisor
@@ -30,6 +30,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="default %(default)s"
+    )
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text, or JSON lines for log pipelines (default %(default)s)",
     )
     p.add_argument(
         "--history-max-events",
@@ -258,11 +264,7 @@ def _without(argv: list[str], flags: set[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(args, "log_level", "info").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"), getattr(args, "worker_id", None))
     try:
         if args.command == "demo":
             from watchcache.demo import run_demo

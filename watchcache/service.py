@@ -21,17 +21,17 @@ from pathlib import Path
 import aiohttp
 import grpc
 import orjson
-from prometheus_client import CollectorRegistry
 
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
-from watchcache.metrics import CacheCollector, render
+from watchcache.metrics import CacheCollector, Metrics, merge_workers, render
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig, Upstream
 from watchcache.server.http import start_server
-from watchcache.shard.follow_pb2_grpc import add_OwnerServicer_to_server
+from watchcache.shard.follow_pb2 import MetricsRequest
+from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_server
 from watchcache.shard.follower import Followers
 from watchcache.shard.owner import OwnerService
 from watchcache.shard.ownership import owner_of
@@ -104,6 +104,9 @@ class Wiring:
     consistent: ConsistentReads | None = None
     # Called every tick (about once a second), e.g. dropping idle followers.
     housekeeping: list[Callable[[], None]] = field(default_factory=list)
+    reflectors: list[Reflector] = field(default_factory=list)
+    followers: Followers | None = None
+    owner_service: OwnerService | None = None
 
 
 def _context(
@@ -185,8 +188,13 @@ async def wire_proxy(options: RunOptions) -> Wiring:
             options.cache,
         )
         ctx.on_demand = lambda t: None if _owns(shard, t) else followers.ensure(t)
-        grpc_server = await _start_owner_service(ctx, shard)
-        wiring.handler.routes["/debug/shards"] = lambda: _shard_map(ctx, shard, followers)
+        grpc_server, wiring.owner_service = await _start_owner_service(ctx, shard)
+
+        async def shard_map() -> bytes:
+            return _shard_map(ctx, shard, followers)
+
+        wiring.handler.routes["/debug/shards"] = shard_map
+        wiring.followers = followers
         wiring.housekeeping.append(followers.drop_idle)
         # Group readiness: a worker is ready when every worker's owned caches have synced, since
         # a request (or a readiness probe) lands on any of them.
@@ -213,7 +221,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
             await grpc_server.stop(1.0)
 
         wiring.cleanup.insert(0, stop_shard)
-    wiring.tasks = [asyncio.ensure_future(_discover_and_reflect(client, ctx, options, ids))]
+    wiring.tasks = [asyncio.ensure_future(_discover_and_reflect(client, ctx, options, ids, wiring.reflectors))]
     return wiring
 
 
@@ -221,7 +229,7 @@ def _owns(shard: ShardOptions | None, resource: ResourceType) -> bool:
     return shard is None or owner_of(resource.path_id(), shard.workers) == shard.worker_id
 
 
-async def _start_owner_service(ctx: ApiContext, shard: ShardOptions) -> grpc.aio.Server:
+async def _start_owner_service(ctx: ApiContext, shard: ShardOptions) -> tuple[grpc.aio.Server, OwnerService]:
     path = shard.socket_path(shard.worker_id)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # left by a predecessor that was killed
@@ -232,11 +240,12 @@ async def _start_owner_service(ctx: ApiContext, shard: ShardOptions) -> grpc.aio
         t = ctx.registry.by_id(resource_id)
         return ctx.cachers.get(t) if t is not None and _owns(shard, t) else None
 
-    add_OwnerServicer_to_server(OwnerService(lookup), server)
+    service = OwnerService(lookup)
+    add_OwnerServicer_to_server(service, server)
     server.add_insecure_port(f"unix:{path}")
     await server.start()
     log.info("worker %d of %d owns %s", shard.worker_id, shard.workers, ", ".join(sorted(owned)) or "nothing yet")
-    return server
+    return server, service
 
 
 def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> bytes:
@@ -253,7 +262,7 @@ def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> by
 
 
 async def _discover_and_reflect(
-    client: UpstreamClient, ctx: ApiContext, options: RunOptions, ids: Sequence[str]
+    client: UpstreamClient, ctx: ApiContext, options: RunOptions, ids: Sequence[str], running: list[Reflector]
 ) -> None:
     delay = 0.5
     while True:
@@ -278,7 +287,8 @@ async def _discover_and_reflect(
     owned = [c for t, c in ctx.cachers.items() if _owns(options.shard, t)]
     ctx.discovered = True
     log.info("caching %s", ", ".join(c.resource.path_id() for c in owned))
-    reflectors = [asyncio.ensure_future(Reflector(client, c, options.reflector).run()) for c in owned]
+    running.extend(Reflector(client, c, options.reflector) for c in owned)
+    reflectors = [asyncio.ensure_future(r.run()) for r in running]
     try:
         await asyncio.gather(*reflectors)
     finally:
@@ -294,10 +304,20 @@ async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Aw
     started = time.monotonic()
     wiring = await wire(options)
     cachers = wiring.ctx.cachers
-    registry = CollectorRegistry()
-    registry.register(CacheCollector(wiring.ctx, wiring.handler.passed_through, wiring.consistent))
-    wiring.handler.routes["/metrics"] = lambda: render(registry)
     shard = options.shard
+    metrics = Metrics(delivery_sample=options.serve.delivery_sample)
+    wiring.ctx.metrics = metrics
+    metrics.registry.register(
+        CacheCollector(
+            cachers,
+            wiring.handler.passed_through,
+            consistent=wiring.consistent,
+            reflectors=lambda: wiring.reflectors,
+            followers=lambda: [f for f, _ in wiring.followers.followers.values()] if wiring.followers else [],
+            restarts_file=Path(shard.shard_dir, "restarts.json") if shard else None,
+        )
+    )
+    wiring.handler.routes["/metrics"] = _metrics_route(metrics, shard, wiring)
     server = await start_server(wiring.handler, options.host, options.port, reuse_port=shard is not None)
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     who = name if shard is None else f"{name} worker {shard.worker_id}"
@@ -337,6 +357,37 @@ async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Aw
     for cleanup in wiring.cleanup:
         await cleanup()
     log.info("%s stopped", who)
+
+
+def _metrics_route(metrics: Metrics, shard: ShardOptions | None, wiring: Wiring) -> Callable[[], Awaitable[bytes]]:
+    """/metrics: this process's metrics, or with workers every worker's, labelled by worker."""
+
+    def own() -> bytes:
+        return render(metrics.registry)
+
+    if wiring.owner_service is not None:
+        wiring.owner_service.metrics_text = own
+    if shard is None:
+
+        async def single() -> bytes:
+            return own()
+
+        return single
+
+    async def gathered() -> bytes:
+        texts = [(shard.worker_id, own())]
+        peers = [w for w in range(shard.workers) if w != shard.worker_id]
+        replies = await asyncio.gather(*(_peer_metrics(shard.socket_path(w)) for w in peers), return_exceptions=True)
+        texts += [(w, r) for w, r in zip(peers, replies, strict=True) if isinstance(r, bytes)]
+        return merge_workers(texts)
+
+    return gathered
+
+
+async def _peer_metrics(socket_path: str) -> bytes:
+    async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
+        reply = await OwnerStub(channel).Metrics(MetricsRequest(), timeout=2.0)
+        return bytes(reply.text)
 
 
 async def _tick(

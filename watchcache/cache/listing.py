@@ -34,6 +34,8 @@ class ListPage:
     next_start: str | None
     # Items after this page, when known (no selector and more to come), else None.
     remaining: int | None
+    # Objects examined to build the page (for apiserver_cache_list_fetched_objects_total).
+    scanned: int = 0
 
 
 def list_page(
@@ -53,17 +55,20 @@ def list_page(
     items: list[CachedObject] = []
     it = snapshot.iter_range(lo, scope.hi)
     if predicate is None and not limit:
-        return ListPage(list(it), snapshot.rv, None, None)
+        items = list(it)
+        return ListPage(items, snapshot.rv, None, None, len(items))
+    scanned = 0
     for obj in it:
+        scanned += 1
         if predicate is None or predicate(obj):
             items.append(obj)
             if limit and len(items) >= limit:
                 break
     else:
-        return ListPage(items, snapshot.rv, None, None)
+        return ListPage(items, snapshot.rv, None, None, scanned)
     last_key = items[-1].key
     next_lo = last_key + "\x00"
     if next(snapshot.iter_range(next_lo, scope.hi), None) is None:
-        return ListPage(items, snapshot.rv, None, None)
+        return ListPage(items, snapshot.rv, None, None, scanned)
     remaining = snapshot.count_range(next_lo, scope.hi) if predicate is None else None
-    return ListPage(items, snapshot.rv, next_lo[len(scope.lo) :], remaining)
+    return ListPage(items, snapshot.rv, next_lo[len(scope.lo) :], remaining, scanned)

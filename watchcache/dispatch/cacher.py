@@ -71,6 +71,14 @@ class Cacher:
         # When a request last read this cache (idle followers are dropped).
         self.last_used = clock()
         self.watch_requests = 0
+        # Counted here, exported at scrape time (watchcache.metrics).
+        self.initializations = 0
+        self.watchers_terminated = 0
+        self.lists = 0
+        self.list_fetched = 0
+        self.list_returned = 0
+        self.watch_frames_sent = 0
+        self.watch_bytes_sent = 0
         # Slow-watcher outcomes: fell behind, caught up from history, ended with 410.
         self.watchers_lagged = 0
         self.watchers_caught_up = 0
@@ -89,6 +97,7 @@ class Cacher:
     def replace(self, objects: Iterable[CachedObject], rv: int, *, ready: bool = True) -> None:
         """The initial state; ``ready=False`` when more of the initial stream is still to come."""
         self.cache.replace(objects, rv)
+        self.initializations += 1
         if ready:
             self.mark_ready()
         self._wake_waiters()
@@ -115,6 +124,7 @@ class Cacher:
         object's older resourceVersion.
         """
         events = self.cache.relist(objects, rv)
+        self.initializations += 1
         self.events_received += len(events)
         self.dispatcher.dispatch(events)
         for watcher in list(self.dispatcher.watchers()):

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 
 import orjson
 
 from watchcache import apierrors
+from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.http import Request, Response
 from watchcache.server.options import parse_bool, parse_list_options
@@ -52,7 +54,7 @@ class ApiHandler:
     def __init__(self, ctx: ApiContext, *, forward_tables: bool = False) -> None:
         self.ctx = ctx
         # Local endpoints added by the process assembly (``/metrics``, ``/debug/shards``).
-        self.routes: dict[str, Callable[[], bytes]] = {}
+        self.routes: dict[str, Callable[[], Awaitable[bytes]]] = {}
         # More /readyz checks, each (passed, "[+]name ok" line): e.g. the other workers' sync.
         self.readiness_checks: list[Callable[[], tuple[bool, str]]] = []
         # True in front of a real apiserver; the simulated cluster has no Table renderer.
@@ -86,10 +88,27 @@ class ApiHandler:
         return orjson.dumps({"resources": out, "passed_through": self.passed_through})
 
     async def __call__(self, request: Request, response: Response) -> None:
+        metrics = self.ctx.metrics
+        if metrics is None:
+            await self._handle(request, response)
+            return
+        started = time.monotonic()
+        verb, resource = request.method, None
+        try:
+            verb, resource = await self._handle(request, response)
+        except apierrors.StatusError as e:
+            metrics.request(verb, resource, e.code, None)
+            raise
+        else:
+            long_running = verb == "WATCH" or response.status == 0
+            metrics.request(verb, resource, response.status, None if long_running else time.monotonic() - started)
+
+    async def _handle(self, request: Request, response: Response) -> tuple[str, ResourceType | None]:
+        """Answer; returns (verb, resource) for the request metrics."""
         path = request.path
         if path in ("/healthz", "/livez"):
             response.send(200, b"ok", content_type=_TEXT)
-            return
+            return request.method, None
         if path == "/readyz":
             ok, lines = self.readiness()
             verbose = "verbose" in request.query
@@ -99,33 +118,36 @@ class ApiHandler:
                 else ("ok" if ok else "not ready")
             )
             response.send(200 if ok else 500, text.encode(), content_type=_TEXT)
-            return
+            return request.method, None
         route = self.routes.get(path)
         if route is not None:
             content_type = "text/plain; version=0.0.4; charset=utf-8" if path == "/metrics" else "application/json"
-            response.send(200, route(), content_type=content_type)
-            return
+            response.send(200, await route(), content_type=content_type)
+            return request.method, None
         if path == "/debug/cache":
             response.send(200, self.cache_stats())
-            return
+            return request.method, None
 
         raw = request.raw_path.split(b"?", 1)[0].decode("latin-1")
         try:
             info = parse_request_info(request.method, raw, parse_bool(request.query_value("watch")))
         except InvalidPath as e:
             raise apierrors.bad_request(str(e)) from None
+        verb = info.verb.upper()
+        resource = self.ctx.registry.get(info.group, info.version, info.resource) if info.is_resource_request else None
         reason = self._uncached_reason(request, info)
         if reason is None:
             self.inflight += 1
             try:
                 await self._serve_cached(request, response, info)
-                return
+                return verb, resource
             except PassThrough as p:
                 reason = p.reason
             finally:
                 self.inflight -= 1
         self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
         await self.ctx.upstream.forward(request, response, info if info.is_resource_request else None)
+        return verb, resource
 
     def _uncached_reason(self, request: Request, info: RequestInfo) -> str | None:
         """Why the cache will not answer this request (None: it will)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.dispatch.cacher import Cacher
@@ -12,6 +12,9 @@ from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.http import Request, Response
 from watchcache.server.routing import RequestInfo
 from watchcache.watchers.flush import FlushScheduler
+
+if TYPE_CHECKING:
+    from watchcache.metrics import Metrics
 
 
 class Upstream(Protocol):
@@ -48,6 +51,8 @@ class ServeConfig:
     watch_max_pending_bytes: int = 16 << 20
     # Page size clamp for LIST (0: none).
     max_limit: int = 0
+    # Observe delivery latency on one flush in N (0: never).
+    delivery_sample: int = 16
 
 
 @dataclass
@@ -61,5 +66,7 @@ class ApiContext:
     # For a resource in the registry but not in ``cachers``: a cache made on first use
     # (a follower of the worker that owns it), or None to pass the request through.
     on_demand: Callable[[ResourceType], Cacher | None] | None = None
+    # Per-request and per-flush observations (None: not measured, e.g. in unit tests).
+    metrics: Metrics | None = None
     # The upstream's discovery has confirmed which resources are cached (always true without one).
     discovered: bool = True

@@ -157,6 +157,7 @@ class Response:
         "_keep_alive",
         "_proto",
         "_started",
+        "status",
     )
 
     def __init__(self, proto: HttpProtocol, keep_alive: bool, head_only: bool, http10: bool) -> None:
@@ -169,8 +170,11 @@ class Response:
         self._chunked = False
         self._handler_done = False
         self._close_cbs: list[Callable[[], None]] | None = None
+        # The status code sent (0 until the head is written): for request metrics and logs.
+        self.status = 0
 
     def _head(self, status: int, content_type: str, length: int | None, headers: Sequence[tuple[str, str]]) -> bytes:
+        self.status = status
         parts = [_status_line(status), _content_type_line(content_type)]
         if length is not None:
             if status not in _BODYLESS and status >= 200:

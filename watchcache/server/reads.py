@@ -6,6 +6,8 @@ item's cached bytes, handed to the transport as a list of buffers (``writelines`
 
 from __future__ import annotations
 
+import time
+
 from watchcache import apierrors
 from watchcache.cache.listing import ListScope, list_page
 from watchcache.cache.object import object_key
@@ -43,16 +45,25 @@ async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> None:
     rv the cache does not reach in time is 504 "Too large resource version".
     """
     if plan.mode is Mode.MOST_RECENT:
-        if not await ctx.upstream.ensure_fresh(cacher):
+        started = time.monotonic()
+        fresh = await ctx.upstream.ensure_fresh(cacher)
+        if ctx.metrics is not None:
+            ctx.metrics.waited(cacher.resource, time.monotonic() - started)
+        if not fresh:
             raise PassThrough("consistent read not provably fresh")
         return
     if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE):
         wanted = plan.rv
     else:
         return
-    if cacher.rv >= wanted or await cacher.wait_for_rv(wanted, ctx.config.fresh_wait):
+    if cacher.rv >= wanted:
         return
-    raise apierrors.too_large_resource_version(wanted, cacher.rv)
+    started = time.monotonic()
+    fresh = await cacher.wait_for_rv(wanted, ctx.config.fresh_wait)
+    if ctx.metrics is not None:
+        ctx.metrics.waited(cacher.resource, time.monotonic() - started)
+    if not fresh:
+        raise apierrors.too_large_resource_version(wanted, cacher.rv)
 
 
 def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:
@@ -105,13 +116,16 @@ async def serve_list(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: L
         # metadata.name=X within one namespace (or cluster-scoped): a key lookup, not a scan.
         obj = snapshot.get(object_key(info.namespace if resource.namespaced else "", name))
         items = [obj] if obj is not None and predicate.selector_matches(obj) else []
-        page_items, next_start, remaining = items, None, None
+        page_items, next_start, remaining, scanned = items, None, None, 1
         if plan.mode is Mode.CONTINUE and plan.start:
             page_items = []
     else:
         filter_fn = None if predicate.empty else predicate.selector_matches
         page = list_page(snapshot, scope, filter_fn, limit=opts.limit, start=plan.start)
-        page_items, next_start, remaining = page.items, page.next_start, page.remaining
+        page_items, next_start, remaining, scanned = page.items, page.next_start, page.remaining, page.scanned
+    cacher.lists += 1
+    cacher.list_fetched += scanned
+    cacher.list_returned += len(page_items)
     meta = b'{"resourceVersion":"' + str(snapshot.rv).encode() + b'"'
     if next_start is not None:
         meta += b',"continue":"' + ctx.codec.encode(snapshot.rv, next_start).encode() + b'"'

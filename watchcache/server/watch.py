@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import time
+from typing import TYPE_CHECKING
 
 from watchcache import apierrors
 from watchcache.cache.events import ADDED, error_frame, frame_head, frame_tail
@@ -22,6 +24,9 @@ from watchcache.server.reads import ensure_ready, parse_predicate
 from watchcache.server.routing import RequestInfo
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason, Watcher
+
+if TYPE_CHECKING:
+    from watchcache.metrics import Metrics
 
 _TAIL = frame_tail()
 
@@ -39,21 +44,27 @@ class HttpWatchStream:
     with 410 Expired if the history has moved past it).
     """
 
-    __slots__ = ("_drain_task", "cacher", "done", "flusher", "response", "watcher")
+    __slots__ = ("_drain_task", "cacher", "done", "flusher", "metrics", "pending_since", "response", "watcher")
 
-    def __init__(self, response: Response, flusher: FlushScheduler, cacher: Cacher) -> None:
+    def __init__(self, response: Response, flusher: FlushScheduler, cacher: Cacher, metrics: Metrics | None) -> None:
         self.response = response
         self.flusher = flusher
         self.cacher = cacher
+        self.metrics = metrics
+        # When the watcher's pending frames went from none to some (delivery latency).
+        self.pending_since = 0.0
         self.watcher: Watcher | None = None
         self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._drain_task: asyncio.Future[None] | None = None
 
     # WatchSink
     def wake(self, watcher: Watcher) -> None:
+        self.pending_since = time.monotonic()
         self.flusher.mark(self)
 
     def closed(self, watcher: Watcher, reason: str) -> None:
+        if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.EXPIRED):
+            self.cacher.watchers_terminated += 1
         if not self.done.done():
             self.done.set_result(reason)
 
@@ -77,8 +88,16 @@ class HttpWatchStream:
                 self._drain_task = asyncio.ensure_future(self._resume_after_drain())
             return
         if watcher.pending:
-            response.write_chunk(watcher.take(FLUSH_BYTES))
+            frames = watcher.take(FLUSH_BYTES)
+            response.write_chunk(frames)
+            cacher = self.cacher
+            cacher.watch_frames_sent += len(frames)
+            size = sum(map(len, frames))
+            cacher.watch_bytes_sent += size
+            if self.metrics is not None:
+                self.metrics.flushed(cacher.resource, self.pending_since, size // len(frames))
             if watcher.pending or watcher.lagging:
+                self.pending_since = time.monotonic()
                 self.flusher.mark(self)
             return
         if watcher.lagging:
@@ -145,7 +164,7 @@ async def serve_watch(
 
     # ---- synchronous from here to add_watcher: no event can slip between state and stream.
     cache = cacher.cache
-    stream = HttpWatchStream(response, ctx.flusher, cacher)
+    stream = HttpWatchStream(response, ctx.flusher, cacher, ctx.metrics)
     timeout = _watch_timeout(ctx, opts)
     loop = asyncio.get_running_loop()
     backlog = []

@@ -7,6 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class MetricsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MetricsReply(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: bytes
+    def __init__(self, text: _Optional[bytes] = ...) -> None: ...
+
 class FollowRequest(_message.Message):
     __slots__ = ("resource", "follower")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]

@@ -39,6 +39,11 @@ class OwnerStub:
                 request_serializer=watchcache_dot_shard_dot_follow__pb2.FollowRequest.SerializeToString,
                 response_deserializer=watchcache_dot_shard_dot_follow__pb2.FollowBatch.FromString,
                 _registered_method=True)
+        self.Metrics = channel.unary_unary(
+                '/watchcache.shard.v1.Owner/Metrics',
+                request_serializer=watchcache_dot_shard_dot_follow__pb2.MetricsRequest.SerializeToString,
+                response_deserializer=watchcache_dot_shard_dot_follow__pb2.MetricsReply.FromString,
+                _registered_method=True)
 
 
 class OwnerServicer:
@@ -52,6 +57,13 @@ class OwnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Metrics(self, request, context):
+        """This worker's Prometheus exposition, so that a scrape of any worker covers all of them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OwnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -59,6 +71,11 @@ def add_OwnerServicer_to_server(servicer, server):
                     servicer.Follow,
                     request_deserializer=watchcache_dot_shard_dot_follow__pb2.FollowRequest.FromString,
                     response_serializer=watchcache_dot_shard_dot_follow__pb2.FollowBatch.SerializeToString,
+            ),
+            'Metrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.Metrics,
+                    request_deserializer=watchcache_dot_shard_dot_follow__pb2.MetricsRequest.FromString,
+                    response_serializer=watchcache_dot_shard_dot_follow__pb2.MetricsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -88,6 +105,33 @@ class Owner:
             '/watchcache.shard.v1.Owner/Follow',
             watchcache_dot_shard_dot_follow__pb2.FollowRequest.SerializeToString,
             watchcache_dot_shard_dot_follow__pb2.FollowBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Metrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/watchcache.shard.v1.Owner/Metrics',
+            watchcache_dot_shard_dot_follow__pb2.MetricsRequest.SerializeToString,
+            watchcache_dot_shard_dot_follow__pb2.MetricsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -93,6 +93,13 @@ class OwnerService(rpc.OwnerServicer):
         self.max_pending = max_pending
         self.ready_wait = ready_wait
         self.streams = 0
+        # This worker's Prometheus exposition (set by the process assembly).
+        self.metrics_text: Callable[[], bytes] = lambda: b""
+
+    async def Metrics(  # the gRPC method's name
+        self, request: pb.MetricsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetricsReply:
+        return pb.MetricsReply(text=self.metrics_text())
 
     async def Follow(  # the gRPC method's name
         self, request: pb.FollowRequest, context: grpc.aio.ServicerContext

@@ -12,6 +12,7 @@ token minted by one worker is honoured by all.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -110,12 +111,20 @@ class Supervisor:
                 if now - slot.started > 30.0:
                     slot.delay = 0.5  # it had been running fine: restart at once
                 slot.restarts += 1
+                self._write_restarts()
                 slot.next_start = now + (0.0 if slot.restarts == 1 else slot.delay)
                 slot.delay = min(slot.delay * 2, 10.0)
                 log.warning("worker %d (pid %d) exited with %s; restart #%d", slot.id, proc.pid, code, slot.restarts)
             if slot.process is None and now >= slot.next_start:
                 self._spawn(slot)
         return None
+
+    def _write_restarts(self) -> None:
+        """For the workers' /metrics (watchcache_worker_restarts_total)."""
+        path = self.shard_dir / "restarts.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({s.id: s.restarts for s in self.slots}))
+        tmp.replace(path)
 
     def _announce_when_ready(self) -> None:
         if self._announced:
@@ -141,6 +150,7 @@ class Supervisor:
         try:
             for slot in self.slots:
                 self._spawn(slot)
+            self._write_restarts()
             while not self._stopping:
                 while self._signals:
                     signum = self._signals.pop(0)
