@@ -140,8 +140,8 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=None,
-        help="worker processes sharing the port, each owning part of the cache (default: the number of CPUs; "
-        "1 without an upstream flag)",
+        help="worker processes sharing the port, each owning part of the cache (default: the CPUs the "
+        "container may use, from its cgroup CPU limit; 1 without an upstream flag)",
     )
     g.add_argument("--worker-id", type=int, default=None, help=argparse.SUPPRESS)
     g.add_argument("--shard-dir", default=None, help=argparse.SUPPRESS)
@@ -246,6 +246,20 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
     )
 
 
+def effective_cpus() -> int:
+    """CPUs this process may use: the cgroup CPU limit (a container's), else its affinity mask."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            return max(1, round(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def _without(argv: list[str], flags: set[str]) -> list[str]:
     """``argv`` minus the given ``--flag value`` / ``--flag=value`` options (the supervisor sets them per worker)."""
     out: list[str] = []
@@ -274,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             run(options_from(args, ""), "sim")
         else:
             mode, upstream = _upstream(args)
-            workers = args.workers if args.workers is not None else (os.cpu_count() or 1) if mode == "proxy" else 1
+            workers = args.workers if args.workers is not None else effective_cpus() if mode == "proxy" else 1
             if workers < 1:
                 raise ValueError("--workers must be at least 1")
             if workers > 1 and mode != "proxy":

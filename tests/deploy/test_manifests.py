@@ -176,7 +176,9 @@ def test_proxy_container(target: str) -> None:
     words = argv(container)
     assert words[:3] == ["watchcache", "serve", "--in-cluster"]
     assert flag_value(words, "--listen") == "0.0.0.0:8080"
-    assert flag_value(words, "--workers") == "1", "pin the worker count: os.cpu_count() is the node's"
+    # The worker count follows the container's CPU limit (watchcache reads it from its cgroup).
+    assert flag_value(words, "--workers") is None
+    assert container["resources"]["limits"]["cpu"]
     # Probes and the Service reach the port --listen binds.
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": 8080}
