@@ -29,7 +29,7 @@ from watchcache.metrics import CacheCollector, Metrics, merge_workers, render
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig, Upstream
-from watchcache.server.http import start_server
+from watchcache.server.http import Request, start_server
 from watchcache.shard.follow_pb2 import MetricsRequest
 from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_server
 from watchcache.shard.follower import Followers
@@ -37,6 +37,7 @@ from watchcache.shard.owner import OwnerService
 from watchcache.shard.ownership import owner_of
 from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import SimCluster
+from watchcache.sim.faults import FaultInjector
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.consistency import ConsistentReads
@@ -141,12 +142,24 @@ def _churn_task(cluster: SimCluster, options: RunOptions) -> list[asyncio.Future
 async def wire_sim(options: RunOptions) -> Wiring:
     """The simulated cluster: its storage is the cache the read path serves from."""
     cluster = _sim_cluster(options)
-    ctx = _context(options, cluster.registry, cluster.cachers, SimUpstream(cluster))
+    upstream = SimUpstream(cluster)
+    ctx = _context(options, cluster.registry, cluster.cachers, upstream)
+    upstream.faults = faults = FaultInjector(ctx.flusher)
+    handler = ApiHandler(ctx)
+
+    def inject(request: Request) -> None:
+        error = faults.error_for(request)
+        if error is not None:
+            raise error
+
+    handler.admission.append(inject)
 
     async def close() -> None:
         cluster.close()
 
-    return Wiring(ctx, ApiHandler(ctx), _churn_task(cluster, options), [close])
+    wiring = Wiring(ctx, handler, _churn_task(cluster, options), [close])
+    wiring.housekeeping.append(faults.tick)
+    return wiring
 
 
 async def wire_embedded(options: RunOptions) -> Wiring:

@@ -55,6 +55,8 @@ class ApiHandler:
         self.ctx = ctx
         # Local endpoints added by the process assembly (``/metrics``, ``/debug/shards``).
         self.routes: dict[str, Callable[[], Awaitable[bytes]]] = {}
+        # Called first for every request; raise a StatusError to answer it (fault injection).
+        self.admission: list[Callable[[Request], None]] = []
         # More /readyz checks, each (passed, "[+]name ok" line): e.g. the other workers' sync.
         self.readiness_checks: list[Callable[[], tuple[bool, str]]] = []
         # True in front of a real apiserver; the simulated cluster has no Table renderer.
@@ -105,6 +107,8 @@ class ApiHandler:
 
     async def _handle(self, request: Request, response: Response) -> tuple[str, ResourceType | None]:
         """Answer; returns (verb, resource) for the request metrics."""
+        for admit in self.admission:
+            admit(request)
         path = request.path
         if path in ("/healthz", "/livez"):
             response.send(200, b"ok", content_type=_TEXT)

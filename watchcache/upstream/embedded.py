@@ -20,6 +20,7 @@ from watchcache.server.discovery import Discovery
 from watchcache.server.http import Request, Response
 from watchcache.server.routing import RequestInfo
 from watchcache.sim.cluster import SimCluster
+from watchcache.sim.faults import FaultInjector
 from watchcache.sim.writes import handle_write
 from watchcache.watchers.watcher import CloseReason
 
@@ -30,6 +31,8 @@ class SimUpstream:
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
         self.discovery = Discovery(cluster.registry)
+        # Set by ``watchcache sim`` (not by the embedded mode): POST /sim/faults.
+        self.faults: FaultInjector | None = None
 
     async def ensure_fresh(self, cacher: Cacher) -> bool:
         # Writes apply to the caches synchronously: the cache is always the newest state.
@@ -38,6 +41,15 @@ class SimUpstream:
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         if request.path == "/sim/compact" and request.method == "POST":
             response.send(200, orjson.dumps({"resourceVersion": str(self.compact())}))
+            return
+        if request.path == "/sim/faults" and self.faults is not None:
+            if request.method == "POST":
+                response.send(200, self.faults.apply(request.body))
+            elif request.method == "DELETE":
+                self.faults.clear()
+                response.send(200, b"{}")
+            else:
+                raise apierrors.StatusError(405, "MethodNotAllowed", "POST or DELETE /sim/faults")
             return
         if info is None:
             doc = self.discovery.get(request.path)

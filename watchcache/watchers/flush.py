@@ -26,12 +26,24 @@ class FlushScheduler:
         self._dirty: list[Flushable] = []
         self._scheduled = False
         self.flushes = 0
+        # Fault injection only (the simulated cluster's "stall"): hold every write.
+        self.paused = False
 
     def mark(self, stream: Flushable) -> None:
         self._dirty.append(stream)
-        if not self._scheduled:
+        if not self._scheduled and not self.paused:
             self._scheduled = True
             self._loop.call_soon(self._flush_all)
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            if self._dirty and not self._scheduled:
+                self._scheduled = True
+                self._loop.call_soon(self._flush_all)
 
     def _flush_all(self) -> None:
         dirty = self._dirty
