@@ -9,8 +9,10 @@ NAMESPACES ?= 10
 CHURN ?= 5
 IMAGE ?= watchcache:0.1.0
 OVERLAY ?= production
+LOADTEST_PROFILE ?= steady
+LOADTEST_ARGS ?= --users 20 --spawn-rate 10 --duration 30s
 
-.PHONY: run sim test lint fmt clean proto deploy-test deploy-render image
+.PHONY: run sim test lint fmt clean proto deploy-test deploy-render image loadtest loadtest-ui
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,3 +60,11 @@ deploy-render:
 ## image: build the container image (needs a Docker engine with BuildKit)
 image:
 	DOCKER_BUILDKIT=1 docker build -f deploy/Dockerfile -t $(IMAGE) .
+
+## loadtest: a locust profile against a fresh `watchcache demo` stack; reports in loadtest/reports/
+loadtest: $(BIN)/.installed
+	$(BIN)/python loadtest/run.py --start-stack --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
+
+## loadtest-ui: locust's web UI (http://127.0.0.1:8089) against a fresh stack; Ctrl-C stops both
+loadtest-ui: $(BIN)/.installed
+	$(BIN)/python loadtest/run.py --start-stack --ui --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
