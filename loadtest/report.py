@@ -184,7 +184,7 @@ def _server_lines(before: dict[str, Any] | None, after: dict[str, Any] | None) -
             lines.append(
                 f"upstream during the run: {up['watch_requests']} WATCH requests, open watches "
                 f"{up['watchers'][0]} -> {up['watchers'][1]}, other requests it served: "
-                f"{_passed(up['passed_through'])}; LIST requests: not counted by the simulated cluster"
+                f"{_passed(up['passed_through'])}; {up['list_requests']} LIST requests served from its storage"
             )
         proxy = delta(before.get("proxy"), after.get("proxy"))
         if proxy is not None:
@@ -206,8 +206,7 @@ def storm_lines(storm: dict[str, Any]) -> list[str]:
     if up is not None:
         lines.append(
             f"  upstream over the storm's {storm['window_seconds']} s: +{up['watch_requests']} WATCH requests "
-            f"(open watches {up['watchers'][0]} -> {up['watchers'][1]}); upstream LIST count: not exposed by the "
-            "simulated cluster (missing)"
+            f"(open watches {up['watchers'][0]} -> {up['watchers'][1]}), +{up['list_requests']} LIST requests"
         )
     else:
         lines.append("  upstream counters: unavailable (no --upstream-host, or it has no /debug/cache)")

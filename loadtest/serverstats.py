@@ -40,6 +40,7 @@ def cache_counters(base_url: str, token: str = "") -> dict[str, Any] | None:
     return {
         "watchers": sum(r.get("watchers", 0) for r in resources.values()),
         "watch_requests": sum(r.get("watch_requests", 0) for r in resources.values()),
+        "list_requests": sum(r.get("list_requests", 0) for r in resources.values()),
         "per_resource": {
             name: {"watchers": r.get("watchers", 0), "watch_requests": r.get("watch_requests", 0)}
             for name, r in resources.items()
@@ -66,6 +67,7 @@ def delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[s
     }
     return {
         "watch_requests": after["watch_requests"] - before["watch_requests"],
+        "list_requests": after.get("list_requests", 0) - before.get("list_requests", 0),
         "watchers": [before["watchers"], after["watchers"]],
         "passed_through": {k: v for k, v in sorted(passed.items()) if v},
     }

@@ -85,6 +85,7 @@ class ApiHandler:
             stats = dataclasses.asdict(cacher.cache.stats())
             stats["watchers"] = len(cacher.dispatcher)
             stats["watch_requests"] = cacher.watch_requests
+            stats["list_requests"] = cacher.lists
             stats["ready"] = cacher.ready
             out[resource.qualified] = stats
         return orjson.dumps({"resources": out, "passed_through": self.passed_through})
