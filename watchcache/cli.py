@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from watchcache.auth.options import add_auth_flags, auth_options
 from watchcache.cache.store import CacheConfig
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
@@ -105,6 +106,12 @@ def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
         f"--{prefix}seed", type=int, default=0, help="random seed for generated objects (default %(default)s)"
     )
     p.add_argument(
+        f"--{prefix}policy-file",
+        default=None,
+        help="users, tokens and RBAC-like rules (YAML; see watchcache/sim/policy-example.yaml): the simulated "
+        "cluster answers TokenReview/SubjectAccessReview and enforces them (default: no authentication)",
+    )
+    p.add_argument(
         f"--{prefix}state-file",
         default=None,
         help="journal every commit to this file and replay it at start, so the cluster survives restarts "
@@ -136,6 +143,7 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
         "(default: pods, nodes, namespaces, services, configmaps, serviceaccounts, endpoints, apps workloads, "
         "endpointslices; the embedded cluster: all it has)",
     )
+    add_auth_flags(g)
     g.add_argument(
         "--workers",
         type=int,
@@ -238,11 +246,13 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
             churn=g[f"{prefix}churn"],
             seed=g[f"{prefix}seed"],
             state_file=g[f"{prefix}state_file"],
+            policy_file=g[f"{prefix}policy_file"],
         ),
         resources=tuple(r.strip() for r in g.get("resources", "").split(",") if r.strip()),
         continue_key=key,
         upstream=upstream,  # type: ignore[arg-type]
         reflector=ReflectorConfig(stall_timeout=g.get("stall_timeout", _REFLECTOR.stall_timeout)),
+        auth=auth_options(args, upstream_is_tls=getattr(upstream, "is_tls", False)) if "authentication" in g else None,
     )
 
 

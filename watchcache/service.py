@@ -22,6 +22,7 @@ import aiohttp
 import grpc
 import orjson
 
+from watchcache.auth import AuthOptions, Gate
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
@@ -35,9 +36,11 @@ from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_ser
 from watchcache.shard.follower import Followers
 from watchcache.shard.owner import OwnerService
 from watchcache.shard.ownership import owner_of
+from watchcache.sim.auth import LocalReviewClient
 from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.faults import FaultInjector
+from watchcache.sim.policy import load_policy
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.consistency import ConsistentReads
@@ -59,6 +62,9 @@ class SimOptions:
     churn: float = 0.0
     seed: int = 0
     state_file: str | None = None
+    # Users, tokens and RBAC-like rules: the sim then answers TokenReview/SubjectAccessReview and
+    # enforces the policy on its own API, as an apiserver does.
+    policy_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,8 @@ class RunOptions:
     upstream: UpstreamConfig | None = None
     reflector: ReflectorConfig = field(default_factory=ReflectorConfig)
     shard: ShardOptions | None = None
+    # Delegated authn/authz of cached reads (None: anyone who reaches the port may read the cache).
+    auth: AuthOptions | None = None
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -145,6 +153,10 @@ async def wire_sim(options: RunOptions) -> Wiring:
     upstream = SimUpstream(cluster)
     ctx = _context(options, cluster.registry, cluster.cachers, upstream)
     upstream.faults = faults = FaultInjector(ctx.flusher)
+    if options.sim.policy_file:
+        upstream.policy = load_policy(options.sim.policy_file)
+        ctx.gate = upstream.gate = Gate.build(LocalReviewClient(upstream.policy), AuthOptions())
+        log.info("policy %s: requests are authenticated and authorized", options.sim.policy_file)
     handler = ApiHandler(ctx)
 
     def inject(request: Request) -> None:
@@ -167,7 +179,13 @@ async def wire_embedded(options: RunOptions) -> Wiring:
     cluster = _sim_cluster(options)
     registry = cluster.registry.select(list(options.resources)) if options.resources else cluster.registry
     cachers = {t: Cacher(t, options.cache) for t in registry.types}
-    ctx = _context(options, registry, cachers, EmbeddedUpstream(cluster, cachers))
+    upstream = EmbeddedUpstream(cluster, cachers)
+    ctx = _context(options, registry, cachers, upstream)
+    if options.sim.policy_file:
+        upstream.policy = load_policy(options.sim.policy_file)
+        upstream.gate = Gate.build(LocalReviewClient(upstream.policy), AuthOptions())
+        if options.auth is not None:
+            ctx.gate = Gate.build(LocalReviewClient(upstream.policy), options.auth)
     return Wiring(ctx, ApiHandler(ctx), _churn_task(cluster, options))
 
 
@@ -191,6 +209,16 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     cachers = {t: Cacher(t, options.cache) for t in provisional if _owns(shard, t)}
     consistent = ConsistentReads(client, fresh_wait=options.serve.fresh_wait)
     ctx = _context(options, registry, cachers, ProxyUpstream(client, consistent))
+    if options.auth is not None:
+        ctx.gate = Gate.for_upstream(client, options.auth)
+        log.info("authentication: delegated (TokenReview and SubjectAccessReview against the upstream)")
+    else:
+        log.warning(
+            "AUTHENTICATION IS OFF (--authentication none): anyone who can reach %s:%d can read every cached "
+            "object. Use it only for tests and demos, or behind a network policy that admits trusted clients only.",
+            options.host,
+            options.port,
+        )
     ctx.discovered = False
     wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True), [], [client.close], consistent)
     if shard is not None:

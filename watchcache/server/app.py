@@ -142,6 +142,9 @@ class ApiHandler:
         resource = self.ctx.registry.get(info.group, info.version, info.resource) if info.is_resource_request else None
         reason = self._uncached_reason(request, info)
         if reason is None:
+            if self.ctx.gate is not None:
+                # Before any cached byte: 401/403 as the upstream would answer (once per watch).
+                await self.ctx.gate.check(request, info)
             self.inflight += 1
             try:
                 await self._serve_cached(request, response, info)
@@ -158,6 +161,9 @@ class ApiHandler:
         """Why the cache will not answer this request (None: it will)."""
         if not info.is_resource_request:
             return "non-resource"
+        if any(name.startswith("impersonate-") for name in request.headers):
+            # kubectl --as: the upstream decides what the impersonated user sees.
+            return "impersonation"
         if info.verb not in _READ_VERBS:
             return "write"
         if info.subresource:

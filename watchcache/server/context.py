@@ -14,6 +14,7 @@ from watchcache.server.routing import RequestInfo
 from watchcache.watchers.flush import FlushScheduler
 
 if TYPE_CHECKING:
+    from watchcache.auth import Gate
     from watchcache.metrics import Metrics
 
 
@@ -66,6 +67,8 @@ class ApiContext:
     # For a resource in the registry but not in ``cachers``: a cache made on first use
     # (a follower of the worker that owns it), or None to pass the request through.
     on_demand: Callable[[ResourceType], Cacher | None] | None = None
+    # Delegated authentication + authorization of cached reads (None: --authentication none).
+    gate: Gate | None = None
     # Per-request and per-flush observations (None: not measured, e.g. in unit tests).
     metrics: Metrics | None = None
     # The upstream's discovery has confirmed which resources are cached (always true without one).

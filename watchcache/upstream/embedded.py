@@ -13,14 +13,17 @@ from __future__ import annotations
 import orjson
 
 from watchcache import apierrors
+from watchcache.auth import Gate
 from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
 from watchcache.server.discovery import Discovery
 from watchcache.server.http import Request, Response
 from watchcache.server.routing import RequestInfo
+from watchcache.sim.auth import REVIEW_PATHS, handle_review
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.faults import FaultInjector
+from watchcache.sim.policy import Policy
 from watchcache.sim.writes import handle_write
 from watchcache.watchers.watcher import CloseReason
 
@@ -33,12 +36,20 @@ class SimUpstream:
         self.discovery = Discovery(cluster.registry)
         # Set by ``watchcache sim`` (not by the embedded mode): POST /sim/faults.
         self.faults: FaultInjector | None = None
+        # With a policy file: TokenReview and SubjectAccessReview, as an apiserver answers them,
+        # and the policy enforced on writes too (the read path has its own gate).
+        self.policy: Policy | None = None
+        self.gate: Gate | None = None
 
     async def ensure_fresh(self, cacher: Cacher) -> bool:
         # Writes apply to the caches synchronously: the cache is always the newest state.
         return True
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
+        if request.method == "POST" and request.path in REVIEW_PATHS and self.policy is not None:
+            status, body = handle_review(self.policy, request.path, request.body)
+            response.send(status, body)
+            return
         if request.path == "/sim/compact" and request.method == "POST":
             response.send(200, orjson.dumps({"resourceVersion": str(self.compact())}))
             return
@@ -65,6 +76,8 @@ class SimUpstream:
             raise apierrors.path_not_found()
         if info.verb not in _WRITES or info.subresource:
             raise apierrors.method_not_supported(resource.group, resource.resource, info.verb)
+        if self.gate is not None:
+            await self.gate.check(request, info)
         content_type = request.headers.get("content-type", "application/json")
         status, body = handle_write(
             self.cluster, request.method, resource, info.namespace, info.name, content_type, request.body

@@ -1,0 +1,233 @@
+"""Delegated authentication and authorization of cached reads.
+
+The proxy answers GET/LIST/WATCH from its cache with data it read under its own identity,
+so before a cached byte goes out it must establish who the client is and whether the
+upstream would let that client read it — the way an aggregated apiserver delegates:
+
+1. **Authentication**: a verified client certificate (``CertAuthenticator``), else the
+   bearer token checked with the upstream's ``TokenReview`` (``TokenAuthenticator``), else
+   anonymous (``system:anonymous`` / ``system:unauthenticated``) when allowed.
+2. **Authorization**: the upstream's ``SubjectAccessReview`` for the request's attributes
+   (``SubjectAccessReviewer``), skipped for ``always_allow_groups`` (``system:masters``).
+
+``Gate.check`` does both and raises kube's 401/403 (or a 500 when the upstream cannot
+answer: fail closed). Requests that pass through are not gated here: the upstream
+decides with the client's own credentials.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from watchcache.auth.authn import (
+    ANONYMOUS,
+    CertAuthenticator,
+    TokenAuthenticator,
+    UserInfo,
+    bearer_token,
+    unauthorized,
+)
+from watchcache.auth.authz import (
+    Decision,
+    ResourceAttributes,
+    SubjectAccessReviewer,
+    authorization_failed,
+    forbidden,
+    name_from_field_selector,
+)
+from watchcache.auth.review import (
+    ACCESS_REVIEW_PATH,
+    TOKEN_REVIEW_PATH,
+    ReviewClient,
+    ReviewError,
+    UpstreamReviewClient,
+)
+
+if TYPE_CHECKING:
+    from watchcache.server.http import Request
+    from watchcache.server.routing import RequestInfo
+    from watchcache.upstream.client import UpstreamClient
+
+__all__ = [
+    "ACCESS_REVIEW_PATH",
+    "ANONYMOUS",
+    "TOKEN_REVIEW_PATH",
+    "AuthOptions",
+    "CertAuthenticator",
+    "Decision",
+    "Gate",
+    "ResourceAttributes",
+    "ReviewClient",
+    "ReviewError",
+    "SubjectAccessReviewer",
+    "TokenAuthenticator",
+    "UpstreamReviewClient",
+    "UserInfo",
+    "authorization_failed",
+    "bearer_token",
+    "forbidden",
+    "name_from_field_selector",
+    "unauthorized",
+]
+
+
+@dataclass(frozen=True)
+class AuthOptions:
+    """Tunables of the gate; flag names in ``watchcache.auth.options``."""
+
+    anonymous: bool = True
+    token_allow_ttl: float = 10.0
+    token_deny_ttl: float = 2.0
+    access_allow_ttl: float = 10.0
+    access_deny_ttl: float = 2.0
+    always_allow_groups: tuple[str, ...] = ("system:masters",)
+    audiences: tuple[str, ...] = ()
+    max_cache_entries: int = 10_000
+    review_timeout: float = 10.0
+
+
+class Gate:
+    """Authenticate, then authorize, a cached read; counts outcomes in plain ints for metrics.
+
+    Counters: ``allowed``, ``denied`` (403), ``unauthenticated`` (401: bad or uncheckable
+    credentials, or none when anonymous is off), ``anonymous`` (requests let through as
+    anonymous to authorization), ``failed`` (500: no authorization decision). Review and
+    cache counters live on ``tokens.cache`` / ``access.cache`` (``reviews``, ``hits``,
+    ``joined``); ``stats()`` collects them all.
+    """
+
+    def __init__(
+        self,
+        tokens: TokenAuthenticator | None,
+        access: SubjectAccessReviewer,
+        *,
+        certs: CertAuthenticator | None = None,
+        anonymous: bool = True,
+        always_allow_groups: Iterable[str] = ("system:masters",),
+    ) -> None:
+        self.tokens = tokens
+        self.access = access
+        self.certs = certs
+        self.anonymous_enabled = anonymous
+        self.always_allow_groups = frozenset(always_allow_groups)
+        self.allowed = 0
+        self.denied = 0
+        self.unauthenticated = 0
+        self.anonymous = 0
+        self.failed = 0
+
+    @classmethod
+    def build(
+        cls,
+        client: ReviewClient,
+        options: AuthOptions | None = None,
+        *,
+        certs: CertAuthenticator | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Gate:
+        """A gate sending both reviews through ``client`` (a test fake, or the sim's ``LocalReviewClient``)."""
+        options = options or AuthOptions()
+        tokens = TokenAuthenticator(
+            client,
+            allow_ttl=options.token_allow_ttl,
+            deny_ttl=options.token_deny_ttl,
+            audiences=options.audiences,
+            max_entries=options.max_cache_entries,
+            clock=clock,
+        )
+        access = SubjectAccessReviewer(
+            client,
+            allow_ttl=options.access_allow_ttl,
+            deny_ttl=options.access_deny_ttl,
+            max_entries=options.max_cache_entries,
+            clock=clock,
+        )
+        return cls(
+            tokens,
+            access,
+            certs=certs,
+            anonymous=options.anonymous,
+            always_allow_groups=options.always_allow_groups,
+        )
+
+    @classmethod
+    def for_upstream(
+        cls, upstream: UpstreamClient, options: AuthOptions | None = None, *, certs: CertAuthenticator | None = None
+    ) -> Gate:
+        """A gate reviewing through the upstream with the proxy's own identity (``upstream.session``)."""
+        options = options or AuthOptions()
+        return cls.build(UpstreamReviewClient(upstream, timeout=options.review_timeout), options, certs=certs)
+
+    async def authenticate(self, request: Request, peercert: Mapping[str, Any] | None = None) -> UserInfo:
+        """The request's user (anonymous included); raises 401."""
+        user = self.certs.authenticate(peercert) if self.certs is not None and peercert else None
+        if user is None and self.tokens is not None:
+            try:
+                user = await self.tokens.authenticate(request)
+            except Exception:
+                self.unauthenticated += 1
+                raise
+        if user is None:
+            if not self.anonymous_enabled:
+                self.unauthenticated += 1
+                raise unauthorized()
+            self.anonymous += 1
+            user = ANONYMOUS
+        return user
+
+    async def check(
+        self, request: Request, info: RequestInfo, *, peercert: Mapping[str, Any] | None = None
+    ) -> UserInfo:
+        """Authenticate and authorize a cached read of ``info``; the user, or raise 401/403/500.
+
+        ``peercert`` is ``getpeercert()`` of a TLS connection whose context verifies client
+        certificates (None for plain HTTP).
+        """
+        user = await self.authenticate(request, peercert)
+        attrs = ResourceAttributes.from_request_info(info, request.query_value("fieldSelector"))
+        if self.always_allow_groups.intersection(user.groups):
+            self.allowed += 1
+            return user
+        try:
+            decision = await self.access.authorize(user, attrs)
+        except Exception:
+            self.failed += 1
+            raise
+        if not decision.allowed:
+            self.denied += 1
+            raise forbidden(user, attrs, decision.reason)
+        self.allowed += 1
+        return user
+
+    def stats(self) -> dict[str, int]:
+        """Every counter, for a metrics collector reading them at scrape time."""
+        out = {
+            "allowed": self.allowed,
+            "denied": self.denied,
+            "unauthenticated": self.unauthenticated,
+            "anonymous": self.anonymous,
+            "failed": self.failed,
+            "access_reviews": self.access.cache.reviews,
+            "access_cache_hits": self.access.cache.hits,
+            "access_joined": self.access.cache.joined,
+            "access_failures": self.access.failures,
+        }
+        if self.tokens is not None:
+            out.update(
+                token_reviews=self.tokens.cache.reviews,
+                token_cache_hits=self.tokens.cache.hits,
+                token_joined=self.tokens.cache.joined,
+                token_failures=self.tokens.failures,
+            )
+        return out
+
+    @property
+    def reviews_sent(self) -> int:
+        return self.access.cache.reviews + (self.tokens.cache.reviews if self.tokens is not None else 0)
+
+    @property
+    def cache_hits(self) -> int:
+        return self.access.cache.hits + (self.tokens.cache.hits if self.tokens is not None else 0)

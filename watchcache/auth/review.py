@@ -1,0 +1,82 @@
+"""How reviews reach the upstream: a one-method protocol, and its implementation over the
+proxy's own upstream session.
+
+Both ``TokenReview`` and ``SubjectAccessReview`` are a POST of a JSON object answered by
+the same object with a ``status``. They are sent with **the proxy's identity** (its token
+or client certificate: ``UpstreamClient.session``), which needs ``create`` on
+``tokenreviews`` and ``subjectaccessreviews`` (the ``system:auth-delegator`` ClusterRole;
+``deploy/kubernetes/base/rbac.yaml`` grants it). Anything but a 2xx JSON object is a
+``ReviewError``; the callers fail closed on it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import aiohttp
+import orjson
+
+if TYPE_CHECKING:
+    from watchcache.upstream.client import UpstreamClient
+
+TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+
+class ReviewError(Exception):
+    """A review got no usable answer: network failure, non-2xx, or a body that is not a review."""
+
+
+class ReviewClient(Protocol):
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` as JSON to ``path``; the decoded 2xx answer, or raise ReviewError."""
+        ...
+
+
+def _status_message(data: bytes) -> str:
+    try:
+        status = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data[:200].decode("utf-8", "replace")
+    if isinstance(status, dict) and status.get("kind") == "Status":
+        return f"{status.get('reason', '')}: {status.get('message', '')}"
+    return "(not a Status)"
+
+
+class UpstreamReviewClient:
+    """``ReviewClient`` over ``UpstreamClient.session`` (the proxy's own identity)."""
+
+    def __init__(self, client: UpstreamClient, *, timeout: float = 10.0) -> None:
+        self.client = client
+        self.timeout = timeout
+
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        session = self.client.session
+        if session is None:
+            raise ReviewError("upstream client not started")
+        try:
+            headers = {
+                "Accept": "application/json",
+                "Content-Type": "application/json",
+                **self.client.tokens.headers(),
+            }
+            async with session.post(
+                self.client.url(path),
+                data=orjson.dumps(body),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                server_hostname=self.client.config.tls_server_name,
+            ) as resp:
+                data = await resp.read()
+                code = resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise ReviewError(f"POST {path}: {type(e).__name__}: {e}") from None
+        if not 200 <= code < 300:
+            raise ReviewError(f"POST {path}: HTTP {code}: {_status_message(data)}")
+        try:
+            answer = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise ReviewError(f"POST {path}: answer is not JSON") from None
+        if not isinstance(answer, dict):
+            raise ReviewError(f"POST {path}: answer is not an object")
+        return answer
