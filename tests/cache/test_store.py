@@ -130,3 +130,14 @@ def test_relist_with_identical_state_produces_no_events():
     c = new_cache()
     assert c.relist([pod("a", rv=1), pod("b", rv=2)], rv=30) == []
     assert c.rv == 30
+
+
+def test_a_resume_from_inside_a_relist_group_is_refused_not_partial():
+    c = new_cache()  # a@1, b@2 at rv 10
+    c.relist([pod("c", rv=15)], rv=20)  # ADDED c, DELETED a, DELETED b: three events at rv 20
+    with pytest.raises(ResourceVersionTooOld):
+        c.events_since(20)  # a client may have seen only the first DELETED at 20
+    c.apply([(ADDED, pod("d", rv=21))])
+    assert [e.rv for e in c.events_since(21)] == []
+    c.apply([(ADDED, pod("e", rv=22))])
+    assert [e.object.key for e in c.events_since(21)] == ["default/e"]

@@ -31,7 +31,9 @@ class FakeUpstream:
         self.consistent_calls = 0
         self.forwarded: list[str] = []
 
-    async def ensure_fresh(self, cacher: Cacher) -> bool:
+    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
+        if target is not None:  # a known rv: nothing to prove beyond waiting for it
+            return await cacher.wait_for_rv(target, 0.2)
         self.consistent_calls += 1
         return await cacher.wait_for_rv(self.rv, 1.0)
 

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 class Upstream(Protocol):
     """Where the truth is: answers what the cache cannot (writes, freshness, the rest of the API)."""
 
-    async def ensure_fresh(self, cacher: Cacher) -> bool:
-        """True once ``cacher`` provably holds the upstream's state as of this call (a "Most Recent" read)."""
+    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
+        """True once ``cacher`` provably holds the upstream's state as of this call (a "Most Recent" read),
+        or, with ``target``, provably reached that rv (bounded; False when it cannot be shown in time)."""
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         """Answer a request the cache does not serve. Raises StatusError."""

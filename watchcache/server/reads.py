@@ -59,7 +59,12 @@ async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> None:
     if cacher.rv >= wanted:
         return
     started = time.monotonic()
-    fresh = await cacher.wait_for_rv(wanted, ctx.config.fresh_wait)
+    # Events may bring the cache there; on a quiet resource the upstream's proof does.
+    fresh = await cacher.wait_for_rv(wanted, min(0.05, ctx.config.fresh_wait)) or await ctx.upstream.ensure_fresh(
+        cacher, wanted
+    )
+    if not fresh:
+        fresh = cacher.rv >= wanted
     if ctx.metrics is not None:
         ctx.metrics.waited(cacher.resource, time.monotonic() - started)
     if not fresh:

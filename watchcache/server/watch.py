@@ -151,8 +151,10 @@ async def serve_watch(
     error: apierrors.StatusError | None = None
     if plan.mode is Mode.MOST_RECENT and not await ctx.upstream.ensure_fresh(cacher):
         raise PassThrough("consistent watch start not provably fresh")
-    if plan.mode is Mode.NOT_OLDER_THAN and not await cacher.wait_for_rv(plan.rv, ctx.config.fresh_wait):
-        error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
+    if plan.mode is Mode.NOT_OLDER_THAN and cacher.rv < plan.rv:
+        reached = await cacher.wait_for_rv(plan.rv, min(0.05, ctx.config.fresh_wait))
+        if not (reached or await ctx.upstream.ensure_fresh(cacher, plan.rv) or cacher.rv >= plan.rv):
+            error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
     resource = cacher.resource
     response.start_chunked(200)

@@ -106,32 +106,53 @@ class ConsistentReads:
             flight = self._targets[resource] = _SingleFlight(lambda: self.client.list_rv(resource))
         return flight
 
-    async def ensure_fresh(self, cacher: Cacher) -> bool:
-        """True once the cache provably holds the upstream's state as of this call."""
+    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
+        """True once the cache provably holds the upstream's state as of this call.
+
+        With ``target`` (a NotOlderThan/Exact read at an rv the cache has not reached): True
+        once the cache provably reached ``target``, by events or by a probe's proof.
+        """
         deadline = time.monotonic() + self.fresh_wait
-        try:
-            target = await asyncio.wait_for(self._target(cacher.resource).get(), self.fresh_wait)
-        except (UpstreamError, aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError) as e:
-            log.debug("consistent read of %s: no upstream rv (%s)", cacher.resource.qualified, e)
-            self._count(self.passed_through, cacher.resource)
-            return False
-        if cacher.rv < target and not await cacher.wait_for_rv(target, min(0.05, self.fresh_wait)):
-            self._start_probe(cacher)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not await cacher.wait_for_rv(target, remaining):
+        consistent = target is None
+        if target is None:
+            try:
+                target = await asyncio.wait_for(self._target(cacher.resource).get(), self.fresh_wait)
+            except (UpstreamError, aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError) as e:
+                log.debug("consistent read of %s: no upstream rv (%s)", cacher.resource.qualified, e)
                 self._count(self.passed_through, cacher.resource)
                 return False
-        self._count(self.served_from_cache, cacher.resource)
-        return True
+        reached = await self._reach(cacher, target, deadline)
+        if consistent:
+            self._count(self.served_from_cache if reached else self.passed_through, cacher.resource)
+        return reached
+
+    async def _reach(self, cacher: Cacher, target: int, deadline: float) -> bool:
+        """Wait for events to bring the cache to ``target``; probe (again) while they do not."""
+        if cacher.rv >= target or await cacher.wait_for_rv(target, min(0.05, self.fresh_wait)):
+            return True
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return cacher.rv >= target
+            probe = self._start_probe(cacher)
+            reached = asyncio.ensure_future(cacher.wait_for_rv(target, remaining))
+            await asyncio.wait({probe, reached}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if reached.done() and reached.result():
+                return True
+            if not reached.done():
+                reached.cancel()
+            if cacher.rv >= target:
+                return True
 
     @staticmethod
     def _count(counts: dict[ResourceType, int], resource: ResourceType) -> None:
         counts[resource] = counts.get(resource, 0) + 1
 
-    def _start_probe(self, cacher: Cacher) -> None:
+    def _start_probe(self, cacher: Cacher) -> asyncio.Task[None]:
         task = self._probes.get(cacher.resource)
         if task is None or task.done():
-            self._probes[cacher.resource] = asyncio.ensure_future(self._probe(cacher))
+            task = self._probes[cacher.resource] = asyncio.ensure_future(self._probe(cacher))
+        return task
 
     async def _probe(self, cacher: Cacher) -> None:
         """One probe watch from the cache's rv; advances the cache at its bookmark (see module doc)."""

@@ -41,9 +41,10 @@ class SimUpstream:
         self.policy: Policy | None = None
         self.gate: Gate | None = None
 
-    async def ensure_fresh(self, cacher: Cacher) -> bool:
-        # Writes apply to the caches synchronously: the cache is always the newest state.
-        return True
+    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
+        # Writes apply to the caches synchronously: the cache is always the newest state, and
+        # every commit advances every cache's rv, so a reachable target is reached by waiting.
+        return target is None or cacher.rv >= target
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         if request.method == "POST" and request.path in REVIEW_PATHS and self.policy is not None:

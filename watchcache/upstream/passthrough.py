@@ -54,6 +54,9 @@ async def forward(client: UpstreamClient, request: Request, response: Response) 
             data=request.body or None,
             allow_redirects=False,
             server_hostname=client.config.tls_server_name,
+            # As sent: aiohttp would label a body without Content-Type application/octet-stream,
+            # which the apiserver refuses (it reads a missing Content-Type as JSON).
+            skip_auto_headers=() if "content-type" in headers else ("Content-Type",),
         )
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
         log.warning("pass-through %s %s failed: %s", request.method, request.path, e)

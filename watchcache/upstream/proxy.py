@@ -15,8 +15,8 @@ class ProxyUpstream:
         self.client = client
         self.consistent = consistent
 
-    async def ensure_fresh(self, cacher: Cacher) -> bool:
-        return await self.consistent.ensure_fresh(cacher)
+    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
+        return await self.consistent.ensure_fresh(cacher, target)
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         await passthrough.forward(self.client, request, response)
