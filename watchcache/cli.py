@@ -12,12 +12,14 @@ from watchcache.auth.options import add_auth_flags, auth_options
 from watchcache.cache.store import CacheConfig
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
+from watchcache.server.http import HttpLimits
 from watchcache.service import RunOptions, ShardOptions, SimOptions, parse_listen, run
 from watchcache.shard.supervisor import Supervisor
 from watchcache.upstream.config import UpstreamConfigError, from_flags, from_kubeconfig, in_cluster
 from watchcache.upstream.reflector import ReflectorConfig
 
 _CACHE = CacheConfig()
+_HTTP = HttpLimits()
 _SERVE = ServeConfig()
 _REFLECTOR = ReflectorConfig()
 
@@ -78,6 +80,48 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=_SERVE.watch_max_pending_bytes,
         help="unsent event bytes per watcher before it is treated as slow: its buffer is dropped and it is "
         "caught up from history once it reads again, or ended with 410 if history moved on (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-requests-inflight",
+        type=int,
+        default=_SERVE.max_requests_inflight,
+        help="non-watch requests handled at once per worker; more get 429 with Retry-After (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-watchers",
+        type=int,
+        default=_SERVE.max_watchers,
+        help="watches open at once per worker; more get 429 with Retry-After (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=_HTTP.max_header_bytes,
+        help="request line and headers larger than this get 431 (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=_HTTP.max_body_bytes,
+        help="request bodies larger than this get 413 (default %(default)s, kube-apiserver's limit)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=_HTTP.header_timeout,
+        help="seconds a client has to send a complete request head (slowloris defence) (default %(default)s)",
+    )
+    p.add_argument(
+        "--keepalive-timeout",
+        type=float,
+        default=_HTTP.keepalive_timeout,
+        help="seconds an idle keep-alive connection is kept (default %(default)s)",
+    )
+    p.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM; reloaded when it changes)")
+    p.add_argument("--tls-private-key-file", help="the key of --tls-cert-file")
+    p.add_argument(
+        "--client-ca-file",
+        help="accept client certificates signed by this CA (user = CN, groups = O), as kube-apiserver does",
     )
     p.add_argument(
         "--continue-token-key-file",
@@ -237,7 +281,16 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
             min_request_timeout=args.min_request_timeout,
             max_limit=args.max_limit,
             watch_max_pending_bytes=args.max_watch_buffer_bytes,
+            max_requests_inflight=args.max_requests_inflight,
+            max_watchers=args.max_watchers,
         ),
+        http=HttpLimits(
+            max_header_bytes=args.max_header_bytes,
+            max_body_bytes=args.max_body_bytes,
+            header_timeout=args.header_timeout,
+            keepalive_timeout=args.keepalive_timeout,
+        ),
+        tls=_tls(args),
         cache=CacheConfig(history_max_events=args.history_max_events, history_max_age=args.history_max_age),
         sim=SimOptions(
             objects=g[f"{prefix}objects"],
@@ -268,6 +321,14 @@ def effective_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def _tls(args: argparse.Namespace) -> tuple[str, str, str | None] | None:
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        raise ValueError("--tls-cert-file and --tls-private-key-file go together")
+    if args.client_ca_file and not args.tls_cert_file:
+        raise ValueError("--client-ca-file needs --tls-cert-file")
+    return (args.tls_cert_file, args.tls_private_key_file, args.client_ca_file) if args.tls_cert_file else None
 
 
 def _without(argv: list[str], flags: set[str]) -> list[str]:

@@ -104,6 +104,8 @@ class CacheCollector(Collector):
         reflectors: Callable[[], Iterable[Any]] = tuple,
         followers: Callable[[], Iterable[Any]] = tuple,
         restarts_file: Path | None = None,
+        rejected: dict[str, int] | None = None,
+        auth: Any = None,
     ) -> None:
         self.cachers = cachers
         self.passed_through = passed_through
@@ -111,6 +113,8 @@ class CacheCollector(Collector):
         self.reflectors = reflectors
         self.followers = followers
         self.restarts_file = restarts_file
+        self.rejected = rejected if rejected is not None else {}
+        self.auth = auth
 
     def collect(self) -> Iterator[Metric]:
         yield from self._caches()
@@ -250,6 +254,20 @@ class CacheCollector(Collector):
         for reason, count in list(self.passed_through.items()):
             passthrough.add_metric([reason], count)
         yield passthrough
+        rejected = CounterMetricFamily(
+            "watchcache_rejected_requests", "Requests refused with 429 by a limit", labels=["limit"]
+        )
+        for limit in ("inflight", "watchers"):
+            rejected.add_metric([limit], self.rejected.get(limit, 0))
+        yield rejected
+        if self.auth is not None:
+            decisions = CounterMetricFamily(
+                "watchcache_auth_decisions", "Delegated authn/authz outcomes of cached reads", labels=["decision"]
+            )
+            stats = self.auth.stats()
+            for decision in ("allowed", "denied", "unauthenticated", "anonymous", "failed"):
+                decisions.add_metric([decision], stats.get(decision, 0))
+            yield decisions
         served = getattr(self.consistent, "served_from_cache", None)
         fell_back = getattr(self.consistent, "passed_through", None)
         if served is not None and fell_back is not None:

@@ -23,6 +23,7 @@ import grpc
 import orjson
 
 from watchcache.auth import AuthOptions, Gate
+from watchcache.auth.authn import CertAuthenticator
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
@@ -30,7 +31,8 @@ from watchcache.metrics import CacheCollector, Metrics, merge_workers, render
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig, Upstream
-from watchcache.server.http import Request, start_server
+from watchcache.server.http import HttpLimits, Request, start_server
+from watchcache.server.tls import ServingCert
 from watchcache.shard.follow_pb2 import MetricsRequest
 from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_server
 from watchcache.shard.follower import Followers
@@ -93,6 +95,9 @@ class RunOptions:
     shard: ShardOptions | None = None
     # Delegated authn/authz of cached reads (None: anyone who reaches the port may read the cache).
     auth: AuthOptions | None = None
+    http: HttpLimits = field(default_factory=HttpLimits)
+    # (certificate file, key file, client CA file or None): serve HTTPS.
+    tls: tuple[str, str, str | None] | None = None
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -112,7 +117,7 @@ class Wiring:
     cleanup: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     consistent: ConsistentReads | None = None
     # Called every tick (about once a second), e.g. dropping idle followers.
-    housekeeping: list[Callable[[], None]] = field(default_factory=list)
+    housekeeping: list[Callable[[], object]] = field(default_factory=list)
     reflectors: list[Reflector] = field(default_factory=list)
     followers: Followers | None = None
     owner_service: OwnerService | None = None
@@ -356,15 +361,30 @@ async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Aw
             reflectors=lambda: wiring.reflectors,
             followers=lambda: [f for f, _ in wiring.followers.followers.values()] if wiring.followers else [],
             restarts_file=Path(shard.shard_dir, "restarts.json") if shard else None,
+            rejected=wiring.handler.rejected,
+            auth=wiring.ctx.gate,
         )
     )
     wiring.handler.routes["/metrics"] = _metrics_route(metrics, shard, wiring)
-    server = await start_server(wiring.handler, options.host, options.port, reuse_port=shard is not None)
+    cert = ServingCert(*options.tls) if options.tls else None
+    if cert is not None:
+        wiring.housekeeping.append(cert.reload_if_changed)
+        if cert.client_ca_file and wiring.ctx.gate is not None:
+            wiring.ctx.gate.certs = CertAuthenticator()
+    server = await start_server(
+        wiring.handler,
+        options.host,
+        options.port,
+        reuse_port=shard is not None,
+        limits=options.http,
+        ssl=cert.context if cert else None,
+    )
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     who = name if shard is None else f"{name} worker {shard.worker_id}"
     log.info(
-        "%s ready: listening on http://%s:%d (%d resources, %d objects cached, %.2fs)",
+        "%s ready: listening on %s://%s:%d (%d resources, %d objects cached, %.2fs)",
         who,
+        "https" if cert else "http",
         options.host,
         port,
         len(cachers),
@@ -432,7 +452,7 @@ async def _peer_metrics(socket_path: str) -> bytes:
 
 
 async def _tick(
-    cachers: dict[ResourceType, Cacher], housekeeping: list[Callable[[], None]], stop: asyncio.Event
+    cachers: dict[ResourceType, Cacher], housekeeping: list[Callable[[], object]], stop: asyncio.Event
 ) -> None:
     parent = os.getppid()
     while True:

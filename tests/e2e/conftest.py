@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-READY = re.compile(r"ready: listening on (http://[\d.]+:\d+)")
+READY = re.compile(r"ready: listening on (https?://[\d.]+:\d+)")
 
 
 @dataclass

@@ -64,6 +64,9 @@ class ApiHandler:
         self.passed_through: dict[str, int] = {}
         # Cached reads being answered now (watches included until they end); shutdown waits for them.
         self.inflight = 0
+        # Non-watch requests in flight (the --max-requests-inflight limit) and rejections by reason.
+        self.active = 0
+        self.rejected: dict[str, int] = {}
 
     def readiness(self) -> tuple[bool, list[str]]:
         lines = []
@@ -78,6 +81,9 @@ class ApiHandler:
             lines.append(line)
         return ok, lines
 
+    def watchers(self) -> int:
+        return sum(len(c.dispatcher) for c in list(self.ctx.cachers.values()))
+
     def cache_stats(self) -> bytes:
         """Per resource: objects, bytes, history window (events, bytes, oldest rv), watchers."""
         out = {}
@@ -91,6 +97,20 @@ class ApiHandler:
         return orjson.dumps({"resources": out, "passed_through": self.passed_through})
 
     async def __call__(self, request: Request, response: Response) -> None:
+        watch = parse_bool(request.query_value("watch"))
+        watch = watch or "/watch/" in request.path
+        if not watch:
+            if self.active >= self.ctx.config.max_requests_inflight:
+                self.rejected["inflight"] = self.rejected.get("inflight", 0) + 1
+                raise apierrors.too_many_requests("too many requests in flight, please try again later", 1)
+            self.active += 1
+        try:
+            await self._measured(request, response)
+        finally:
+            if not watch:
+                self.active -= 1
+
+    async def _measured(self, request: Request, response: Response) -> None:
         metrics = self.ctx.metrics
         if metrics is None:
             await self._handle(request, response)
@@ -144,7 +164,10 @@ class ApiHandler:
         if reason is None:
             if self.ctx.gate is not None:
                 # Before any cached byte: 401/403 as the upstream would answer (once per watch).
-                await self.ctx.gate.check(request, info)
+                await self.ctx.gate.check(request, info, peercert=request.peercert)
+            if info.verb == "watch" and self.watchers() >= self.ctx.config.max_watchers:
+                self.rejected["watchers"] = self.rejected.get("watchers", 0) + 1
+                raise apierrors.too_many_requests("too many watches open on this server, please try again later", 1)
             self.inflight += 1
             try:
                 await self._serve_cached(request, response, info)

@@ -55,6 +55,10 @@ class ServeConfig:
     max_limit: int = 0
     # Observe delivery latency on one flush in N (0: never).
     delivery_sample: int = 16
+    # Non-watch requests handled at once per worker before 429 (kube: --max-requests-inflight=400).
+    max_requests_inflight: int = 400
+    # Watches open at once per worker before 429: each costs memory and a share of every event.
+    max_watchers: int = 10_000
 
 
 @dataclass

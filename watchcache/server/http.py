@@ -67,6 +67,8 @@ class Request:
     body: bytes
     http_version: str
     remote: str
+    # The verified client certificate of a TLS connection (``SSLObject.getpeercert()``), if any.
+    peercert: dict[str, Any] | None = None
 
     def query_value(self, name: str) -> str | None:
         """First value of a query parameter, as most list/watch options are single-valued."""
@@ -392,6 +394,7 @@ class HttpProtocol(asyncio.Protocol):
         "_loop",
         "_lost",
         "_parser",
+        "_peercert",
         "_queue",
         "_read_paused",
         "_remote",
@@ -411,6 +414,7 @@ class HttpProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport = None  # type: ignore[assignment]
         self._flow = FlowControl()
         self._remote = ""
+        self._peercert: dict[str, Any] | None = None
         self._closing = False  # we closed, or the peer did: no more writes
         self._lost = False
         self._dead = False  # no more parsing: error or a Connection: close request
@@ -447,6 +451,7 @@ class HttpProtocol(asyncio.Protocol):
         if isinstance(peer, tuple) and len(peer) >= 2:
             host = peer[0]
             self._remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+        self._peercert = transport.get_extra_info("peercert") or None
         self._header_timer = self._loop.call_later(self._limits.header_timeout, self._on_header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -551,7 +556,7 @@ class HttpProtocol(asyncio.Protocol):
         except ValueError:
             raise _ProtocolError(400, "BadRequest", "invalid request target") from None
         method = parser.get_method().decode("ascii")
-        self._request = Request(method, raw, path, query, headers, b"", version, self._remote)
+        self._request = Request(method, raw, path, query, headers, b"", version, self._remote, self._peercert)
         self._keep_alive = parser.should_keep_alive()
         if version == "1.1" and (te is not None or length) and headers.get("expect", "").lower() == "100-continue":
             if self._active is None and not self._queue:
@@ -759,11 +764,14 @@ async def start_server(
     reuse_port: bool = False,
     sock: socket.socket | None = None,
     server_header: str | None = None,
+    ssl: Any = None,
 ) -> asyncio.AbstractServer:
-    """Listen on ``host:port`` (or an already bound ``sock``, e.g. one per worker process)."""
+    """Listen on ``host:port`` (or an already bound ``sock``, e.g. one per worker process); TLS with ``ssl``."""
     loop = asyncio.get_running_loop()
     factory = create_protocol_factory(handler, limits, server_header=server_header)
     kwargs: dict[str, Any] = {"backlog": 2048}
+    if ssl is not None:
+        kwargs["ssl"] = ssl
     if sock is not None:
         return await loop.create_server(factory, sock=sock, **kwargs)
     return await loop.create_server(factory, host, port, reuse_port=reuse_port or None, **kwargs)

@@ -123,7 +123,10 @@ class OwnerService(rpc.OwnerServicer):
         self.streams += 1
         log.info(
             "worker %d follows %s (%d objects, %d events of history)",
-            request.follower, request.resource, len(objects), len(history),
+            request.follower,
+            request.resource,
+            len(objects),
+            len(history),
         )
         try:
             for i in range(0, max(len(objects), 1), SNAPSHOT_BATCH):

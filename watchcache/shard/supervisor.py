@@ -131,9 +131,14 @@ class Supervisor:
             return
         if all((self.shard_dir / f"w{s.id}.ready").exists() for s in self.slots):
             self._announced = True
+            scheme = "https" if "--tls-cert-file" in " ".join(self.worker_args) else "http"
             log.info(
-                "watchcache serve ready: listening on http://%s:%d (%d workers, shard dir %s)",
-                self.host, self.port, self.workers, self.shard_dir,
+                "watchcache serve ready: listening on %s://%s:%d (%d workers, shard dir %s)",
+                scheme,
+                self.host,
+                self.port,
+                self.workers,
+                self.shard_dir,
             )
 
     # ------------------------------------------------------------------ main loop

@@ -1,0 +1,54 @@
+"""TLS serving: the serving certificate (reloaded when its files change) and optional client certificates.
+
+HTTP/1.1 only (ALPN ``http/1.1``): watch streams are written straight to the transport, which
+HTTP/2's framing would not allow without a library of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+
+log = logging.getLogger("watchcache.server.tls")
+
+
+class ServingCert:
+    def __init__(self, cert_file: str, key_file: str, client_ca_file: str | None = None) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.client_ca_file = client_ca_file
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.set_alpn_protocols(["http/1.1"])
+        if client_ca_file:
+            # Optional, as kube-apiserver: a client may present a certificate or a bearer token.
+            ctx.load_verify_locations(cafile=client_ca_file)
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+        self.context = ctx
+        self._stamp: tuple[float, float] = (0.0, 0.0)
+        self.reload_if_changed()
+
+    def _mtimes(self) -> tuple[float, float]:
+        return os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime
+
+    def reload_if_changed(self) -> bool:
+        """Load the pair again if either file changed; new connections use it (rotation without restart)."""
+        try:
+            stamp = self._mtimes()
+        except OSError as e:
+            log.warning("serving certificate not readable: %s", e)
+            return False
+        if stamp == self._stamp:
+            return False
+        try:
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as e:
+            if self._stamp == (0.0, 0.0):
+                raise
+            log.warning("keeping the previous serving certificate: %s", e)
+            return False
+        if self._stamp != (0.0, 0.0):
+            log.info("serving certificate reloaded from %s", self.cert_file)
+        self._stamp = stamp
+        return True
