@@ -59,16 +59,23 @@ async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> None:
     if cacher.rv >= wanted:
         return
     started = time.monotonic()
-    # Events may bring the cache there; on a quiet resource the upstream's proof does.
-    fresh = await cacher.wait_for_rv(wanted, min(0.05, ctx.config.fresh_wait)) or await ctx.upstream.ensure_fresh(
-        cacher, wanted
-    )
-    if not fresh:
-        fresh = cacher.rv >= wanted
+    fresh = await reach_rv(ctx, cacher, wanted)
     if ctx.metrics is not None:
         ctx.metrics.waited(cacher.resource, time.monotonic() - started)
     if not fresh:
         raise apierrors.too_large_resource_version(wanted, cacher.rv)
+
+
+async def reach_rv(ctx: ApiContext, cacher: Cacher, wanted: int) -> bool:
+    """Wait (at most ``fresh_wait``) for the cache to reach ``wanted``: by events, or on a quiet
+    resource by the upstream's proof of progress."""
+    deadline = time.monotonic() + ctx.config.fresh_wait
+    if cacher.rv >= wanted or await cacher.wait_for_rv(wanted, min(0.05, ctx.config.fresh_wait)):
+        return True
+    if await ctx.upstream.ensure_fresh(cacher, wanted):
+        return True
+    remaining = deadline - time.monotonic()
+    return cacher.rv >= wanted or (remaining > 0 and await cacher.wait_for_rv(wanted, remaining))
 
 
 def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:

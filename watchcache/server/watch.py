@@ -20,7 +20,7 @@ from watchcache.cache.store import ResourceVersionTooOld
 from watchcache.dispatch.cacher import Cacher
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.http import ConnectionClosed, Response
-from watchcache.server.reads import ensure_ready, parse_predicate
+from watchcache.server.reads import ensure_ready, parse_predicate, reach_rv
 from watchcache.server.routing import RequestInfo
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason, Watcher
@@ -151,10 +151,8 @@ async def serve_watch(
     error: apierrors.StatusError | None = None
     if plan.mode is Mode.MOST_RECENT and not await ctx.upstream.ensure_fresh(cacher):
         raise PassThrough("consistent watch start not provably fresh")
-    if plan.mode is Mode.NOT_OLDER_THAN and cacher.rv < plan.rv:
-        reached = await cacher.wait_for_rv(plan.rv, min(0.05, ctx.config.fresh_wait))
-        if not (reached or await ctx.upstream.ensure_fresh(cacher, plan.rv) or cacher.rv >= plan.rv):
-            error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
+    if plan.mode is Mode.NOT_OLDER_THAN and not await reach_rv(ctx, cacher, plan.rv):
+        error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
     resource = cacher.resource
     response.start_chunked(200)
