@@ -334,6 +334,15 @@ async def _discover_and_reflect(
     ctx.discovered = True
     log.info("caching %s", ", ".join(c.resource.path_id() for c in owned))
     running.extend(Reflector(client, c, options.reflector) for c in owned)
+    kicks: set[asyncio.Future[bool]] = set()
+
+    def prove_progress(cacher: Cacher) -> None:
+        kick = asyncio.ensure_future(ctx.upstream.ensure_fresh(cacher))
+        kicks.add(kick)
+        kick.add_done_callback(kicks.discard)
+
+    for reflector in running:
+        reflector.after_relist = prove_progress
     reflectors = [asyncio.ensure_future(r.run()) for r in running]
     try:
         await asyncio.gather(*reflectors)

@@ -80,7 +80,7 @@ class ResourceCache:
         self.initialized = False
         self.history = HistoryWindow(config.history_max_events, config.history_max_age)
         # The rv of a relist's multi-event group (see ``relist``); None otherwise.
-        self._unresumable_rv: int | None = None
+        self.unresumable_rv: int | None = None
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -93,7 +93,7 @@ class ResourceCache:
         self._object_bytes = sum(len(o.body) for o in self._objects.values())
         self.rv = rv
         self.history.reset(rv)
-        self._unresumable_rv = None
+        self.unresumable_rv = None
         self.initialized = True
 
     def apply(self, changes: Sequence[tuple[str, CachedObject]]) -> list[WatchEvent]:
@@ -165,7 +165,7 @@ class ResourceCache:
         self.history.reset(rv)
         # Several events share rv: a client that got only part of them and resumes from rv
         # would miss the rest, so a resume from exactly rv is refused (410) instead.
-        self._unresumable_rv = rv if len(events) > 1 else None
+        self.unresumable_rv = rv if len(events) > 1 else None
         return events
 
     def progress(self, rv: int) -> bool:
@@ -204,7 +204,7 @@ class ResourceCache:
 
     def events_since(self, rv: int) -> list[WatchEvent]:
         """Events after ``rv`` for a watch resuming there; TooOld if the window moved past it."""
-        if rv < self.history.oldest_rv or rv == self._unresumable_rv:
+        if rv < self.history.oldest_rv or rv == self.unresumable_rv:
             raise ResourceVersionTooOld(rv, self.history.oldest_rv)
         if rv >= self.rv:
             return []

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwatchcache/shard/follow.proto\x12\x13watchcache.shard.v1\"\x10\n\x0eMetricsRequest\"\x1c\n\x0cMetricsReply\x12\x0c\n\x04text\x18\x01 \x01(\x0c\"3\n\rFollowRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x10\n\x08\x66ollower\x18\x02 \x01(\x05\"\xa1\x02\n\x06Object\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\x04\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.watchcache.shard.v1.Object.LabelsEntry\x12\x37\n\x06\x66ields\x18\x05 \x03(\x0b\x32\'.watchcache.shard.v1.Object.FieldsEntry\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x06\x43hange\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .watchcache.shard.v1.Change.Type\x12+\n\x06object\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.Object\",\n\x04Type\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x00\x12\x0c\n\x08MODIFIED\x10\x01\x12\x0b\n\x07\x44\x45LETED\x10\x02\"`\n\x08Snapshot\x12,\n\x07objects\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x08\"6\n\x06\x45vents\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\"P\n\x06Relist\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\"\xba\x01\n\x0b\x46ollowBatch\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1d.watchcache.shard.v1.SnapshotH\x00\x12-\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.EventsH\x00\x12\x12\n\x08progress\x18\x03 \x01(\x04H\x00\x12-\n\x06relist\x18\x04 \x01(\x0b\x32\x1b.watchcache.shard.v1.RelistH\x00\x42\x06\n\x04kind2\xac\x01\n\x05Owner\x12P\n\x06\x46ollow\x12\".watchcache.shard.v1.FollowRequest\x1a .watchcache.shard.v1.FollowBatch0\x01\x12Q\n\x07Metrics\x12#.watchcache.shard.v1.MetricsRequest\x1a!.watchcache.shard.v1.MetricsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwatchcache/shard/follow.proto\x12\x13watchcache.shard.v1\"\x10\n\x0eMetricsRequest\"\x1c\n\x0cMetricsReply\x12\x0c\n\x04text\x18\x01 \x01(\x0c\"3\n\rFollowRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x10\n\x08\x66ollower\x18\x02 \x01(\x05\"\xa1\x02\n\x06Object\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\x04\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.watchcache.shard.v1.Object.LabelsEntry\x12\x37\n\x06\x66ields\x18\x05 \x03(\x0b\x32\'.watchcache.shard.v1.Object.FieldsEntry\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x06\x43hange\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .watchcache.shard.v1.Change.Type\x12+\n\x06object\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.Object\",\n\x04Type\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x00\x12\x0c\n\x08MODIFIED\x10\x01\x12\x0b\n\x07\x44\x45LETED\x10\x02\"\x86\x01\n\x08Snapshot\x12,\n\x07objects\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12$\n\x1cunresumable_resource_version\x18\x04 \x01(\x04\"6\n\x06\x45vents\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\"P\n\x06Relist\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\"\xba\x01\n\x0b\x46ollowBatch\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1d.watchcache.shard.v1.SnapshotH\x00\x12-\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.EventsH\x00\x12\x12\n\x08progress\x18\x03 \x01(\x04H\x00\x12-\n\x06relist\x18\x04 \x01(\x0b\x32\x1b.watchcache.shard.v1.RelistH\x00\x42\x06\n\x04kind2\xac\x01\n\x05Owner\x12P\n\x06\x46ollow\x12\".watchcache.shard.v1.FollowRequest\x1a .watchcache.shard.v1.FollowBatch0\x01\x12Q\n\x07Metrics\x12#.watchcache.shard.v1.MetricsRequest\x1a!.watchcache.shard.v1.MetricsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -51,14 +51,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHANGE']._serialized_end=595
   _globals['_CHANGE_TYPE']._serialized_start=551
   _globals['_CHANGE_TYPE']._serialized_end=595
-  _globals['_SNAPSHOT']._serialized_start=597
-  _globals['_SNAPSHOT']._serialized_end=693
-  _globals['_EVENTS']._serialized_start=695
-  _globals['_EVENTS']._serialized_end=749
-  _globals['_RELIST']._serialized_start=751
-  _globals['_RELIST']._serialized_end=831
-  _globals['_FOLLOWBATCH']._serialized_start=834
-  _globals['_FOLLOWBATCH']._serialized_end=1020
-  _globals['_OWNER']._serialized_start=1023
-  _globals['_OWNER']._serialized_end=1195
+  _globals['_SNAPSHOT']._serialized_start=598
+  _globals['_SNAPSHOT']._serialized_end=732
+  _globals['_EVENTS']._serialized_start=734
+  _globals['_EVENTS']._serialized_end=788
+  _globals['_RELIST']._serialized_start=790
+  _globals['_RELIST']._serialized_end=870
+  _globals['_FOLLOWBATCH']._serialized_start=873
+  _globals['_FOLLOWBATCH']._serialized_end=1059
+  _globals['_OWNER']._serialized_start=1062
+  _globals['_OWNER']._serialized_end=1234
 # @@protoc_insertion_point(module_scope)

@@ -72,14 +72,16 @@ class Change(_message.Message):
     def __init__(self, type: _Optional[_Union[Change.Type, str]] = ..., object: _Optional[_Union[Object, _Mapping]] = ...) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("objects", "resource_version", "last")
+    __slots__ = ("objects", "resource_version", "last", "unresumable_resource_version")
     OBJECTS_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    UNRESUMABLE_RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     objects: _containers.RepeatedCompositeFieldContainer[Object]
     resource_version: int
     last: bool
-    def __init__(self, objects: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., resource_version: _Optional[int] = ..., last: _Optional[bool] = ...) -> None: ...
+    unresumable_resource_version: int
+    def __init__(self, objects: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., resource_version: _Optional[int] = ..., last: _Optional[bool] = ..., unresumable_resource_version: _Optional[int] = ...) -> None: ...
 
 class Events(_message.Message):
     __slots__ = ("changes",)

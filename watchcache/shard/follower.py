@@ -67,6 +67,8 @@ class Follower:
                             staging.replace(objects, batch.snapshot.resource_version)
                         else:
                             cacher.replace(objects, batch.snapshot.resource_version, ready=False)
+                            # The owner's resume barrier (a relist group's rv) holds here too.
+                            cacher.cache.unresumable_rv = batch.snapshot.unresumable_resource_version or None
                         objects = []
                 elif kind == "events":
                     changes = changes_from_pb(batch.events.changes)

@@ -117,6 +117,7 @@ class OwnerService(rpc.OwnerServicer):
         objects = list(cache.snapshot(oldest).iter_range("", None))
         history = list(cache.history)
         head_rv = cache.rv
+        unresumable = cache.unresumable_rv or 0
         feed = ReplicaFeed(self.max_pending)
         cacher.replicas.append(feed)
         # ---- end of the synchronous section.
@@ -132,7 +133,10 @@ class OwnerService(rpc.OwnerServicer):
             for i in range(0, max(len(objects), 1), SNAPSHOT_BATCH):
                 part = [object_to_pb(o) for o in objects[i : i + SNAPSHOT_BATCH]]
                 last = i + SNAPSHOT_BATCH >= len(objects)
-                yield pb.FollowBatch(snapshot=pb.Snapshot(objects=part, resource_version=oldest, last=last))
+                snapshot = pb.Snapshot(objects=part, resource_version=oldest, last=last)
+                if last:
+                    snapshot.unresumable_resource_version = unresumable
+                yield pb.FollowBatch(snapshot=snapshot)
             for msg in _history_batches(history):
                 yield msg
             yield pb.FollowBatch(progress=head_rv)

@@ -23,6 +23,7 @@ import enum
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -88,6 +89,9 @@ class Reflector:
         self.gone = 0
         self.last_event_at: float | None = None
         self._synced_once = False
+        # Called after a relist: the proxy proves progress past the relist's rv at once (a watch may
+        # not resume *at* that rv, see ResourceCache.relist, so lists should not keep reporting it).
+        self.after_relist: Callable[[Cacher], object] | None = None
 
     def _set_state(self, state: ReflectorState, why: str = "") -> None:
         if state is not self.state:
@@ -159,6 +163,8 @@ class Reflector:
         if self._synced_once:
             events = self.cacher.relist(objects, rv)
             self.relists += 1
+            if self.after_relist is not None:
+                self.after_relist(self.cacher)
             log.info(
                 "relisted %s at rv %d: %d objects, %d changes delivered to watchers",
                 self.resource.qualified,
