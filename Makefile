@@ -12,7 +12,7 @@ OVERLAY ?= production
 LOADTEST_PROFILE ?= steady
 LOADTEST_ARGS ?= --users 20 --spawn-rate 10 --duration 30s
 
-.PHONY: run sim test lint fmt clean proto deploy-test deploy-render image loadtest loadtest-ui
+.PHONY: run sim test lint fmt clean proto deploy-test deploy-render image loadtest loadtest-ui bench bench-quick
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,3 +68,17 @@ loadtest: $(BIN)/.installed
 ## loadtest-ui: locust's web UI (http://127.0.0.1:8089) against a fresh stack; Ctrl-C stops both
 loadtest-ui: $(BIN)/.installed
 	$(BIN)/python loadtest/run.py --start-stack --ui --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
+
+## bench-quick: the four hot-path benchmarks in quick mode (< 1 min each)
+bench-quick: $(BIN)/.installed
+	$(BIN)/python loadtest/bench_fanout.py --quick
+	$(BIN)/python loadtest/bench_list.py --quick
+	$(BIN)/python loadtest/bench_memory.py --quick
+	$(BIN)/python loadtest/bench_upstream.py --quick
+
+## bench: the four hot-path benchmarks in full (~20 min on 2 cores); results: docs/performance.md
+bench: $(BIN)/.installed
+	$(BIN)/python loadtest/bench_fanout.py --profile
+	$(BIN)/python loadtest/bench_list.py
+	$(BIN)/python loadtest/bench_memory.py
+	$(BIN)/python loadtest/bench_upstream.py

@@ -110,9 +110,11 @@ class Cacher:
     def apply(self, changes: Sequence[tuple[str, CachedObject]]) -> list[WatchEvent]:
         events = self.cache.apply(changes)
         self.events_received += len(events)
-        self.dispatcher.dispatch(events)
+        # Followers first: their stream is woken before this worker's own fan-out runs, so a
+        # busy owner does not hold every other worker's watchers back by a loop pass.
         for replica in self.replicas:
             replica.on_events(events)
+        self.dispatcher.dispatch(events)
         self._wake_waiters()
         return events
 
