@@ -76,6 +76,7 @@ class Watcher:
         "protected",
         "resource",
         "resume_rv",
+        "select_all",
         "sink",
         "start_rv",
     )
@@ -95,6 +96,9 @@ class Watcher:
     ) -> None:
         self.resource = resource
         self.predicate = predicate
+        # No namespace, no selector: every event's own frame, without evaluating anything (the
+        # common informer watch; dispatch costs ~1.5 µs per delivery, a third of it in matching).
+        self.select_all = predicate.namespace is None and predicate.empty
         # Events at or before start_rv are never delivered (the client has them).
         self.start_rv = start_rv
         # The newest rv this watcher has been given (event or bookmark).
@@ -127,6 +131,8 @@ class Watcher:
         """The frame ``event`` means for this watcher (kube's ``convertToWatchEvent``), or None."""
         if event.rv <= self.start_rv:
             return None
+        if self.select_all:
+            return event.frame(event.type)
         matches = self.predicate.matches
         if event.type == DELETED:
             if not matches(event.prev if event.prev is not None else event.object):
