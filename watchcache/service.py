@@ -43,7 +43,7 @@ from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.faults import FaultInjector
 from watchcache.sim.policy import load_policy
-from watchcache.upstream.client import UpstreamClient
+from watchcache.upstream.client import UpstreamClient, UpstreamError
 from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
@@ -267,7 +267,9 @@ async def wire_proxy(options: RunOptions) -> Wiring:
             await grpc_server.stop(1.0)
 
         wiring.cleanup.insert(0, stop_shard)
-    wiring.tasks = [asyncio.ensure_future(_discover_and_reflect(client, ctx, options, ids, wiring.reflectors))]
+    wiring.tasks = [
+        asyncio.ensure_future(_discover_and_reflect(client, ctx, options, ids, wiring.reflectors, wiring.housekeeping))
+    ]
     return wiring
 
 
@@ -308,14 +310,20 @@ def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> by
 
 
 async def _discover_and_reflect(
-    client: UpstreamClient, ctx: ApiContext, options: RunOptions, ids: Sequence[str], running: list[Reflector]
+    client: UpstreamClient,
+    ctx: ApiContext,
+    options: RunOptions,
+    ids: Sequence[str],
+    running: list[Reflector],
+    housekeeping: list[Callable[[], object]],
 ) -> None:
     delay = 0.5
     while True:
         try:
             types = await resolve(client, ids, strict=False)
             break
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:  # unreachable at start: keep trying, loudly
+        except (aiohttp.ClientError, OSError, TimeoutError, UpstreamError) as e:
+            # Unreachable, or overloaded (5xx/429): keep trying, loudly, as client-go would.
             log.warning("upstream discovery failed (%s); retrying in %.0fs", e, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
@@ -343,6 +351,15 @@ async def _discover_and_reflect(
 
     for reflector in running:
         reflector.after_relist = prove_progress
+
+    def move_past_barriers() -> None:
+        # While a relist's group rv is still the cache's head, a watch from the rv a LIST returns
+        # would get 410 (see ResourceCache.relist): prove progress again, about every 2 s.
+        for cacher in owned:
+            if cacher.cache.unresumable_rv == cacher.rv and not kicks and int(time.monotonic()) % 2 == 0:
+                prove_progress(cacher)
+
+    housekeeping.append(move_past_barriers)
     reflectors = [asyncio.ensure_future(r.run()) for r in running]
     try:
         await asyncio.gather(*reflectors)

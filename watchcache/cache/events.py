@@ -72,7 +72,7 @@ class WatchEvent:
 
         ``as_type`` is ``type`` itself, ADDED for an object entering a watcher's selection
         (the new state), or DELETED for one leaving it: then, as kube's cacher does, the
-        *previous* state stamped with this event's resourceVersion.
+        *previous* state stamped with the new state's resourceVersion.
         """
         frames = self._frames
         if frames is None:
@@ -82,7 +82,9 @@ class WatchEvent:
             if cached is not None:
                 return cached
         if as_type == DELETED and self.type == MODIFIED and self.prev is not None:
-            source = self.prev.with_resource_version(self.rv)
+            # The new object's rv: the event's rv for an ordinary event, and inside a relist diff
+            # (one group at rv R, objects carrying their own rvs) it keeps the stream's rvs increasing.
+            source = self.prev.with_resource_version(self.object.rv)
         else:
             source = self.object
         built = b"".join((_HEADS[as_type], self.resource.typed_prefix, source.body, _TAIL))

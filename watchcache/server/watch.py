@@ -151,7 +151,10 @@ async def serve_watch(
     error: apierrors.StatusError | None = None
     if plan.mode is Mode.MOST_RECENT and not await ctx.upstream.ensure_fresh(cacher):
         raise PassThrough("consistent watch start not provably fresh")
-    if plan.mode is Mode.NOT_OLDER_THAN and not await reach_rv(ctx, cacher, plan.rv):
+    if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT) and not await reach_rv(ctx, cacher, plan.rv):
+        # A watch from an rv this cache has not reached (e.g. listed on another worker or replica
+        # that is ahead) must not start before it: a resync in between would hand it changes it
+        # already has. As kube-apiserver: wait (bounded), else 504 Too large resource version.
         error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
     resource = cacher.resource
