@@ -12,7 +12,7 @@ OVERLAY ?= production
 LOADTEST_PROFILE ?= steady
 LOADTEST_ARGS ?= --users 20 --spawn-rate 10 --duration 30s
 
-.PHONY: run sim test lint fmt clean proto deploy-test deploy-render image loadtest loadtest-ui bench bench-quick
+.PHONY: run sim test lint fmt clean proto deploy-test deploy-render image loadtest loadtest-ui bench bench-quick chaos
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,3 +82,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python loadtest/bench_list.py
 	$(BIN)/python loadtest/bench_memory.py
 	$(BIN)/python loadtest/bench_upstream.py
+
+## chaos: the reliability campaign: 5 min of faults around the proxy, every client's watch stream checked (docs/reliability.md)
+chaos: $(BIN)/.installed
+	$(BIN)/python -m loadtest.chaos --duration 300
