@@ -82,6 +82,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         "caught up from history once it reads again, or ended with 410 if history moved on (default %(default)s)",
     )
     p.add_argument(
+        "--delivery-sample",
+        type=int,
+        default=_SERVE.delivery_sample,
+        help="observe watch delivery latency on one flush in N (0: never; the only per-flush metric cost) "
+        "(default %(default)s)",
+    )
+    p.add_argument(
         "--max-requests-inflight",
         type=int,
         default=_SERVE.max_requests_inflight,
@@ -282,6 +289,7 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
             max_limit=args.max_limit,
             watch_max_pending_bytes=args.max_watch_buffer_bytes,
             max_requests_inflight=args.max_requests_inflight,
+            delivery_sample=args.delivery_sample,
             max_watchers=args.max_watchers,
         ),
         http=HttpLimits(
