@@ -138,3 +138,21 @@ def test_forbidden_message_is_kubes(stack):
         'configmaps "cm-1" is forbidden: User "carol" cannot get resource "configmaps" in API group "" '
         'in the namespace "ns-2"'
     )
+
+
+def test_without_anonymous_auth_unauthenticated_requests_get_401(stack, tmp_path):
+    sim, _ = stack
+    token_file = tmp_path / "token"
+    token_file.write_text("watchcache-token")
+    proxy = start(
+        "serve", "--upstream", sim.url, "--token-file", str(token_file), "--authentication", "delegated",
+        "--no-anonymous-auth", "--workers", "1",
+    )  # fmt: skip
+    try:
+        wait_ready(proxy)
+        status, body = call(proxy.url, "/api/v1/pods", None)
+        assert status == 401 and body["reason"] == "Unauthorized"
+        status, _ = call(proxy.url, "/api/v1/pods", "alice-token")
+        assert status == 200
+    finally:
+        proxy.stop()
