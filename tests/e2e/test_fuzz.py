@@ -194,13 +194,17 @@ def test_generated_requests_get_status_errors_never_5xx_and_the_server_survives(
                 else:
                     data[pos:pos] = rng.choice(extras) if rng.random() < 0.2 else bytes([rng.randrange(256)])
             with socket.create_connection((host, int(port)), timeout=5) as s:
-                s.sendall(bytes(data))
-                s.shutdown(socket.SHUT_WR)
                 answer = b""
+                try:
+                    # The server may answer 400 and close before the whole request is sent: that is fine.
+                    s.sendall(bytes(data))
+                    s.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
                 try:
                     while chunk := s.recv(65536):
                         answer += chunk
-                except (TimeoutError, ConnectionResetError):
+                except OSError:
                     pass
             if answer.startswith(b"HTTP/1."):
                 code = int(answer.split(b" ", 2)[1])
