@@ -29,6 +29,7 @@ log = logging.getLogger("watchcache.server")
 
 _TEXT = "text/plain; charset=utf-8"
 _READ_VERBS = frozenset({"get", "list", "watch"})
+_EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 
 
 def accepts_json(accept: str | None) -> bool:
@@ -97,9 +98,10 @@ class ApiHandler:
         return orjson.dumps({"resources": out, "passed_through": self.passed_through})
 
     async def __call__(self, request: Request, response: Response) -> None:
-        watch = parse_bool(request.query_value("watch"))
-        watch = watch or "/watch/" in request.path
-        if not watch:
+        # Watches are long-running (limited by --max-watchers); health and metrics are never
+        # refused, so probes and scrapes still see an overloaded server.
+        exempt = request.path in _EXEMPT or parse_bool(request.query_value("watch")) or "/watch/" in request.path
+        if not exempt:
             if self.active >= self.ctx.config.max_requests_inflight:
                 self.rejected["inflight"] = self.rejected.get("inflight", 0) + 1
                 raise apierrors.too_many_requests("too many requests in flight, please try again later", 1)
@@ -107,7 +109,7 @@ class ApiHandler:
         try:
             await self._measured(request, response)
         finally:
-            if not watch:
+            if not exempt:
                 self.active -= 1
 
     async def _measured(self, request: Request, response: Response) -> None:
