@@ -268,7 +268,9 @@ async def wire_proxy(options: RunOptions) -> Wiring:
 
         wiring.cleanup.insert(0, stop_shard)
     wiring.tasks = [
-        asyncio.ensure_future(_discover_and_reflect(client, ctx, options, ids, wiring.reflectors, wiring.housekeeping))
+        asyncio.ensure_future(
+            _discover_and_reflect(client, consistent, ctx, options, ids, wiring.reflectors, wiring.housekeeping)
+        )
     ]
     return wiring
 
@@ -311,6 +313,7 @@ def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> by
 
 async def _discover_and_reflect(
     client: UpstreamClient,
+    consistent: ConsistentReads,
     ctx: ApiContext,
     options: RunOptions,
     ids: Sequence[str],
@@ -342,22 +345,15 @@ async def _discover_and_reflect(
     ctx.discovered = True
     log.info("caching %s", ", ".join(c.resource.path_id() for c in owned))
     running.extend(Reflector(client, c, options.reflector) for c in owned)
-    kicks: set[asyncio.Future[bool]] = set()
-
-    def prove_progress(cacher: Cacher) -> None:
-        kick = asyncio.ensure_future(ctx.upstream.ensure_fresh(cacher))
-        kicks.add(kick)
-        kick.add_done_callback(kicks.discard)
-
     for reflector in running:
-        reflector.after_relist = prove_progress
+        reflector.after_relist = consistent.advance
 
     def move_past_barriers() -> None:
         # While a relist's group rv is still the cache's head, a watch from the rv a LIST returns
-        # would get 410 (see ResourceCache.relist): prove progress again, about every 2 s.
+        # would get 410 (see ResourceCache.relist): keep proving progress until the cache moves on.
         for cacher in owned:
-            if cacher.cache.unresumable_rv == cacher.rv and not kicks and int(time.monotonic()) % 2 == 0:
-                prove_progress(cacher)
+            if cacher.cache.unresumable_rv == cacher.rv:
+                consistent.advance(cacher)
 
     housekeeping.append(move_past_barriers)
     reflectors = [asyncio.ensure_future(r.run()) for r in running]

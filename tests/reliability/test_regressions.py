@@ -115,7 +115,7 @@ async def test_watch_ahead_of_a_relisting_cache_gets_no_event_at_or_before_its_r
     reason="known limitation, chosen over a silent loss: after a relist whose diff has several events at rv R, a "
     "watch resuming at R gets 410 (a client may have seen part of the group), and R is also the LIST's and the "
     "bookmark's rv until the cache moves past it. The proxy proves progress against the upstream right after a "
-    "relist and every ~2 s while R is the head, so this ends as soon as the cluster's revision moves; here "
+    "relist and again while R is the head, so this ends as soon as the cluster's revision moves; here "
     "nothing is written anywhere (no upstream at all), so it does not",
 )
 @arun

@@ -96,6 +96,7 @@ class ConsistentReads:
         self.probe_timeout = probe_timeout
         self._targets: dict[ResourceType, _SingleFlight] = {}
         self._probes: dict[ResourceType, asyncio.Task[None]] = {}
+        self._advancing: dict[ResourceType, asyncio.Task[bool]] = {}
         # Per resource: consistent reads proven fresh (served from cache) / not (passed through).
         self.served_from_cache: dict[ResourceType, int] = {}
         self.passed_through: dict[ResourceType, int] = {}
@@ -125,6 +126,23 @@ class ConsistentReads:
         if consistent:
             self._count(self.served_from_cache if reached else self.passed_through, cacher.resource)
         return reached
+
+    def advance(self, cacher: Cacher) -> None:
+        """In the background, bring the cache to the upstream's current rv (at most one at a time per resource).
+
+        Not a client read, so not counted in the consistent-read metrics: used after a relist,
+        whose group rv must not stay the cache's head (see ``ResourceCache.relist``).
+        """
+        task = self._advancing.get(cacher.resource)
+        if task is None or task.done():
+            self._advancing[cacher.resource] = asyncio.ensure_future(self._advance(cacher))
+
+    async def _advance(self, cacher: Cacher) -> bool:
+        try:
+            target = await asyncio.wait_for(self._target(cacher.resource).get(), self.fresh_wait)
+        except (UpstreamError, aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError):
+            return False
+        return await self._reach(cacher, target, time.monotonic() + self.fresh_wait)
 
     async def _reach(self, cacher: Cacher, target: int, deadline: float) -> bool:
         """Wait for events to bring the cache to ``target``; probe (again) while they do not."""
