@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+import collections
+from collections.abc import Hashable
+
+import orjson
+import pytest
+
 from tests.factories import pod
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig, ResourceCache
-from watchcache.dispatch.dispatcher import Dispatcher
+from watchcache.dispatch.dispatcher import Dispatcher, WatcherGroup, predicate_key
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import CloseReason, Watcher
 
@@ -24,16 +30,22 @@ class Sink:
         self.lagged = getattr(self, "lagged", 0) + 1
 
 
-class CountingWatcher(Watcher):
-    __slots__ = ("calls",)
+@pytest.fixture
+def offers(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[Hashable]:
+    """How many events each watcher group was offered (the per-event work of dispatch)."""
+    counts: collections.Counter[Hashable] = collections.Counter()
+    real = WatcherGroup.offer
 
-    def __init__(self, *a, **kw) -> None:
-        super().__init__(*a, **kw)
-        self.calls = 0
+    def offer(self: WatcherGroup, event, touched) -> None:  # type: ignore[no-untyped-def]
+        counts[self.key] += 1
+        real(self, event, touched)
 
-    def deliver(self, event):  # type: ignore[override]
-        self.calls += 1
-        return super().deliver(event)
+    monkeypatch.setattr(WatcherGroup, "offer", offer)
+    return counts
+
+
+def offered(counts: collections.Counter[Hashable], w: Watcher) -> int:
+    return counts[predicate_key(w.predicate)]
 
 
 def watcher(ns: str | None = None, fields: str = "", labels: str = "", start_rv: int = 0, cls=Watcher, **kw) -> Watcher:
@@ -46,16 +58,16 @@ def cache() -> ResourceCache:
     return c
 
 
-def test_kubelet_style_watchers_are_only_offered_their_node_events():
+def test_kubelet_style_watchers_are_only_offered_their_node_events(offers):
     d = Dispatcher(PODS)
-    per_node = [watcher(fields=f"spec.nodeName=n{i}", cls=CountingWatcher) for i in range(1000)]
+    per_node = [watcher(fields=f"spec.nodeName=n{i}") for i in range(1000)]
     for w in per_node:
         d.add(w, 0.0)
     c = cache()
     d.dispatch(c.apply([(MODIFIED, pod("a", "ns1", 11, node="n1"))]))
-    assert [w.calls for w in per_node[:3]] == [0, 1, 0]
-    assert sum(w.calls for w in per_node) == 1
-    assert len(per_node[1].pending) == 1
+    assert [offered(offers, w) for w in per_node[:3]] == [0, 1, 0]
+    assert sum(offers.values()) == 1
+    assert len(per_node[1].pending) == 1 and not per_node[0].pending
 
 
 def test_pod_moving_node_reaches_watchers_of_old_and_new_node():
@@ -69,18 +81,70 @@ def test_pod_moving_node_reaches_watchers_of_old_and_new_node():
     assert new.pending and b'"type":"ADDED"' in new.pending[0]
 
 
-def test_namespace_watchers_do_not_see_other_namespaces():
+def test_namespace_watchers_do_not_see_other_namespaces(offers):
     d = Dispatcher(PODS)
-    w1, w2, everyone = (
-        watcher("ns1", cls=CountingWatcher),
-        watcher("ns2", cls=CountingWatcher),
-        watcher(cls=CountingWatcher),
-    )
+    w1, w2, everyone = watcher("ns1"), watcher("ns2"), watcher()
     for w in (w1, w2, everyone):
         d.add(w, 0.0)
     c = cache()
     d.dispatch(c.apply([(DELETED, pod("a", "ns1", 11))]))
-    assert (w1.calls, w2.calls, everyone.calls) == (1, 0, 1)
+    assert (offered(offers, w1), offered(offers, w2), offered(offers, everyone)) == (1, 0, 1)
+    assert (len(w1.pending), len(w2.pending), len(everyone.pending)) == (1, 0, 1)
+
+
+def test_watchers_with_an_equal_predicate_share_one_group_and_one_frame_choice(offers):
+    d = Dispatcher(PODS)
+    same = [watcher("ns1", labels="app=web,tier=front") for _ in range(50)]
+    # The same selector written differently is the same predicate.
+    same.append(watcher("ns1", labels="tier=front , app=web"))
+    other = watcher("ns1", labels="app=db")
+    for w in [*same, other]:
+        d.add(w, 0.0)
+    assert len(d.groups) == 2
+    c = cache()
+    d.dispatch(c.apply([(MODIFIED, pod("a", "ns1", 11, labels={"app": "web", "tier": "front"}))]))
+    assert offered(offers, same[0]) == 1 and offered(offers, other) == 1
+    assert all(w.pending == same[0].pending for w in same) and same[0].pending
+    assert not other.pending
+    for w in same:
+        d.remove(w)
+    assert [g.watchers for g in d.groups.values()] == [{other: None}]
+    d.remove(other)
+    assert d.groups == {} and d.by_namespace == {}
+
+
+def test_a_batch_reaches_each_watcher_as_one_write_in_event_order():
+    d = Dispatcher(PODS)
+    ws = [watcher() for _ in range(3)]
+    only_ns2 = watcher("ns2")
+    for w in [*ws, only_ns2]:
+        d.add(w, 0.0)
+    c = cache()
+    d.dispatch(
+        c.apply(
+            [(MODIFIED, pod("a", "ns1", 11)), (MODIFIED, pod("b", "ns2", 12)), (DELETED, pod("a", "ns1", 13))]
+        )
+    )
+    assert len(ws[0].pending) == 1 and ws[0].pending[0] is ws[1].pending[0] is ws[2].pending[0]
+    lines = ws[0].pending[0].splitlines()
+    assert [orjson.loads(line)["type"] for line in lines] == ["MODIFIED", "MODIFIED", "DELETED"]
+    assert [orjson.loads(line)["object"]["metadata"]["resourceVersion"] for line in lines] == ["11", "12", "13"]
+    assert ws[0].take()[1] == 3
+    assert ws[0].flushed_rv == 13
+    assert only_ns2.take()[1] == 1 and only_ns2.flushed_rv == 12
+    assert d.events_dispatched == 3 * 3 + 1
+
+
+def test_a_watcher_starting_inside_a_batch_gets_only_the_events_after_its_start():
+    d = Dispatcher(PODS)
+    early, late = watcher(start_rv=10), watcher(start_rv=11)
+    d.add(early, 0.0)
+    d.add(late, 0.0)
+    c = cache()
+    d.dispatch(c.apply([(MODIFIED, pod("a", "ns1", 11)), (MODIFIED, pod("b", "ns2", 12))]))
+    assert early.take()[1] == 2
+    frames, events = late.take()
+    assert events == 1 and b'"resourceVersion":"11"' not in b"".join(frames)
 
 
 def test_one_frame_object_is_shared_by_all_watchers():
@@ -125,7 +189,7 @@ def test_slow_watcher_lags_then_catches_up_from_history_without_gap_or_duplicate
     delivered: list[int] = []
 
     def read_all() -> None:
-        for frame in w.take():
+        for frame in w.take()[0]:
             delivered.append(int(frame.split(b'"resourceVersion":"')[1].split(b'"')[0]))
 
     for e in c.apply([(MODIFIED, pod("a", "ns1", 11))]):

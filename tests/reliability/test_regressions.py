@@ -52,7 +52,7 @@ def test_relist_diff_keeps_resource_versions_increasing_for_a_selective_watcher(
     cacher.relist([pod("a", rv=4, labels={"app": "db"}), pod("b", rv=7, labels={"app": "web", "v": "2"})], 10)
 
     records = [rec_list(2, {"default/a": 1, "default/b": 2}), rec_reconnect(2)]
-    frames = [orjson.loads(f) for f in watcher.take()]
+    frames = [orjson.loads(line) for line in b"".join(watcher.take()[0]).splitlines()]
     for frame in frames:
         rv = int(frame["object"]["metadata"]["resourceVersion"])
         if frame["type"] == "BOOKMARK":

@@ -293,22 +293,26 @@ class Response:
         if not self._proto._closing:
             self._proto._transport.write(head)
 
-    def write_chunk(self, parts: Sequence[bytes]) -> None:
-        """Write ONE chunk holding all ``parts``: size line, parts and CRLF in a single writelines."""
+    def write_chunk(self, parts: Sequence[bytes]) -> int:
+        """Write ONE chunk holding all ``parts``: size line, parts and CRLF in a single writelines.
+
+        Returns the payload size (0 if nothing was written).
+        """
         if not self._chunked:
             raise RuntimeError("write_chunk() before start_chunked()")
         proto = self._proto
         if proto._closing or self._head_only:
-            return
+            return 0
         if self._finished:
             raise RuntimeError("write_chunk() after end_chunked()")
         size = sum(map(len, parts))
         if not size:
-            return  # an empty chunk would end the stream
+            return 0  # an empty chunk would end the stream
         if self._http10:
             proto._transport.writelines(parts)
         else:
             proto._transport.writelines([b"%x\r\n" % size, *parts, _CRLF])
+        return size
 
     def end_chunked(self) -> None:
         """Terminate the stream; idempotent because a dispatcher and a handler may both end it."""

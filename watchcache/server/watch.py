@@ -88,14 +88,13 @@ class HttpWatchStream:
                 self._drain_task = asyncio.ensure_future(self._resume_after_drain())
             return
         if watcher.pending:
-            frames = watcher.take(FLUSH_BYTES)
-            response.write_chunk(frames)
+            frames, events = watcher.take(FLUSH_BYTES)
+            size = response.write_chunk(frames)
             cacher = self.cacher
-            cacher.watch_frames_sent += len(frames)
-            size = sum(map(len, frames))
+            cacher.watch_frames_sent += events
             cacher.watch_bytes_sent += size
-            if self.metrics is not None:
-                self.metrics.flushed(cacher.resource, self.pending_since, size // len(frames))
+            if self.metrics is not None and events:
+                self.metrics.flushed(cacher.resource, self.pending_since, size // events)
             if watcher.pending or watcher.lagging:
                 self.pending_since = time.monotonic()
                 self.flusher.mark(self)
@@ -208,7 +207,7 @@ async def serve_watch(
                 parts.append(head)
                 parts.append(obj.body)
                 parts.append(_TAIL)
-        watcher.deliver_initial(parts, start_rv)
+        watcher.deliver_initial(parts, start_rv, len(parts) // 3)
         if plan.initial_events_end_bookmark:
             watcher.bookmark(start_rv, initial_events_end=True)
     for event in backlog:
@@ -227,5 +226,5 @@ async def serve_watch(
         loop.call_soon(cacher.remove_watcher, watcher)
     if not response.closed:
         if watcher.pending and response.writable:
-            response.write_chunk(watcher.take())
+            response.write_chunk(watcher.take()[0])
         response.end_chunked()
