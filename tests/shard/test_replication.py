@@ -14,9 +14,10 @@ from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
+from watchcache.shard import owner
 from watchcache.shard.follow_pb2_grpc import add_OwnerServicer_to_server
 from watchcache.shard.follower import Follower
-from watchcache.shard.owner import OwnerService
+from watchcache.shard.owner import OwnerService, ReplicaFeed
 from watchcache.watchers.watcher import Watcher
 
 
@@ -106,7 +107,9 @@ async def test_owner_relist_reaches_follower_watchers_as_a_diff(tmp_path):
 
 
 @arun
-async def test_follower_that_falls_behind_is_resynced_and_its_watchers_continue(tmp_path):
+async def test_follower_that_falls_behind_is_resynced_and_its_watchers_continue(tmp_path, monkeypatch):
+    # One event per message, so 20 writes are more messages than the owner queues for a follower.
+    monkeypatch.setattr(owner, "EVENT_BATCH", 1)
     p = Pair(tmp_path, max_pending=3)
     await p.start()
     try:
@@ -124,3 +127,19 @@ async def test_follower_that_falls_behind_is_resynced_and_its_watchers_continue(
             assert f'"i":"{i}"'.encode() in frames
     finally:
         await p.stop()
+
+
+@arun
+async def test_consecutive_event_batches_go_to_a_follower_as_one_message():
+    c = Cacher(PODS, CacheConfig(), lambda: 0.0)
+    c.replace([], 1)
+    feed = ReplicaFeed(max_pending=10)
+    c.replicas.append(feed)
+    for rv in (2, 3, 4):
+        c.apply([(MODIFIED, pod("a", "ns", rv))])
+    c.progress(5)
+    c.apply([(DELETED, pod("a", "ns", 6))])
+    msgs = await feed.take()
+    assert [m.WhichOneof("kind") for m in msgs] == ["events", "progress", "events"]
+    assert len(msgs[0].events.changes) == 3 and len(msgs[2].events.changes) == 1
+    assert msgs[1].progress == 5

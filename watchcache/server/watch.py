@@ -93,8 +93,9 @@ class HttpWatchStream:
             cacher = self.cacher
             cacher.watch_frames_sent += events
             cacher.watch_bytes_sent += size
-            if self.metrics is not None and events:
-                self.metrics.flushed(cacher.resource, self.pending_since, size // events)
+            metrics = self.metrics
+            if metrics is not None and metrics.delivery_sample and events:
+                metrics.flushed(cacher.resource, self.pending_since, size // events)
             if watcher.pending or watcher.lagging:
                 self.pending_since = time.monotonic()
                 self.flusher.mark(self)

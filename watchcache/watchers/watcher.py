@@ -250,6 +250,15 @@ class Watcher:
         Returns them and the number of events they hold.
         """
         pending = self.pending
+        if not pending:
+            return [], 0
+        if not self.protected and (not max_bytes or self.pending_bytes <= max_bytes):
+            # The live path (once per watcher per flush): everything, no slicing.
+            counts = self.pending_n
+            self.flushed_rv = self.pending_rv[-1]
+            self.pending, self.pending_rv, self.pending_n = [], [], []
+            self.pending_bytes = 0
+            return pending, counts[0] if len(counts) == 1 else sum(counts)
         if not max_bytes or len(pending) <= 1:
             count = len(pending)
         else:
@@ -261,17 +270,15 @@ class Watcher:
                 if size >= max_bytes:
                     break
         frames = pending[:count]
-        events = 0
-        if count:
-            events = sum(self.pending_n[:count])
-            live = count - min(count, self.protected)
-            if live:
-                self.pending_bytes -= sum(len(f) for f in frames[count - live :])
-                self.flushed_rv = self.pending_rv[count - 1]
-            self.protected -= min(count, self.protected)
-            del pending[:count]
-            del self.pending_rv[:count]
-            del self.pending_n[:count]
+        events = sum(self.pending_n[:count])
+        protected = min(count, self.protected)
+        if count > protected:
+            self.pending_bytes -= sum(map(len, frames[protected:]))
+            self.flushed_rv = self.pending_rv[count - 1]
+        self.protected -= protected
+        del pending[:count]
+        del self.pending_rv[:count]
+        del self.pending_n[:count]
         return frames, events
 
     def catch_up(self, events: Sequence[WatchEvent]) -> bool:
