@@ -22,7 +22,8 @@ def _path_getter(path: str) -> FieldGetter:
     def get(obj: Mapping[str, Any]) -> str:
         value: Any = obj
         for part in parts:
-            if not isinstance(value, Mapping):
+            # dict first: decoded JSON is always a dict, and an ABC isinstance costs ~10x more.
+            if not isinstance(value, dict) and not isinstance(value, Mapping):
                 return ""
             value = value.get(part)
             if value is None:

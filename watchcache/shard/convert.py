@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.object import CachedObject, object_key
@@ -12,15 +13,27 @@ _TO_PB = {ADDED: pb.Change.ADDED, MODIFIED: pb.Change.MODIFIED, DELETED: pb.Chan
 _FROM_PB = {v: k for k, v in _TO_PB.items()}
 
 
-def object_to_pb(obj: CachedObject) -> pb.Object:
-    return pb.Object(
-        namespace=obj.namespace,
-        name=obj.name,
-        resource_version=obj.rv,
-        labels=obj.labels,
-        fields=obj.fields,
-        body=obj.body,
-    )
+def fill_object(msg: pb.Object, obj: CachedObject) -> None:
+    """Set ``msg`` in place: building a sub-message and passing it to a constructor copies it (~3x slower)."""
+    msg.namespace = obj.namespace
+    msg.name = obj.name
+    msg.resource_version = obj.rv
+    msg.body = obj.body
+    msg.labels.update(obj.labels)
+    msg.fields.update(obj.fields)
+
+
+def snapshot_to_pb(objects: Iterable[CachedObject], rv: int, last: bool, unresumable: int = 0) -> pb.FollowBatch:
+    msg = pb.FollowBatch()
+    snapshot = msg.snapshot
+    snapshot.resource_version = rv
+    snapshot.last = last
+    if unresumable:
+        snapshot.unresumable_resource_version = unresumable
+    add = snapshot.objects.add
+    for obj in objects:
+        fill_object(add(), obj)
+    return msg
 
 
 def object_from_pb(msg: pb.Object) -> CachedObject:
@@ -35,8 +48,24 @@ def object_from_pb(msg: pb.Object) -> CachedObject:
     )
 
 
-def changes_to_pb(events: Iterable[WatchEvent]) -> list[pb.Change]:
-    return [pb.Change(type=_TO_PB[e.type], object=object_to_pb(e.object)) for e in events]
+def fill_changes(changes: Any, events: Iterable[WatchEvent]) -> None:
+    """Append ``events`` to a repeated ``Change`` field, in place."""
+    add = changes.add
+    for e in events:
+        fill_object(add(type=_TO_PB[e.type]).object, e.object)
+
+
+def events_to_pb(events: Iterable[WatchEvent]) -> pb.FollowBatch:
+    msg = pb.FollowBatch()
+    fill_changes(msg.events.changes, events)
+    return msg
+
+
+def relist_to_pb(events: Iterable[WatchEvent], rv: int) -> pb.FollowBatch:
+    msg = pb.FollowBatch()
+    msg.relist.resource_version = rv
+    fill_changes(msg.relist.changes, events)
+    return msg
 
 
 def changes_from_pb(changes: Sequence[pb.Change]) -> list[tuple[str, CachedObject]]:

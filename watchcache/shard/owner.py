@@ -23,7 +23,7 @@ from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
 from watchcache.shard import follow_pb2 as pb
 from watchcache.shard import follow_pb2_grpc as rpc
-from watchcache.shard.convert import changes_to_pb, object_to_pb
+from watchcache.shard.convert import events_to_pb, relist_to_pb, snapshot_to_pb
 
 log = logging.getLogger("watchcache.shard.owner")
 
@@ -74,17 +74,14 @@ class ReplicaFeed:
         self._push(pb.FollowBatch(progress=rv))
 
     def on_relist(self, events: list[WatchEvent], rv: int) -> None:
-        self._push(pb.FollowBatch(relist=pb.Relist(changes=changes_to_pb(events), resource_version=rv)))
+        self._push(relist_to_pb(events, rv))
 
     async def take(self) -> list[pb.FollowBatch]:
         while not self.pending and not self.overflowed:
             self._wake.clear()
             await self._wake.wait()
         items, self.pending = self.pending, []
-        return [
-            pb.FollowBatch(events=pb.Events(changes=changes_to_pb(item))) if isinstance(item, list) else item
-            for item in items
-        ]
+        return [events_to_pb(item) if isinstance(item, list) else item for item in items]
 
 
 def _history_batches(events: list[WatchEvent]) -> list[pb.FollowBatch]:
@@ -96,7 +93,7 @@ def _history_batches(events: list[WatchEvent]) -> list[pb.FollowBatch]:
         j = min(i + EVENT_BATCH, n)
         while j < n and events[j].rv == events[j - 1].rv:
             j += 1
-        out.append(pb.FollowBatch(events=pb.Events(changes=changes_to_pb(events[i:j]))))
+        out.append(events_to_pb(events[i:j]))
         i = j
     return out
 
@@ -147,12 +144,8 @@ class OwnerService(rpc.OwnerServicer):
         )
         try:
             for i in range(0, max(len(objects), 1), SNAPSHOT_BATCH):
-                part = [object_to_pb(o) for o in objects[i : i + SNAPSHOT_BATCH]]
                 last = i + SNAPSHOT_BATCH >= len(objects)
-                snapshot = pb.Snapshot(objects=part, resource_version=oldest, last=last)
-                if last:
-                    snapshot.unresumable_resource_version = unresumable
-                yield pb.FollowBatch(snapshot=snapshot)
+                yield snapshot_to_pb(objects[i : i + SNAPSHOT_BATCH], oldest, last, unresumable if last else 0)
             for msg in _history_batches(history):
                 yield msg
             yield pb.FollowBatch(progress=head_rv)
