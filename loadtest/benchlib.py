@@ -902,13 +902,18 @@ class _FanoutServer:
             "frame_bytes": self.frame_bytes,
         }
 
-    def _frames(self, n: int) -> list[bytes]:
+    def _frames(self, n: int, due_at: list[float]) -> list[bytes]:
+        """``n`` frames; ``due_at[i]``: when frame i was due (wall clock), the time a stamp carries.
+
+        Stamping the due time, not the time the loop got round to building the frame, makes the
+        ceiling's latency include its own queueing, as the proxy's does (its stamps are set by the
+        writer before the upstream even sees the event).
+        """
         frames = []
-        now = time.time()
-        for _ in range(n):
-            if self.stamp_every and now - self._last_stamp >= self.stamp_every:
-                self._last_stamp = now
-                frames.append(self.pre + b"%.6f" % now + self.post)  # built once, shared by all connections
+        for due in due_at:
+            if self.stamp_every and due - self._last_stamp >= self.stamp_every:
+                self._last_stamp = due
+                frames.append(self.pre + b"%.6f" % due + self.post)  # built once, shared by all connections
                 self.stamped += 1
             else:
                 frames.append(self.plain)
@@ -932,6 +937,7 @@ class _FanoutServer:
                 continue
             rate = self.rate
             start = loop.time()
+            wall_start = time.time()
             done = 0
             while self.rate == rate:
                 due = int((loop.time() - start) * rate) - done
@@ -940,8 +946,9 @@ class _FanoutServer:
                     done += due - limit
                     due = limit
                 if due > 0:
+                    due_at = [wall_start + (done + i + 1) / rate for i in range(due)]
                     done += due
-                    self._send(self._frames(due))
+                    self._send(self._frames(due, due_at))
                 await asyncio.sleep(0.01)
 
     def _send(self, frames: list[bytes]) -> None:
