@@ -82,6 +82,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         "caught up from history once it reads again, or ended with 410 if history moved on (default %(default)s)",
     )
     p.add_argument(
+        "--watch-flush-interval",
+        type=float,
+        default=_SERVE.watch_flush_interval,
+        help="write watch streams at most once per this many seconds: events closer together share one "
+        "write per watcher, at up to this much added latency (0: write on every loop pass; default %(default)s)",
+    )
+    p.add_argument(
         "--delivery-sample",
         type=int,
         default=_SERVE.delivery_sample,
@@ -290,6 +297,7 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
             watch_max_pending_bytes=args.max_watch_buffer_bytes,
             max_requests_inflight=args.max_requests_inflight,
             delivery_sample=args.delivery_sample,
+            watch_flush_interval=args.watch_flush_interval,
             max_watchers=args.max_watchers,
         ),
         http=HttpLimits(

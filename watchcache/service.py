@@ -133,7 +133,7 @@ def _context(
         cachers=cachers,
         upstream=upstream,
         codec=ContinueCodec(key),
-        flusher=FlushScheduler(asyncio.get_running_loop()),
+        flusher=FlushScheduler(asyncio.get_running_loop(), options.serve.watch_flush_interval),
         config=options.serve,
     )
 

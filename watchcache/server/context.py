@@ -53,6 +53,8 @@ class ServeConfig:
     watch_max_pending_bytes: int = 16 << 20
     # Page size clamp for LIST (0: none).
     max_limit: int = 0
+    # Flush watch streams at most once per this many seconds (0: every loop pass).
+    watch_flush_interval: float = 0.0
     # Observe delivery latency on one flush in N (0: never).
     delivery_sample: int = 16
     # Non-watch requests handled at once per worker before 429 (kube: --max-requests-inflight=400).

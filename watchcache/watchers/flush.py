@@ -5,6 +5,12 @@ each event separately caps fan-out at ~0.2 M deliveries/s per core; joining what
 pending for a watcher into one write reaches 2–3 M/s. Dispatch only appends shared frame
 bytes and marks the watcher dirty; the first mark in a loop pass schedules one
 ``flush`` with ``call_soon``, which runs after the current batch of events.
+
+With ``interval`` > 0 a pass starts no sooner than ``interval`` seconds after the
+previous one ended: the first event after a quiet spell is still written at once, but
+events closer together share a write. Writes are the cost at moderate rates (~12 µs each with
+1,000 connections, whatever their size), so this trades up to ``interval`` of latency
+for fewer writes; 0 (the default) flushes on every loop pass.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ class Flushable(Protocol):
 class FlushScheduler:
     """Owned by the event loop thread; one per process is enough."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float = 0.0) -> None:
         self._loop = loop
+        self.interval = interval
+        self._last = float("-inf")
         self._dirty: list[Flushable] = []
         self._scheduled = False
         self.flushes = 0
@@ -32,8 +40,16 @@ class FlushScheduler:
     def mark(self, stream: Flushable) -> None:
         self._dirty.append(stream)
         if not self._scheduled and not self.paused:
-            self._scheduled = True
-            self._loop.call_soon(self._flush_all)
+            self._schedule()
+
+    def _schedule(self) -> None:
+        self._scheduled = True
+        if self.interval > 0:
+            delay = self._last + self.interval - self._loop.time()
+            if delay > 0:
+                self._loop.call_later(delay, self._flush_all)
+                return
+        self._loop.call_soon(self._flush_all)
 
     def pause(self) -> None:
         self.paused = True
@@ -42,8 +58,7 @@ class FlushScheduler:
         if self.paused:
             self.paused = False
             if self._dirty and not self._scheduled:
-                self._scheduled = True
-                self._loop.call_soon(self._flush_all)
+                self._schedule()
 
     def _flush_all(self) -> None:
         dirty = self._dirty
@@ -52,3 +67,6 @@ class FlushScheduler:
         for stream in dirty:
             stream.flush()
         self.flushes += len(dirty)
+        if self.interval > 0:
+            # From the end of the pass: with many watchers a pass itself can outlast the interval.
+            self._last = self._loop.time()
