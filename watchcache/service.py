@@ -35,7 +35,7 @@ from watchcache.server.http import HttpLimits, Request, start_server
 from watchcache.server.tls import ServingCert
 from watchcache.shard.follow_pb2 import MetricsRequest
 from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_server
-from watchcache.shard.follower import Followers
+from watchcache.shard.follower import CHANNEL_OPTIONS, Followers
 from watchcache.shard.owner import OwnerService
 from watchcache.shard.ownership import owner_of
 from watchcache.sim.auth import LocalReviewClient
@@ -468,7 +468,7 @@ def _metrics_route(metrics: Metrics, shard: ShardOptions | None, wiring: Wiring)
 
 
 async def _peer_metrics(socket_path: str) -> bytes:
-    async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
+    async with grpc.aio.insecure_channel(f"unix:{socket_path}", options=CHANNEL_OPTIONS) as channel:
         reply = await OwnerStub(channel).Metrics(MetricsRequest(), timeout=2.0)
         return bytes(reply.text)
 

@@ -10,6 +10,7 @@ import grpc
 from tests.factories import pod
 from tests.server.harness import arun
 from watchcache.cache.events import DELETED, MODIFIED
+from watchcache.cache.object import CachedObject, encode_object
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
@@ -143,3 +144,56 @@ async def test_consecutive_event_batches_go_to_a_follower_as_one_message():
     assert [m.WhichOneof("kind") for m in msgs] == ["events", "progress", "events"]
     assert len(msgs[0].events.changes) == 3 and len(msgs[2].events.changes) == 1
     assert msgs[1].progress == 5
+
+
+def big_pod(name: str, rv: int, size: int = 20_000) -> CachedObject:
+    obj = {
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv), "annotations": {"a": "x" * size}},
+        "spec": {"nodeName": "n1"},
+    }
+    return encode_object(PODS, obj)
+
+
+@arun
+async def test_large_objects_replicate_in_messages_under_grpcs_size_limit(tmp_path):
+    # 600 objects of 20 KB: a 12 MB snapshot and, below, a 6 MB burst of events, against gRPC's
+    # default 4 MB receive limit. Messages are cut by bytes as well as by count.
+    p = Pair(tmp_path)
+    p.owner.replace([big_pod(f"p{i}", i + 1) for i in range(600)], 1000)
+    p.rv = 1000
+    p.owner.apply([(MODIFIED, big_pod(f"p{i}", 1001 + i)) for i in range(100)])  # history: 2 MB
+    p.rv = 1100
+    await p.start()
+    try:
+        await until(lambda: p.follower_cacher.ready, timeout=20)
+        for i in range(300):  # in one loop step: one queued burst for the follower
+            p.rv += 1
+            p.owner.apply([(MODIFIED, big_pod(f"p{i}", p.rv))])
+        await until(lambda: p.follower_cacher.rv == p.rv, timeout=20)
+        assert state(p.follower_cacher) == state(p.owner)
+        assert p.follower.resyncs == 0
+    finally:
+        await p.stop()
+
+
+def test_event_batches_cut_by_count_and_bytes_but_never_inside_an_rv_group(monkeypatch):
+    monkeypatch.setattr(owner, "EVENT_BATCH", 3)
+    monkeypatch.setattr(owner, "MESSAGE_BYTES", 50_000)
+    c = Cacher(PODS, CacheConfig(), lambda: 0.0)
+    c.replace([], 1)
+    events = c.apply([(MODIFIED, pod(f"s{i}", "ns", 2)) for i in range(5)])  # one rv group of 5
+    events += c.apply([(MODIFIED, pod(f"p{i}", "ns", 3 + i)) for i in range(4)])
+    events += c.apply([(MODIFIED, big_pod(f"b{i}", 7 + i, size=30_000)) for i in range(3)])
+    batches = owner.event_batches(events)
+    assert [[e.rv for e in b] for b in batches] == [[2, 2, 2, 2, 2], [3, 4, 5], [6, 7], [8], [9]]
+    assert [e for b in batches for e in b] == events
+
+
+def test_object_batches_cut_by_count_and_bytes(monkeypatch):
+    monkeypatch.setattr(owner, "SNAPSHOT_BATCH", 2)
+    monkeypatch.setattr(owner, "MESSAGE_BYTES", 50_000)
+    small = [pod(f"p{i}", "ns", 1) for i in range(3)]
+    big = [big_pod(f"b{i}", 1, size=60_000) for i in range(2)]
+    batches = owner.object_batches([*small, *big])
+    assert [[o.name for o in b] for b in batches] == [["p0", "p1"], ["p2"], ["b0"], ["b1"]]
+    assert owner.object_batches([]) == [[]]  # an empty snapshot is still one (last) message

@@ -25,6 +25,10 @@ from watchcache.shard import follow_pb2_grpc as rpc
 from watchcache.shard.convert import changes_from_pb, object_from_pb
 from watchcache.upstream.reflector import Backoff
 
+# Messages are cut at about 2 MB by the owner, but one object or one relist can be larger than
+# any fixed limit (gRPC's default is 4 MB); this is a unix socket between our own workers.
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
+
 log = logging.getLogger("watchcache.shard.follower")
 
 
@@ -55,7 +59,7 @@ class Follower:
         # A resync builds the owner's state aside and hands it over as a relist (a diff for watchers).
         staging = ResourceCache(self.resource, CacheConfig(), cacher.clock) if resync else None
         objects: list[CachedObject] = []
-        async with grpc.aio.insecure_channel(f"unix:{self.socket_path}") as channel:
+        async with grpc.aio.insecure_channel(f"unix:{self.socket_path}", options=CHANNEL_OPTIONS) as channel:
             stream = rpc.OwnerStub(channel).Follow(pb.FollowRequest(resource=self.resource.path_id(), follower=self.me))
             caught_up = False
             async for batch in stream:

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from watchcache.cache.events import WatchEvent
+from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
 from watchcache.shard import follow_pb2 as pb
@@ -29,6 +30,40 @@ log = logging.getLogger("watchcache.shard.owner")
 
 SNAPSHOT_BATCH = 500
 EVENT_BATCH = 500
+# Messages are also cut at about this many object bytes (at least one object each): large objects
+# would otherwise make messages of tens of MB. The follower's channel takes any size, since one
+# object or one relist can be larger than any fixed limit.
+MESSAGE_BYTES = 2 << 20
+
+
+def event_batches(events: list[WatchEvent]) -> list[list[WatchEvent]]:
+    """``events`` cut into runs of at most EVENT_BATCH events and MESSAGE_BYTES, never inside an rv group."""
+    out: list[list[WatchEvent]] = []
+    start = 0
+    size = 0
+    for i, event in enumerate(events):
+        n = len(event.object.body)
+        if i > start and event.rv != events[i - 1].rv and (i - start >= EVENT_BATCH or size + n > MESSAGE_BYTES):
+            out.append(events[start:i])
+            start, size = i, 0
+        size += n
+    if start < len(events):
+        out.append(events[start:])
+    return out
+
+
+def object_batches(objects: list[CachedObject]) -> list[list[CachedObject]]:
+    """``objects`` cut into runs of at most SNAPSHOT_BATCH objects and MESSAGE_BYTES (at least one object)."""
+    out: list[list[CachedObject]] = [[]]
+    size = 0
+    for obj in objects:
+        n = len(obj.body)
+        if out[-1] and (len(out[-1]) >= SNAPSHOT_BATCH or size + n > MESSAGE_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(obj)
+        size += n
+    return out
 
 
 class ReplicaFeed:
@@ -44,6 +79,8 @@ class ReplicaFeed:
         self.max_pending = max_pending
         self.pending: list[pb.FollowBatch | list[WatchEvent]] = []
         self.overflowed = False
+        # Object bytes in pending[-1] when it is a list of events still open to merging.
+        self._tail_bytes = 0
         self._wake = asyncio.Event()
 
     def _push(self, msg: pb.FollowBatch | list[WatchEvent]) -> None:
@@ -59,11 +96,20 @@ class ReplicaFeed:
     def on_events(self, events: list[WatchEvent]) -> None:
         if not events:
             return
+        size = sum(len(e.object.body) for e in events)
         last = self.pending[-1] if self.pending else None
-        if isinstance(last, list) and len(last) + len(events) <= EVENT_BATCH:
+        if (
+            isinstance(last, list)
+            and len(last) + len(events) <= EVENT_BATCH
+            and self._tail_bytes + size <= MESSAGE_BYTES
+        ):
             last.extend(events)
+            self._tail_bytes += size
             return
-        self._push(list(events))
+        batches = event_batches(events)  # copies: the cacher's list is never merged into
+        for batch in batches:
+            self._push(batch)
+        self._tail_bytes = size if len(batches) == 1 else sum(len(e.object.body) for e in batches[-1])
 
     def on_progress(self, rv: int) -> None:
         # Consecutive progress marks collapse into the newest.
@@ -85,17 +131,8 @@ class ReplicaFeed:
 
 
 def _history_batches(events: list[WatchEvent]) -> list[pb.FollowBatch]:
-    """History as Events messages of about EVENT_BATCH changes, never splitting an rv group."""
-    out: list[pb.FollowBatch] = []
-    i = 0
-    n = len(events)
-    while i < n:
-        j = min(i + EVENT_BATCH, n)
-        while j < n and events[j].rv == events[j - 1].rv:
-            j += 1
-        out.append(events_to_pb(events[i:j]))
-        i = j
-    return out
+    """History as Events messages (see ``event_batches``)."""
+    return [events_to_pb(batch) for batch in event_batches(events)]
 
 
 class OwnerService(rpc.OwnerServicer):
@@ -143,9 +180,10 @@ class OwnerService(rpc.OwnerServicer):
             len(history),
         )
         try:
-            for i in range(0, max(len(objects), 1), SNAPSHOT_BATCH):
-                last = i + SNAPSHOT_BATCH >= len(objects)
-                yield snapshot_to_pb(objects[i : i + SNAPSHOT_BATCH], oldest, last, unresumable if last else 0)
+            batches = object_batches(objects)
+            for i, batch in enumerate(batches):
+                last = i == len(batches) - 1
+                yield snapshot_to_pb(batch, oldest, last, unresumable if last else 0)
             for msg in _history_batches(history):
                 yield msg
             yield pb.FollowBatch(progress=head_rv)
