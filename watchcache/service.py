@@ -35,8 +35,8 @@ from watchcache.server.http import HttpLimits, Request, start_server
 from watchcache.server.tls import ServingCert
 from watchcache.shard.follow_pb2 import MetricsRequest
 from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_server
-from watchcache.shard.follower import CHANNEL_OPTIONS, Followers
-from watchcache.shard.owner import OwnerService
+from watchcache.shard.follower import Followers
+from watchcache.shard.owner import FollowServer, OwnerService
 from watchcache.shard.ownership import owner_of
 from watchcache.sim.auth import LocalReviewClient
 from watchcache.sim.churn import Churn, populate
@@ -54,6 +54,10 @@ from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason
 
 log = logging.getLogger("watchcache")
+
+# The gRPC channel to another worker (its metrics): a large exposition must not hit gRPC's
+# default 4 MB receive limit; this is a unix socket between our own workers.
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,12 @@ class ShardOptions:
     shard_dir: str
 
     def socket_path(self, worker: int) -> str:
+        """The worker's gRPC socket (its metrics for the others)."""
         return os.path.join(self.shard_dir, f"w{worker}.sock")
+
+    def follow_socket_path(self, worker: int) -> str:
+        """The worker's follow socket (its caches' replication streams)."""
+        return os.path.join(self.shard_dir, f"w{worker}.follow.sock")
 
 
 @dataclass(frozen=True)
@@ -229,12 +238,12 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     if shard is not None:
         followers = Followers(
             ctx.cachers,
-            lambda t: shard.socket_path(owner_of(t.path_id(), shard.workers)),
+            lambda t: shard.follow_socket_path(owner_of(t.path_id(), shard.workers)),
             shard.worker_id,
             options.cache,
         )
         ctx.on_demand = lambda t: None if _owns(shard, t) else followers.ensure(t)
-        grpc_server, wiring.owner_service = await _start_owner_service(ctx, shard)
+        grpc_server, wiring.owner_service, follow_server = await _start_owner_service(ctx, shard)
 
         async def shard_map() -> bytes:
             return _shard_map(ctx, shard, followers)
@@ -264,6 +273,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
 
         async def stop_shard() -> None:
             followers.stop()
+            follow_server.close()
             await grpc_server.stop(1.0)
 
         wiring.cleanup.insert(0, stop_shard)
@@ -279,23 +289,29 @@ def _owns(shard: ShardOptions | None, resource: ResourceType) -> bool:
     return shard is None or owner_of(resource.path_id(), shard.workers) == shard.worker_id
 
 
-async def _start_owner_service(ctx: ApiContext, shard: ShardOptions) -> tuple[grpc.aio.Server, OwnerService]:
-    path = shard.socket_path(shard.worker_id)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # left by a predecessor that was killed
-    server = grpc.aio.server()
+async def _start_owner_service(
+    ctx: ApiContext, shard: ShardOptions
+) -> tuple[grpc.aio.Server, OwnerService, asyncio.AbstractServer]:
+    """This worker's two sockets: the follow stream of the caches it owns, and gRPC for its metrics."""
+    path, follow_path = shard.socket_path(shard.worker_id), shard.follow_socket_path(shard.worker_id)
+    for stale in (path, follow_path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)  # left by a predecessor that was killed
     owned = {t.path_id() for t in ctx.cachers}
 
     def lookup(resource_id: str) -> Cacher | None:
         t = ctx.registry.by_id(resource_id)
         return ctx.cachers.get(t) if t is not None and _owns(shard, t) else None
 
-    service = OwnerService(lookup)
+    follow = FollowServer(lookup)
+    follow_server = await asyncio.get_running_loop().create_unix_server(follow.protocol, follow_path)
+    server = grpc.aio.server()
+    service = OwnerService()
     add_OwnerServicer_to_server(service, server)
     server.add_insecure_port(f"unix:{path}")
     await server.start()
     log.info("worker %d of %d owns %s", shard.worker_id, shard.workers, ", ".join(sorted(owned)) or "nothing yet")
-    return server, service
+    return server, service, follow_server
 
 
 def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> bytes:

@@ -1,11 +1,9 @@
-"""Owner → follower replication over a real gRPC stream on a unix socket, in one process."""
+"""Owner → follower replication over a real follow stream on a unix socket, in one process."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-
-import grpc
 
 from tests.factories import pod
 from tests.server.harness import arun
@@ -15,10 +13,11 @@ from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
+from watchcache.shard import follow_pb2 as pb
 from watchcache.shard import owner
-from watchcache.shard.follow_pb2_grpc import add_OwnerServicer_to_server
 from watchcache.shard.follower import Follower
-from watchcache.shard.owner import OwnerService, ReplicaFeed
+from watchcache.shard.framing import FrameDecoder, encode_frame
+from watchcache.shard.owner import FollowServer, ReplicaFeed
 from watchcache.watchers.watcher import Watcher
 
 
@@ -40,25 +39,22 @@ async def until(predicate, timeout: float = 5.0) -> None:
 
 
 class Pair:
-    def __init__(self, tmp: Path, max_pending: int = 10_000) -> None:
-        self.sock = str(tmp / "w0.sock")
+    def __init__(self, tmp: Path, max_buffer: int = owner.MAX_BUFFER) -> None:
+        self.sock = str(tmp / "w0.follow.sock")
         self.owner = Cacher(PODS, CacheConfig(history_max_events=50))
         self.owner.replace([pod(f"p{i}", rv=i + 1) for i in range(5)], 10)
         self.rv = 10
-        self.service = OwnerService(lambda rid: self.owner if rid == "pods" else None, max_pending=max_pending)
+        self.service = FollowServer(lambda rid: self.owner if rid == "pods" else None, max_buffer=max_buffer)
         self.follower_cacher = Cacher(PODS)
         self.follower = Follower(PODS, self.follower_cacher, self.sock, me=1)
 
     async def start(self) -> None:
-        self.server = grpc.aio.server()
-        add_OwnerServicer_to_server(self.service, self.server)
-        self.server.add_insecure_port(f"unix:{self.sock}")
-        await self.server.start()
+        self.server = await asyncio.get_running_loop().create_unix_server(self.service.protocol, self.sock)
         self.task = asyncio.ensure_future(self.follower.run())
 
     async def stop(self) -> None:
         self.task.cancel()
-        await self.server.stop(0)
+        self.server.close()
 
     def write(self, kind: str, name: str, **kw) -> int:
         self.rv += 1
@@ -108,17 +104,17 @@ async def test_owner_relist_reaches_follower_watchers_as_a_diff(tmp_path):
 
 
 @arun
-async def test_follower_that_falls_behind_is_resynced_and_its_watchers_continue(tmp_path, monkeypatch):
-    # One event per message, so 20 writes are more messages than the owner queues for a follower.
-    monkeypatch.setattr(owner, "EVENT_BATCH", 1)
-    p = Pair(tmp_path, max_pending=3)
+async def test_follower_that_falls_behind_is_resynced_and_its_watchers_continue(tmp_path):
+    # 20 writes of 200 KB in one loop step: more unsent bytes than the owner keeps for a follower.
+    p = Pair(tmp_path, max_buffer=1 << 20)
     await p.start()
     try:
         await until(lambda: p.follower_cacher.ready)
         w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.follower_cacher.rv, Sink())
         p.follower_cacher.add_watcher(w)
-        for i in range(20):  # in one loop step: more than the owner queues for one follower
-            p.write(MODIFIED, f"p{i % 5}", labels={"i": str(i)})
+        for i in range(20):
+            p.rv += 1
+            p.owner.apply([(MODIFIED, big_pod(f"p{i % 5}", p.rv, size=200_000, labels={"i": str(i)}))])
         await until(lambda: p.follower_cacher.rv == p.rv and p.follower.resyncs >= 1)
         assert state(p.follower_cacher) == state(p.owner)
         # the watcher saw the net change of every pod and was never ended
@@ -130,34 +126,65 @@ async def test_follower_that_falls_behind_is_resynced_and_its_watchers_continue(
         await p.stop()
 
 
-@arun
-async def test_consecutive_event_batches_go_to_a_follower_as_one_message():
+class Transport(asyncio.WriteTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[bytes] = []
+
+    def write(self, data) -> None:  # type: ignore[no-untyped-def]
+        self.frames.extend(FrameDecoder().feed(bytes(data)))
+
+    def writelines(self, list_of_data) -> None:  # type: ignore[no-untyped-def]
+        for data in list_of_data:
+            self.write(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def test_live_changes_reach_the_follower_socket_in_the_step_that_applies_them():
     c = Cacher(PODS, CacheConfig(), lambda: 0.0)
     c.replace([], 1)
-    feed = ReplicaFeed(max_pending=10)
+    t = Transport()
+    feed = ReplicaFeed(t, max_buffer=1 << 20)
     c.replicas.append(feed)
-    for rv in (2, 3, 4):
-        c.apply([(MODIFIED, pod("a", "ns", rv))])
+    c.apply([(MODIFIED, pod("a", "ns", 2))])
+    assert t.frames == []  # queued behind the snapshot until go_live
+    feed.go_live()
     c.progress(5)
     c.apply([(DELETED, pod("a", "ns", 6))])
-    msgs = await feed.take()
+    msgs = [pb.FollowBatch.FromString(f) for f in t.frames]  # no await anywhere: written synchronously
     assert [m.WhichOneof("kind") for m in msgs] == ["events", "progress", "events"]
-    assert len(msgs[0].events.changes) == 3 and len(msgs[2].events.changes) == 1
+    assert [c.object.resource_version for m in msgs if m.events.changes for c in m.events.changes] == [2, 6]
     assert msgs[1].progress == 5
 
 
-def big_pod(name: str, rv: int, size: int = 20_000) -> CachedObject:
+def test_frames_split_across_reads_are_reassembled():
+    frames = [encode_frame(pb.FollowBatch(progress=rv)) for rv in (7, 300, 70_000)]
+    stream = b"".join(frames)
+    d = FrameDecoder()
+    got = []
+    for i in range(0, len(stream), 3):
+        got += d.feed(stream[i : i + 3])
+    assert [pb.FollowBatch.FromString(g).progress for g in got] == [7, 300, 70_000]
+
+
+def big_pod(name: str, rv: int, size: int = 20_000, labels: dict[str, str] | None = None) -> CachedObject:
+    meta = {"name": name, "namespace": "ns", "resourceVersion": str(rv), "annotations": {"a": "x" * size}}
     obj = {
-        "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv), "annotations": {"a": "x" * size}},
+        "metadata": {**meta, "labels": labels or {}},
         "spec": {"nodeName": "n1"},
     }
     return encode_object(PODS, obj)
 
 
 @arun
-async def test_large_objects_replicate_in_messages_under_grpcs_size_limit(tmp_path):
-    # 600 objects of 20 KB: a 12 MB snapshot and, below, a 6 MB burst of events, against gRPC's
-    # default 4 MB receive limit. Messages are cut by bytes as well as by count.
+async def test_large_objects_replicate_in_messages_of_bounded_size(tmp_path):
+    # 600 objects of 20 KB: a 12 MB snapshot and, below, a 6 MB burst of events. Messages are cut
+    # by bytes as well as by count (the snapshot and history); the follower takes any size.
     p = Pair(tmp_path)
     p.owner.replace([big_pod(f"p{i}", i + 1) for i in range(600)], 1000)
     p.rv = 1000

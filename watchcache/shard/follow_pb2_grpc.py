@@ -34,11 +34,6 @@ class OwnerStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Follow = channel.unary_stream(
-                '/watchcache.shard.v1.Owner/Follow',
-                request_serializer=watchcache_dot_shard_dot_follow__pb2.FollowRequest.SerializeToString,
-                response_deserializer=watchcache_dot_shard_dot_follow__pb2.FollowBatch.FromString,
-                _registered_method=True)
         self.Metrics = channel.unary_unary(
                 '/watchcache.shard.v1.Owner/Metrics',
                 request_serializer=watchcache_dot_shard_dot_follow__pb2.MetricsRequest.SerializeToString,
@@ -48,14 +43,6 @@ class OwnerStub:
 
 class OwnerServicer:
     """Missing associated documentation comment in .proto file."""
-
-    def Follow(self, request, context):
-        """One stream per followed resource. Ends when the follower falls too far behind or the
-        owner relists; the follower then follows again (and gets a fresh snapshot).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
 
     def Metrics(self, request, context):
         """This worker's Prometheus exposition, so that a scrape of any worker covers all of them.
@@ -67,11 +54,6 @@ class OwnerServicer:
 
 def add_OwnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Follow': grpc.unary_stream_rpc_method_handler(
-                    servicer.Follow,
-                    request_deserializer=watchcache_dot_shard_dot_follow__pb2.FollowRequest.FromString,
-                    response_serializer=watchcache_dot_shard_dot_follow__pb2.FollowBatch.SerializeToString,
-            ),
             'Metrics': grpc.unary_unary_rpc_method_handler(
                     servicer.Metrics,
                     request_deserializer=watchcache_dot_shard_dot_follow__pb2.MetricsRequest.FromString,
@@ -87,33 +69,6 @@ def add_OwnerServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Owner:
     """Missing associated documentation comment in .proto file."""
-
-    @staticmethod
-    def Follow(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/watchcache.shard.v1.Owner/Follow',
-            watchcache_dot_shard_dot_follow__pb2.FollowRequest.SerializeToString,
-            watchcache_dot_shard_dot_follow__pb2.FollowBatch.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
 
     @staticmethod
     def Metrics(request,

@@ -13,23 +13,22 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-
-import grpc
+from typing import cast
 
 from watchcache.cache.object import CachedObject
 from watchcache.cache.store import CacheConfig, ResourceCache
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
 from watchcache.shard import follow_pb2 as pb
-from watchcache.shard import follow_pb2_grpc as rpc
 from watchcache.shard.convert import changes_from_pb, object_from_pb
+from watchcache.shard.framing import FrameDecoder, encode_frame
 from watchcache.upstream.reflector import Backoff
 
-# Messages are cut at about 2 MB by the owner, but one object or one relist can be larger than
-# any fixed limit (gRPC's default is 4 MB); this is a unix socket between our own workers.
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
-
 log = logging.getLogger("watchcache.shard.follower")
+
+
+class StreamEnded(ConnectionError):
+    """The owner closed the follow stream before this follower had caught up."""
 
 
 class Follower:
@@ -48,56 +47,124 @@ class Follower:
                 delay = 0.0
             except asyncio.CancelledError:
                 raise
-            except (grpc.aio.AioRpcError, OSError, ValueError) as e:
+            except (OSError, ValueError) as e:
                 delay = self.backoff.next()
                 log.info("following %s: %s; again in %.2fs", self.resource.qualified, _brief(e), delay)
             await asyncio.sleep(delay)
 
     async def _follow_once(self) -> None:
-        cacher = self.cacher
-        resync = cacher.ready
+        """One follow stream, until the owner ends it; raises if it ends before catching up."""
+        session = _Session(self)
+        loop = asyncio.get_running_loop()
+        transport, conn = await loop.create_unix_connection(lambda: _FollowStream(session), self.socket_path)
+        try:
+            transport.write(encode_frame(pb.FollowRequest(resource=self.resource.path_id(), follower=self.me)))
+            await conn.done
+        finally:
+            transport.abort()
+        if not session.caught_up:
+            raise StreamEnded("the owner ended the stream before it caught up")
+
+
+class _FollowStream(asyncio.Protocol):
+    """Applies each frame in the callback its bytes arrive in: no loop pass between owner and watchers."""
+
+    def __init__(self, session: _Session) -> None:
+        self.session = session
+        self.decoder = FrameDecoder()
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio's, so no isinstance check here.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.done.done():
+            return
+        try:
+            self.session.handle([pb.FollowBatch.FromString(payload) for payload in self.decoder.feed(data)])
+        except Exception as e:  # a broken stream or a change the cache refuses: follow again
+            self.done.set_exception(e if isinstance(e, (OSError, ValueError)) else ValueError(repr(e)))
+            if self.transport is not None:
+                self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            if exc is not None:
+                self.done.set_exception(exc)
+            else:
+                self.done.set_result(None)
+
+
+class _Session:
+    """The state of one follow stream on the follower: snapshot parts, staging cache, caught up yet."""
+
+    def __init__(self, follower: Follower) -> None:
+        self.follower = follower
+        cacher = follower.cacher
         # A resync builds the owner's state aside and hands it over as a relist (a diff for watchers).
-        staging = ResourceCache(self.resource, CacheConfig(), cacher.clock) if resync else None
-        objects: list[CachedObject] = []
-        async with grpc.aio.insecure_channel(f"unix:{self.socket_path}", options=CHANNEL_OPTIONS) as channel:
-            stream = rpc.OwnerStub(channel).Follow(pb.FollowRequest(resource=self.resource.path_id(), follower=self.me))
-            caught_up = False
-            async for batch in stream:
-                kind = batch.WhichOneof("kind")
-                if kind == "snapshot":
-                    objects.extend(object_from_pb(o) for o in batch.snapshot.objects)
-                    if batch.snapshot.last:
-                        if staging is not None:
-                            staging.replace(objects, batch.snapshot.resource_version)
-                        else:
-                            cacher.replace(objects, batch.snapshot.resource_version, ready=False)
-                            # The owner's resume barrier (a relist group's rv) holds here too.
-                            cacher.cache.unresumable_rv = batch.snapshot.unresumable_resource_version or None
-                        objects = []
-                elif kind == "events":
-                    changes = changes_from_pb(batch.events.changes)
-                    if staging is not None:
-                        staging.apply(changes)
-                    else:
-                        cacher.apply(changes)
-                elif kind == "progress":
-                    if caught_up:
-                        cacher.progress(batch.progress)
-                        continue
-                    caught_up = True
-                    self.backoff.reset()
-                    if staging is not None:
-                        staging.progress(batch.progress)
-                        cacher.relist(list(staging.snapshot().iter_range("", None)), staging.rv)
-                        self.resyncs += 1
-                        staging = None
-                    else:
-                        cacher.progress(batch.progress)
-                        cacher.mark_ready()
-                    log.info("following %s: caught up at rv %d", self.resource.qualified, cacher.rv)
-                elif kind == "relist":
-                    changes = changes_from_pb(batch.relist.changes)
-                    cacher.relist(_after(cacher.cache, changes), batch.relist.resource_version)
+        self.staging = ResourceCache(follower.resource, CacheConfig(), cacher.clock) if cacher.ready else None
+        self.objects: list[CachedObject] = []
+        self.caught_up = False
+
+    def handle(self, batches: list[pb.FollowBatch]) -> None:
+        """The messages of one read, in order; consecutive event messages are applied as ONE batch.
+
+        A busy owner's changes arrive several to a read; one apply is one dispatch, so each
+        local watcher gets one append (and one write) for all of them, as on the owner.
+        """
+        changes: list[tuple[str, CachedObject]] = []
+        for batch in batches:
+            if batch.WhichOneof("kind") == "events":
+                changes += changes_from_pb(batch.events.changes)
+                continue
+            if changes:
+                self._apply(changes)
+                changes = []
+            self._handle(batch)
+        if changes:
+            self._apply(changes)
+
+    def _apply(self, changes: list[tuple[str, CachedObject]]) -> None:
+        if self.staging is not None:
+            self.staging.apply(changes)
+        else:
+            self.follower.cacher.apply(changes)
+
+    def _handle(self, batch: pb.FollowBatch) -> None:
+        follower = self.follower
+        cacher = follower.cacher
+        staging = self.staging
+        kind = batch.WhichOneof("kind")
+        if kind == "progress":
+            if self.caught_up:
+                cacher.progress(batch.progress)
+                return
+            self.caught_up = True
+            follower.backoff.reset()
+            if staging is not None:
+                staging.progress(batch.progress)
+                cacher.relist(list(staging.snapshot().iter_range("", None)), staging.rv)
+                follower.resyncs += 1
+                self.staging = None
+            else:
+                cacher.progress(batch.progress)
+                cacher.mark_ready()
+            log.info("following %s: caught up at rv %d", follower.resource.qualified, cacher.rv)
+        elif kind == "snapshot":
+            self.objects.extend(object_from_pb(o) for o in batch.snapshot.objects)
+            if batch.snapshot.last:
+                if staging is not None:
+                    staging.replace(self.objects, batch.snapshot.resource_version)
+                else:
+                    cacher.replace(self.objects, batch.snapshot.resource_version, ready=False)
+                    # The owner's resume barrier (a relist group's rv) holds here too.
+                    cacher.cache.unresumable_rv = batch.snapshot.unresumable_resource_version or None
+                self.objects = []
+        elif kind == "relist":
+            changes = changes_from_pb(batch.relist.changes)
+            cacher.relist(_after(cacher.cache, changes), batch.relist.resource_version)
 
 
 def _after(state: ResourceCache, changes: list[tuple[str, CachedObject]]) -> list[CachedObject]:
@@ -112,8 +179,6 @@ def _after(state: ResourceCache, changes: list[tuple[str, CachedObject]]) -> lis
 
 
 def _brief(e: BaseException) -> str:
-    if isinstance(e, grpc.aio.AioRpcError):
-        return f"{e.code().name}: {e.details()}"
     return f"{type(e).__name__}: {e}"
 
 

@@ -1,4 +1,4 @@
-"""The owner side of the shard stream: serve a resource's cache to followers in other workers.
+"""The owner side of the follow stream: serve a resource's cache to followers in other workers.
 
 A follower gets the owner's state at the start of its history window (``snapshot(oldest_rv)``,
 the MVCC read), then every event of the window, then a progress mark at the owner's rv when
@@ -6,34 +6,41 @@ it registered — from there on every change as it happens. So the follower ends
 same window as the owner, and a client can resume a watch on any worker.
 
 The replica feed is registered in the same synchronous step as the snapshot and history are
-taken, so nothing falls between them. It is bounded: a follower that falls more than
-``max_pending`` messages behind has its stream ended and follows again from a snapshot.
+taken, so nothing falls between them. Live changes are written to the follower's socket by
+the cacher itself, in the step that applies them (see ``framing``); while the snapshot is
+still being sent they queue behind it. The feed is bounded: a follower whose unsent bytes
+pass ``max_buffer`` has its stream cut and follows again from a snapshot.
+
+This worker's metrics, for a scrape that reaches another worker, are served over gRPC
+(``OwnerService``); the follow stream is a plain unix socket (``FollowServer``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from typing import cast
 
 import grpc
 
 from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
-from watchcache.resources import ResourceType
 from watchcache.shard import follow_pb2 as pb
 from watchcache.shard import follow_pb2_grpc as rpc
 from watchcache.shard.convert import events_to_pb, relist_to_pb, snapshot_to_pb
+from watchcache.shard.framing import FrameDecoder, FramingError, encode_frame
 
 log = logging.getLogger("watchcache.shard.owner")
 
 SNAPSHOT_BATCH = 500
 EVENT_BATCH = 500
 # Messages are also cut at about this many object bytes (at least one object each): large objects
-# would otherwise make messages of tens of MB. The follower's channel takes any size, since one
-# object or one relist can be larger than any fixed limit.
+# would otherwise make messages of tens of MB.
 MESSAGE_BYTES = 2 << 20
+# Unsent bytes for one follower before its stream is cut (it then resyncs from a snapshot).
+MAX_BUFFER = 256 << 20
 
 
 def event_batches(events: list[WatchEvent]) -> list[list[WatchEvent]]:
@@ -67,99 +74,129 @@ def object_batches(objects: list[CachedObject]) -> list[list[CachedObject]]:
 
 
 class ReplicaFeed:
-    """Messages for one follower, queued synchronously by the Cacher, sent by the stream.
+    """One follower's stream, written by the Cacher synchronously (a ``Replica``).
 
-    Consecutive event batches queue as one list of events and go out as ONE message (up to
-    EVENT_BATCH changes): every gRPC message costs the busy owner and follower loops a few
-    passes, so a follower that is behind catches up in fewer, larger steps. The protobuf is
-    built when the stream takes the messages, not in the cacher's synchronous fan-out.
+    Until ``go_live`` (the snapshot and history are still being sent) frames queue here;
+    from then on they go straight to the transport.
     """
 
-    def __init__(self, max_pending: int) -> None:
-        self.max_pending = max_pending
-        self.pending: list[pb.FollowBatch | list[WatchEvent]] = []
+    def __init__(self, transport: asyncio.WriteTransport, max_buffer: int) -> None:
+        self.transport = transport
+        self.max_buffer = max_buffer
+        self.queue: list[bytes] | None = []
+        self.queued_bytes = 0
         self.overflowed = False
-        # Object bytes in pending[-1] when it is a list of events still open to merging.
-        self._tail_bytes = 0
-        self._wake = asyncio.Event()
 
-    def _push(self, msg: pb.FollowBatch | list[WatchEvent]) -> None:
-        if self.overflowed:
+    def _write(self, msg: pb.FollowBatch) -> None:
+        if self.overflowed or self.transport.is_closing():
             return
-        if len(self.pending) >= self.max_pending:
-            self.overflowed = True
-            self.pending.clear()
+        frame = encode_frame(msg)
+        if self.queue is not None:
+            self.queue.append(frame)
+            self.queued_bytes += len(frame)
+            size = self.queued_bytes + self.transport.get_write_buffer_size()
         else:
-            self.pending.append(msg)
-        self._wake.set()
+            self.transport.write(frame)
+            size = self.transport.get_write_buffer_size()
+        if size > self.max_buffer:
+            self.cut(f"{size} bytes unsent")
 
+    def cut(self, why: str) -> None:
+        self.overflowed = True
+        self.queue = None
+        log.warning("a follower fell behind (%s); ending its stream", why)
+        self.transport.abort()
+
+    def go_live(self) -> None:
+        queue, self.queue = self.queue, None
+        if queue and not self.overflowed:
+            self.transport.writelines(queue)
+
+    # Replica
     def on_events(self, events: list[WatchEvent]) -> None:
-        if not events:
-            return
-        size = sum(len(e.object.body) for e in events)
-        last = self.pending[-1] if self.pending else None
-        if (
-            isinstance(last, list)
-            and len(last) + len(events) <= EVENT_BATCH
-            and self._tail_bytes + size <= MESSAGE_BYTES
-        ):
-            last.extend(events)
-            self._tail_bytes += size
-            return
-        batches = event_batches(events)  # copies: the cacher's list is never merged into
-        for batch in batches:
-            self._push(batch)
-        self._tail_bytes = size if len(batches) == 1 else sum(len(e.object.body) for e in batches[-1])
+        for batch in event_batches(events):
+            self._write(events_to_pb(batch))
 
     def on_progress(self, rv: int) -> None:
-        # Consecutive progress marks collapse into the newest.
-        last = self.pending[-1] if self.pending else None
-        if isinstance(last, pb.FollowBatch) and last.WhichOneof("kind") == "progress":
-            self.pending[-1] = pb.FollowBatch(progress=rv)
-            return
-        self._push(pb.FollowBatch(progress=rv))
+        self._write(pb.FollowBatch(progress=rv))
 
     def on_relist(self, events: list[WatchEvent], rv: int) -> None:
-        self._push(relist_to_pb(events, rv))
-
-    async def take(self) -> list[pb.FollowBatch]:
-        while not self.pending and not self.overflowed:
-            self._wake.clear()
-            await self._wake.wait()
-        items, self.pending = self.pending, []
-        return [events_to_pb(item) if isinstance(item, list) else item for item in items]
+        self._write(relist_to_pb(events, rv))
 
 
-def _history_batches(events: list[WatchEvent]) -> list[pb.FollowBatch]:
-    """History as Events messages (see ``event_batches``)."""
-    return [events_to_pb(batch) for batch in event_batches(events)]
+class _FollowConnection(asyncio.Protocol):
+    """One follower's connection: a FollowRequest frame in, FollowBatch frames out."""
+
+    def __init__(self, server: FollowServer) -> None:
+        self.server = server
+        self.transport: asyncio.WriteTransport | None = None
+        self.decoder = FrameDecoder()
+        self.task: asyncio.Task[None] | None = None
+        self.cacher: Cacher | None = None
+        self.feed: ReplicaFeed | None = None
+        self.lost = False
+        self.writable = asyncio.Event()
+        self.writable.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio's, so no isinstance check here.
+        self.transport = cast(asyncio.WriteTransport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.task is not None or self.transport is None:
+            return  # one request per connection
+        try:
+            frames = self.decoder.feed(data)
+            if not frames:
+                return
+            request = pb.FollowRequest.FromString(frames[0])
+        except (FramingError, ValueError) as e:
+            log.warning("bad follow request: %s", e)
+            self.transport.abort()
+            return
+        self.task = asyncio.ensure_future(self.server.serve(self, request))
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.writable.set()
+        if self.feed is not None and self.cacher is not None:
+            self.server.streams -= 1
+            self.cacher.replicas.remove(self.feed)
+            self.feed = None
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
 
-class OwnerService(rpc.OwnerServicer):
+class FollowServer:
+    """Accepts followers on this worker's follow socket; ``owned`` maps a resource id to its cache."""
+
     def __init__(
-        self, owned: Callable[[str], Cacher | None], *, max_pending: int = 10_000, ready_wait: float = 600.0
+        self, owned: Callable[[str], Cacher | None], *, max_buffer: int = MAX_BUFFER, ready_wait: float = 600.0
     ) -> None:
         self._owned = owned
-        self.max_pending = max_pending
+        self.max_buffer = max_buffer
         self.ready_wait = ready_wait
         self.streams = 0
-        # This worker's Prometheus exposition (set by the process assembly).
-        self.metrics_text: Callable[[], bytes] = lambda: b""
 
-    async def Metrics(  # the gRPC method's name
-        self, request: pb.MetricsRequest, context: grpc.aio.ServicerContext
-    ) -> pb.MetricsReply:
-        return pb.MetricsReply(text=self.metrics_text())
+    def protocol(self) -> asyncio.Protocol:
+        return _FollowConnection(self)
 
-    async def Follow(  # the gRPC method's name
-        self, request: pb.FollowRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.FollowBatch]:
+    async def serve(self, conn: _FollowConnection, request: pb.FollowRequest) -> None:
+        transport = conn.transport
+        assert transport is not None
         cacher = self._owned(request.resource)
         if cacher is None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"this worker does not own {request.resource}")
+            log.warning("worker %d asked for %s, which this worker does not own", request.follower, request.resource)
+            transport.close()
             return
-        if not await cacher.wait_ready(self.ready_wait):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{request.resource} is not synced yet")
+        if not await cacher.wait_ready(self.ready_wait) or conn.lost:
+            transport.close()
             return
         # ---- synchronous: snapshot, history and registration in one step.
         cache = cacher.cache
@@ -168,10 +205,11 @@ class OwnerService(rpc.OwnerServicer):
         history = list(cache.history)
         head_rv = cache.rv
         unresumable = cache.unresumable_rv or 0
-        feed = ReplicaFeed(self.max_pending)
+        feed = ReplicaFeed(transport, self.max_buffer)
         cacher.replicas.append(feed)
-        # ---- end of the synchronous section.
+        conn.cacher, conn.feed = cacher, feed
         self.streams += 1
+        # ---- end of the synchronous section.
         log.info(
             "worker %d follows %s (%d objects, %d events of history)",
             request.follower,
@@ -179,30 +217,30 @@ class OwnerService(rpc.OwnerServicer):
             len(objects),
             len(history),
         )
-        try:
-            batches = object_batches(objects)
-            for i, batch in enumerate(batches):
-                last = i == len(batches) - 1
-                yield snapshot_to_pb(batch, oldest, last, unresumable if last else 0)
-            for msg in _history_batches(history):
-                yield msg
-            yield pb.FollowBatch(progress=head_rv)
-            while True:
-                msgs = await feed.take()
-                if feed.overflowed:
-                    log.warning("follower %d of %s fell behind; ending its stream", request.follower, request.resource)
-                    return
-                for msg in msgs:
-                    yield msg
-        finally:
-            self.streams -= 1
-            cacher.replicas.remove(feed)
+        batches = object_batches(objects)
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            transport.write(encode_frame(snapshot_to_pb(batch, oldest, last, unresumable if last else 0)))
+            await conn.writable.wait()  # flow control: the snapshot can be large
+            if conn.lost:
+                return
+        for events in event_batches(history):
+            transport.write(encode_frame(events_to_pb(events)))
+            await conn.writable.wait()
+            if conn.lost:
+                return
+        transport.write(encode_frame(pb.FollowBatch(progress=head_rv)))
+        feed.go_live()
 
 
-def resource_lookup(cachers: dict[ResourceType, Cacher], owned: set[str]) -> Callable[[str], Cacher | None]:
-    def lookup(resource_id: str) -> Cacher | None:
-        if resource_id not in owned:
-            return None
-        return next((c for t, c in cachers.items() if t.path_id() == resource_id), None)
+class OwnerService(rpc.OwnerServicer):
+    """This worker's metrics for the others (a scrape on any worker covers all of them)."""
 
-    return lookup
+    def __init__(self) -> None:
+        # This worker's Prometheus exposition (set by the process assembly).
+        self.metrics_text: Callable[[], bytes] = lambda: b""
+
+    async def Metrics(  # the gRPC method's name
+        self, request: pb.MetricsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetricsReply:
+        return pb.MetricsReply(text=self.metrics_text())
