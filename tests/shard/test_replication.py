@@ -224,3 +224,25 @@ def test_object_batches_cut_by_count_and_bytes(monkeypatch):
     batches = owner.object_batches([*small, *big])
     assert [[o.name for o in b] for b in batches] == [["p0", "p1"], ["p2"], ["b0"], ["b1"]]
     assert owner.object_batches([]) == [[]]  # an empty snapshot is still one (last) message
+
+
+@arun
+async def test_a_failing_owner_stream_is_cut_and_the_follower_follows_again(tmp_path, monkeypatch):
+    real = owner.snapshot_to_pb
+    calls = []
+
+    def failing_once(*a, **kw):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(owner, "snapshot_to_pb", failing_once)
+    p = Pair(tmp_path)
+    await p.start()
+    try:
+        await until(lambda: p.follower_cacher.ready)
+        assert len(calls) >= 2 and state(p.follower_cacher) == state(p.owner)
+        assert p.owner.replicas and len(p.owner.replicas) == 1  # the failed stream's feed is gone
+    finally:
+        await p.stop()

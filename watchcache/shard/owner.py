@@ -40,7 +40,7 @@ EVENT_BATCH = 500
 # would otherwise make messages of tens of MB.
 MESSAGE_BYTES = 2 << 20
 # Unsent bytes for one follower before its stream is cut (it then resyncs from a snapshot).
-MAX_BUFFER = 256 << 20
+MAX_BUFFER = 64 << 20
 
 
 def event_batches(events: list[WatchEvent]) -> list[list[WatchEvent]]:
@@ -154,7 +154,17 @@ class _FollowConnection(asyncio.Protocol):
             log.warning("bad follow request: %s", e)
             self.transport.abort()
             return
-        self.task = asyncio.ensure_future(self.server.serve(self, request))
+        self.task = asyncio.ensure_future(self._serve(request))
+
+    async def _serve(self, request: pb.FollowRequest) -> None:
+        try:
+            await self.server.serve(self, request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # never leave a follower waiting on a stream nobody writes
+            log.exception("follow stream of %s for worker %d failed", request.resource, request.follower)
+            if self.transport is not None:
+                self.transport.abort()
 
     def pause_writing(self) -> None:
         self.writable.clear()
