@@ -8,9 +8,9 @@ import pytest
 from tests.factories import pod
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
-from watchcache.upstream.client import UpstreamError
+from watchcache.upstream.client import UpstreamError, WatchStalled
 from watchcache.upstream.discovery import ResourceResolutionError, parse_resource_id
-from watchcache.upstream.reflector import Backoff, Gone, Reflector
+from watchcache.upstream.reflector import Backoff, Gone, Reflector, ReflectorConfig
 
 
 def line(kind: str, obj: dict) -> bytes:
@@ -89,3 +89,60 @@ def test_resource_ids(text, gvr):
 def test_bad_resource_id():
     with pytest.raises(ResourceResolutionError):
         parse_resource_id("a/b/c/d")
+
+
+class StallingClient:
+    """An upstream whose first watch goes silent (WatchStalled), then whose second delivers an event."""
+
+    def __init__(self) -> None:
+        self.watches: list[float] = []
+
+    async def get_json(self, path, params=None, timeout=30.0):  # type: ignore[no-untyped-def]
+        return {"metadata": {"resourceVersion": "10"}, "items": [pod_json("a", 10)]}
+
+    async def watch(self, resource, params, *, stall_timeout):  # type: ignore[no-untyped-def]
+        self.watches.append(asyncio.get_running_loop().time())
+        if len(self.watches) == 1:
+            raise WatchStalled("no data for 5s")
+        yield [line("ADDED", pod_json("b", 11))]
+        await asyncio.sleep(3600)
+
+
+def test_a_stalled_watch_is_watched_again_at_once_whatever_the_backoff():
+    async def main() -> None:
+        cacher = Cacher(PODS)
+        client = StallingClient()
+        # Any backoff would be 2.5-5 s here.
+        r = Reflector(client=client, cacher=cacher, config=ReflectorConfig(backoff_initial=5.0))  # type: ignore[arg-type]
+        task = asyncio.ensure_future(r.run())
+        try:
+            for _ in range(200):
+                if cacher.rv == 11:
+                    break
+                await asyncio.sleep(0.01)
+            assert cacher.rv == 11, "the second watch never delivered"
+            assert len(client.watches) == 2 and client.watches[1] - client.watches[0] < 0.5
+            assert r.watch_restarts == 1
+        finally:
+            task.cancel()
+
+    asyncio.run(main())
+
+
+def test_a_successful_list_resets_the_backoff():
+    b = Backoff(0.2, 30.0)
+    for _ in range(8):
+        b.next()
+    assert b.next() > 10  # what a reflector that failed a while would wait next
+
+    async def main() -> float:
+        cacher = Cacher(PODS)
+        r = Reflector(client=StallingClient(), cacher=cacher)  # type: ignore[arg-type]
+        for _ in range(8):
+            r.backoff.next()
+        task = asyncio.ensure_future(r.run())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        return r.backoff.next()
+
+    assert asyncio.run(main()) <= 0.2

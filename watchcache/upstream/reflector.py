@@ -108,6 +108,8 @@ class Reflector:
                     self._set_state(ReflectorState.LISTING)
                     await self._list()
                     need_list = False
+                    # The upstream answered a whole list: earlier failures say nothing about it now.
+                    self.backoff.reset()
                 self._set_state(ReflectorState.WATCHING)
                 started = time.monotonic()
                 await self._watch()
@@ -123,7 +125,15 @@ class Reflector:
                 need_list = True
                 self._set_state(ReflectorState.LISTING, f"410 from upstream: {e}")
                 continue
-            except (UpstreamError, aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:
+            except WatchStalled as e:
+                # A silent watch (an idle upstream that sends no bookmarks, or a hung one) is not a
+                # failure to back off from: watch again at once, as client-go does when a watch times
+                # out. It cannot spin: each attempt lasts stall_timeout. Backing off here held a
+                # cache 12 s behind an upstream that had just come back (the chaos campaign's converge).
+                self.watch_restarts += 1
+                log.info("reflector %s: %s; watching again", self.resource.qualified, e)
+                continue
+            except (UpstreamError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
                 self.watch_restarts += 1
                 delay = self.backoff.next()
                 self._set_state(ReflectorState.BACKOFF, f"{type(e).__name__}: {e}; retry in {delay:.1f}s")
