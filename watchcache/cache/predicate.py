@@ -12,7 +12,7 @@ from watchcache.selectors import FieldSelector, LabelSelector, parse_field_selec
 
 
 class SelectionPredicate:
-    __slots__ = ("empty", "fields", "labels", "namespace")
+    __slots__ = ("empty", "fields", "labels", "namespace", "selects_all")
 
     def __init__(self, namespace: str | None, labels: LabelSelector, fields: FieldSelector) -> None:
         self.namespace = namespace or None
@@ -20,6 +20,8 @@ class SelectionPredicate:
         self.fields = fields
         # "empty" means no selector: kube then reports remainingItemCount.
         self.empty = labels.empty and fields.empty
+        # No namespace and no selector: every object matches (the common informer watch).
+        self.selects_all = self.namespace is None and self.empty
 
     @classmethod
     def parse(

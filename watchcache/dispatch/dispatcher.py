@@ -37,12 +37,11 @@ from watchcache.watchers.watcher import Watcher, select_frame
 class WatcherGroup:
     """Watchers with an equal predicate, and the frames of the batch being dispatched."""
 
-    __slots__ = ("events", "frames", "key", "predicate", "select_all", "watchers")
+    __slots__ = ("events", "frames", "key", "predicate", "watchers")
 
     def __init__(self, key: Hashable, predicate: SelectionPredicate) -> None:
         self.key = key
         self.predicate = predicate
-        self.select_all = predicate.namespace is None and predicate.empty
         # A dict, not a set: delivery in registration order makes runs reproducible.
         self.watchers: dict[Watcher, None] = {}
         # The batch in progress: the events this group selected, and their frames.
@@ -53,7 +52,7 @@ class WatcherGroup:
         return f"WatcherGroup({self.key!r}, watchers={len(self.watchers)})"
 
     def offer(self, event: WatchEvent, touched: list[WatcherGroup]) -> None:
-        frame = select_frame(self.predicate, self.select_all, event)
+        frame = select_frame(self.predicate, event)
         if frame is None:
             return
         if not self.frames:

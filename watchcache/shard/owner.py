@@ -176,7 +176,6 @@ class _FollowConnection(asyncio.Protocol):
         self.lost = True
         self.writable.set()
         if self.feed is not None and self.cacher is not None:
-            self.server.streams -= 1
             self.cacher.replicas.remove(self.feed)
             self.feed = None
         if self.task is not None and not self.task.done():
@@ -192,7 +191,6 @@ class FollowServer:
         self._owned = owned
         self.max_buffer = max_buffer
         self.ready_wait = ready_wait
-        self.streams = 0
 
     def protocol(self) -> asyncio.Protocol:
         return _FollowConnection(self)
@@ -218,7 +216,6 @@ class FollowServer:
         feed = ReplicaFeed(transport, self.max_buffer)
         cacher.replicas.append(feed)
         conn.cacher, conn.feed = cacher, feed
-        self.streams += 1
         # ---- end of the synchronous section.
         log.info(
             "worker %d follows %s (%d objects, %d events of history)",

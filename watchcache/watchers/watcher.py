@@ -56,13 +56,12 @@ class CloseReason(enum.StrEnum):
     EXPIRED = "expired"
 
 
-def select_frame(predicate: SelectionPredicate, select_all: bool, event: WatchEvent) -> bytes | None:
+def select_frame(predicate: SelectionPredicate, event: WatchEvent) -> bytes | None:
     """The frame ``event`` means for a watch with ``predicate`` (kube's ``convertToWatchEvent``), or None.
 
-    ``select_all`` (no namespace, no selector): the event's own frame, without evaluating
-    anything (the common informer watch).
+    A predicate that selects everything gets the event's own frame without evaluating anything.
     """
-    if select_all:
+    if predicate.selects_all:
         return event.frame(event.type)
     matches = predicate.matches
     if event.type == DELETED:
@@ -103,7 +102,6 @@ class Watcher:
         "protected",
         "resource",
         "resume_rv",
-        "select_all",
         "sink",
         "start_rv",
     )
@@ -123,8 +121,6 @@ class Watcher:
     ) -> None:
         self.resource = resource
         self.predicate = predicate
-        # No namespace, no selector: every event's own frame (see select_frame).
-        self.select_all = predicate.namespace is None and predicate.empty
         # Events at or before start_rv are never delivered (the client has them).
         self.start_rv = start_rv
         # The newest rv this watcher has been given (event or bookmark).
@@ -158,7 +154,7 @@ class Watcher:
         """The frame ``event`` means for this watcher, or None (also for events it already has)."""
         if event.rv <= self.start_rv:
             return None
-        return select_frame(self.predicate, self.select_all, event)
+        return select_frame(self.predicate, event)
 
     def deliver(self, event: WatchEvent) -> bool:
         """Queue the frame ``event`` means for this watcher, if any; True if one was queued."""
