@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.chaos_stack import (
     SUPERVISOR_READY,
@@ -375,32 +376,32 @@ class Campaign:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.writer_stop.wait(), interval)
 
-    async def cache_rvs(self) -> dict[str, int]:
-        """The newest cache rv per resource over the workers, from the proxy's /metrics."""
+    async def _samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """(labels, value) of every sample ``name`` in the proxy's /metrics (every worker's); [] if unreachable."""
         assert self.admin is not None
-        out: dict[str, int] = {}
         with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
             async with self.admin.get(self.proxy_url + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as resp:
                 text = (await resp.read()).decode()
-            for line in text.splitlines():
-                if line.startswith("apiserver_watch_cache_resource_version{"):
-                    labels, _, value = line.rpartition(" ")
-                    res = labels.split('resource="', 1)[1].split('"', 1)[0]
-                    out[res] = max(out.get(res, 0), int(float(value)))
+            return [
+                (sample.labels, sample.value)
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == name
+            ]
+        return []
+
+    async def cache_rvs(self) -> dict[str, int]:
+        """The newest cache rv per resource over the workers."""
+        out: dict[str, int] = {}
+        for labels, value in await self._samples("apiserver_watch_cache_resource_version"):
+            out[labels["resource"]] = max(out.get(labels["resource"], 0), int(value))
         return out
 
     async def slow_watchers(self) -> dict[str, int]:
         """``watchcache_slow_watchers`` summed over workers and resources, by outcome."""
-        assert self.admin is not None
         out: dict[str, int] = {}
-        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-            async with self.admin.get(self.proxy_url + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as resp:
-                text = (await resp.read()).decode()
-            for line in text.splitlines():
-                if line.startswith("watchcache_slow_watchers_total{"):
-                    labels, _, value = line.rpartition(" ")
-                    outcome = labels.split('outcome="', 1)[1].split('"', 1)[0]
-                    out[outcome] = out.get(outcome, 0) + int(float(value))
+        for labels, value in await self._samples("watchcache_slow_watchers_total"):
+            out[labels["outcome"]] = out.get(labels["outcome"], 0) + int(value)
         return out
 
     async def wait_caches_at(self, rv: int, timeout: float) -> None:
