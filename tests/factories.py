@@ -85,9 +85,13 @@ class FakeResponse:
         self.status = status
         self.chunked = True
 
-    def write_chunk(self, parts: Sequence[bytes]) -> None:
+    def write_chunk(self, parts: Sequence[bytes]) -> int:
+        """As ``Response.write_chunk``: returns the payload size written."""
         assert self.chunked and not self.ended
-        self.chunks.append(b"".join(parts))
+        chunk = b"".join(parts)
+        if chunk:
+            self.chunks.append(chunk)
+        return len(chunk)
 
     def end_chunked(self) -> None:
         self.ended = True

@@ -314,7 +314,7 @@ async def test_watch_rv_0_get_state_and_start_at_any():
         h.write(MODIFIED, "p1", labels={"i": "1"})
 
     background(later())
-    resp = await h.watch(resourceVersion="0")
+    resp = await h.watch(until=0.3, resourceVersion="0")
     events = resp.events()
     assert [e["type"] for e in events] == ["ADDED"] * 5 + ["MODIFIED"]
     assert events[-1]["object"]["metadata"]["resourceVersion"] == "11"
