@@ -30,7 +30,9 @@ class StatusError(Exception):
         self.code = code
         self.reason = reason
         self.message = message
-        self.details = dict(details) if details else None
+        # An explicit ``{}`` is kept: kube writes ``"details": {}`` on some errors (a path not found,
+        # a forbidden non-resource path), and omits the field when it has none.
+        self.details = dict(details) if details is not None else None
         self.retry_after = retry_after
         # kube-apiserver puts an "inconsistent continue" token in the Status metadata
         # of a 410 for an expired continue token, so the client can go on if it wants.
@@ -51,7 +53,7 @@ class StatusError(Exception):
             "message": self.message,
             "reason": self.reason,
         }
-        if self.details:
+        if self.details is not None:
             status["details"] = self.details
         status["code"] = self.code
         return status

@@ -12,6 +12,7 @@ from tests.auth.fakes import Clock, FakeReviews, info_of, request
 from watchcache.apierrors import StatusError
 from watchcache.auth import (
     Decision,
+    NonResourceAttributes,
     ResourceAttributes,
     SubjectAccessReviewer,
     UserInfo,
@@ -186,6 +187,23 @@ def test_forbidden_anonymous_list_by_name_from_a_field_selector() -> None:
     )
 
 
+def test_forbidden_path_is_kubes_non_resource_403() -> None:
+    err = forbidden(UserInfo("nobody"), NonResourceAttributes("get", "/metrics"))
+    # kube-apiserver v1.36, `GET /metrics` with a token that has no grant on it.
+    assert status_of(err) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'forbidden: User "nobody" cannot get path "/metrics"',
+        "reason": "Forbidden",
+        "details": {},
+        "code": 403,
+    }
+    err = forbidden(UserInfo("a<b>"), NonResourceAttributes("head", "/debug/x&y"), "RBAC: no rule")
+    assert err.message == 'forbidden: User "a&lt;b&gt;" cannot head path "/debug/x&amp;y": RBAC: no rule'
+
+
 @pytest.mark.parametrize(
     ("text", "quoted"),
     [("alice", '"alice"'), ('a"b', '"a\\"b"'), ("a\\b", '"a\\\\b"'), ("a\nb", '"a\\nb"'), ("\x01", '"\\x01"'),
@@ -231,6 +249,14 @@ def test_the_review_carries_the_user_and_the_attributes() -> None:
             },
         )
     ]
+
+
+def test_a_path_is_reviewed_with_non_resource_attributes() -> None:
+    fake = FakeReviews(sar_answer(False))
+    attrs = NonResourceAttributes("get", "/metrics")
+    assert run(SubjectAccessReviewer(fake).authorize(ALICE, attrs)) == Decision(False, "")
+    assert fake.calls[0][1]["spec"]["nonResourceAttributes"] == {"path": "/metrics", "verb": "get"}
+    assert "resourceAttributes" not in fake.calls[0][1]["spec"]
 
 
 def test_the_anonymous_review_has_no_uid_or_extra() -> None:

@@ -238,3 +238,29 @@ def test_reference_wiring_in_front_of_cached_reads(client: LocalReviewClient) ->
     )
     assert bob == 403 and b"p0" not in bobbody
     assert (bad, orjson.loads(badbody)["message"]) == (401, "Unauthorized")
+
+
+def check_path(gate: Gate, path: str, token: str | None = None, method: str = "GET") -> UserInfo:
+    req = request(path, token=token)
+    req.method = method
+    user: UserInfo = asyncio.run(gate.check_path(req))
+    return user
+
+
+def test_own_paths_are_authorized_as_non_resource_requests(client: LocalReviewClient) -> None:
+    gate = Gate.build(client)
+    assert check_path(gate, "/metrics", "prometheus-token").username == "prometheus"
+    assert check_path(gate, "/debug/cache", "prometheus-token").username == "prometheus"
+    with pytest.raises(StatusError) as err:
+        check_path(gate, "/metrics", "dave-token")
+    assert (err.value.code, err.value.message) == (403, 'forbidden: User "dave" cannot get path "/metrics"')
+    with pytest.raises(StatusError) as err:
+        check_path(gate, "/metrics", "prometheus-token", method="POST")  # the verb is the method
+    assert err.value.message == 'forbidden: User "prometheus" cannot post path "/metrics"'
+    with pytest.raises(StatusError) as err:
+        check_path(gate, "/metrics")
+    assert err.value.message == 'forbidden: User "system:anonymous" cannot get path "/metrics"'
+    with pytest.raises(StatusError) as err:
+        check_path(gate, "/metrics", "not-a-token")
+    assert err.value.code == 401
+    assert check_path(gate, "/metrics", "admin-token").username == "admin"  # system:masters, no review

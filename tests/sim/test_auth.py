@@ -32,6 +32,7 @@ def test_the_example_loads(policy: Policy) -> None:
         "carol",
         "dave",
         "admin",
+        "prometheus",
         "system:serviceaccount:watchcache:watchcache",
     ]
     assert policy.authenticate("admin-token") == PolicyUser(

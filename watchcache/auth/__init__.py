@@ -1,4 +1,4 @@
-"""Delegated authentication and authorization of cached reads.
+"""Delegated authentication and authorization of cached reads and of the proxy's own endpoints.
 
 The proxy answers GET/LIST/WATCH from its cache with data it read under its own identity,
 so before a cached byte goes out it must establish who the client is and whether the
@@ -10,8 +10,10 @@ upstream would let that client read it — the way an aggregated apiserver deleg
 2. **Authorization**: the upstream's ``SubjectAccessReview`` for the request's attributes
    (``SubjectAccessReviewer``), skipped for ``always_allow_groups`` (``system:masters``).
 
-``Gate.check`` does both and raises kube's 401/403 (or a 500 when the upstream cannot
-answer: fail closed). Requests that pass through are not gated here: the upstream
+``Gate.check`` does both for a resource request and ``Gate.check_path`` for a path the proxy
+answers itself (``/metrics``, ``/debug/...``: ``nonResourceAttributes``, as kube-apiserver
+authorizes its own), and raise kube's 401/403 (or a 500 when the upstream cannot answer:
+fail closed). Requests that pass through are not gated here: the upstream
 decides with the client's own credentials.
 """
 
@@ -31,7 +33,9 @@ from watchcache.auth.authn import (
     unauthorized,
 )
 from watchcache.auth.authz import (
+    Attributes,
     Decision,
+    NonResourceAttributes,
     ResourceAttributes,
     SubjectAccessReviewer,
     authorization_failed,
@@ -59,6 +63,7 @@ __all__ = [
     "CertAuthenticator",
     "Decision",
     "Gate",
+    "NonResourceAttributes",
     "ResourceAttributes",
     "ReviewClient",
     "ReviewError",
@@ -187,10 +192,21 @@ class Gate:
         certificates (None for plain HTTP).
         """
         user = await self.authenticate(request, peercert)
-        attrs = ResourceAttributes.from_request_info(info, request.query_value("fieldSelector"))
+        await self.authorize(user, ResourceAttributes.from_request_info(info, request.query_value("fieldSelector")))
+        return user
+
+    async def check_path(self, request: Request, *, peercert: Mapping[str, Any] | None = None) -> UserInfo:
+        """Authenticate and authorize a request for a non-resource path the proxy answers itself
+        (``/metrics``, ``/debug/...``), as kube-apiserver does its own: verb = the lower-cased method."""
+        user = await self.authenticate(request, peercert)
+        await self.authorize(user, NonResourceAttributes(request.method.lower(), request.path))
+        return user
+
+    async def authorize(self, user: UserInfo, attrs: Attributes) -> None:
+        """Raise kube's 403 unless ``user`` may do ``attrs`` (500 when the upstream cannot say)."""
         if self.always_allow_groups.intersection(user.groups):
             self.allowed += 1
-            return user
+            return
         try:
             decision = await self.access.authorize(user, attrs)
         except Exception:
@@ -200,7 +216,6 @@ class Gate:
             self.denied += 1
             raise forbidden(user, attrs, decision.reason)
         self.allowed += 1
-        return user
 
     def stats(self) -> dict[str, int]:
         """Every counter, for a metrics collector reading them at scrape time."""

@@ -111,6 +111,22 @@ class ResourceAttributes:
 
 
 @dataclass(frozen=True)
+class NonResourceAttributes:
+    """A request for a path that is not an API resource (``/metrics``, ``/debug/...``): kube authorizes
+    the lower-cased HTTP method as the verb and the path without its query."""
+
+    verb: str
+    path: str
+
+    def to_spec(self) -> dict[str, str]:
+        """``spec.nonResourceAttributes`` of a SubjectAccessReview."""
+        return {"path": self.path, "verb": self.verb}
+
+
+Attributes = ResourceAttributes | NonResourceAttributes
+
+
+@dataclass(frozen=True)
 class Decision:
     allowed: bool
     reason: str = ""
@@ -139,14 +155,23 @@ def go_quote(text: str) -> str:
     return "".join(out)
 
 
-def forbidden(user: UserInfo, attrs: ResourceAttributes, reason: str = "") -> StatusError:
-    """kube-apiserver's 403 for a denied resource request (``responsewriters.Forbidden``)."""
+# kube's responsewriters sanitizer: no error message may look like HTML.
+_SANITIZE = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def forbidden(user: UserInfo, attrs: Attributes, reason: str = "") -> StatusError:
+    """kube-apiserver's 403 for a denied request (``responsewriters.ForbiddenStatusError``)."""
+    if isinstance(attrs, NonResourceAttributes):
+        message = f"User {go_quote(user.username)} cannot {attrs.verb} path {go_quote(attrs.path)}".translate(_SANITIZE)
+        if reason:
+            message = f"{message}: {reason}"
+        return StatusError(403, "Forbidden", f"forbidden: {message}", details={})
     resource = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
     scope = f"in the namespace {go_quote(attrs.namespace)}" if attrs.namespace else "at the cluster scope"
     message = (
         f"User {go_quote(user.username)} cannot {attrs.verb} resource {go_quote(resource)} "
         f"in API group {go_quote(attrs.group)} {scope}"
-    )
+    ).translate(_SANITIZE)
     if reason:
         message = f"{message}: {reason}"
     qualified = f"{attrs.resource}.{attrs.group}" if attrs.group else attrs.resource
@@ -184,7 +209,7 @@ def decision_from_access_review(answer: dict[str, Any]) -> Decision:
     return Decision(allowed, reason)
 
 
-_Key = tuple[str, str, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...], ResourceAttributes]
+_Key = tuple[str, str, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...], Attributes]
 
 
 class SubjectAccessReviewer:
@@ -206,7 +231,7 @@ class SubjectAccessReviewer:
         # Requests that failed because a review got no answer (each one a 500).
         self.failures = 0
 
-    async def authorize(self, user: UserInfo, attrs: ResourceAttributes) -> Decision:
+    async def authorize(self, user: UserInfo, attrs: Attributes) -> Decision:
         """The decision for ``user`` doing ``attrs``. Raises a 500 StatusError when there is none."""
         key: _Key = (user.username, user.uid, user.groups, user.extra_items(), attrs)
         try:
@@ -215,8 +240,9 @@ class SubjectAccessReviewer:
             self.failures += 1
             raise authorization_failed() from None
 
-    async def _review(self, user: UserInfo, attrs: ResourceAttributes) -> Decision:
-        spec: dict[str, Any] = {"resourceAttributes": attrs.to_spec(), "user": user.username}
+    async def _review(self, user: UserInfo, attrs: Attributes) -> Decision:
+        kind = "nonResourceAttributes" if isinstance(attrs, NonResourceAttributes) else "resourceAttributes"
+        spec: dict[str, Any] = {kind: attrs.to_spec(), "user": user.username}
         if user.groups:
             spec["groups"] = list(user.groups)
         if user.extra:
@@ -233,7 +259,7 @@ class SubjectAccessReviewer:
             "access review: %s %s %s: %s",
             user.username,
             attrs.verb,
-            attrs.resource,
+            attrs.path if isinstance(attrs, NonResourceAttributes) else attrs.resource,
             "allowed" if decision.allowed else "denied",
         )
         return decision
