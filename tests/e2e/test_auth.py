@@ -156,3 +156,50 @@ def test_without_anonymous_auth_unauthenticated_requests_get_401(stack, tmp_path
         assert status == 200
     finally:
         proxy.stop()
+
+
+# --- the proxy's own endpoints: authorized as kube-apiserver authorizes its own ----------------
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/debug/cache"])
+def test_own_endpoints_are_authorized_with_non_resource_attributes(stack, path):
+    _, proxy = stack
+    status, body = call(proxy.url, path, "dave-token")
+    # kube's exact answer for `GET /metrics` with a token that has no grant on the path.
+    assert (status, body) == (
+        403,
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": f'forbidden: User "dave" cannot get path "{path}"',
+            "reason": "Forbidden",
+            "details": {},
+            "code": 403,
+        },
+    )
+    status, body = call(proxy.url, path, None)  # anonymous, as kube: authorized like any user
+    assert status == 403 and body["message"] == f'forbidden: User "system:anonymous" cannot get path "{path}"'
+    status, body = call(proxy.url, path, "not-a-token")
+    assert status == 401 and body["reason"] == "Unauthorized"
+    assert raw_get(proxy.url, path, "prometheus-token")[0] == 200  # nonResourceURLs: [/metrics, /debug/*]
+    assert raw_get(proxy.url, path, "admin-token")[0] == 200  # system:masters
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/livez", "/readyz"])
+def test_health_endpoints_stay_open(stack, path):
+    _, proxy = stack
+    assert raw_get(proxy.url, path, None)[0] == 200
+    assert raw_get(proxy.url, path, "not-a-token")[0] == 200
+
+
+def raw_get(url: str, path: str, token: str | None) -> tuple[int, bytes]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()

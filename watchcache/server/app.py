@@ -147,6 +147,9 @@ class ApiHandler:
             response.send(200 if ok else 500, text.encode(), content_type=_TEXT)
             return request.method, None
         route = self.routes.get(path)
+        if (route is not None or path == "/debug/cache") and self.ctx.gate is not None:
+            # The proxy's own endpoints, as kube-apiserver's: a SubjectAccessReview for the path.
+            await self.ctx.gate.check_path(request, peercert=request.peercert)
         if route is not None:
             content_type = "text/plain; version=0.0.4; charset=utf-8" if path == "/metrics" else "application/json"
             response.send(200, await route(), content_type=content_type)
