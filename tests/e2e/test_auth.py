@@ -203,3 +203,46 @@ def raw_get(url: str, path: str, token: str | None) -> tuple[int, bytes]:
         return resp.status, resp.read()
     finally:
         conn.close()
+
+
+# --- a follower replica is built only for a request that may read it --------------------------
+
+
+def shard_views(url: str, token: str, tries: int = 300) -> dict[int, dict]:
+    """/debug/shards of every worker (fresh connections: SO_REUSEPORT spreads them)."""
+    seen: dict[int, dict] = {}
+    for _ in range(tries):
+        status, body = call(url, "/debug/shards", token)
+        assert status == 200, body
+        seen[body["worker"]] = body
+        if len(seen) == body["workers"]:
+            return seen
+    raise AssertionError(f"only reached workers {sorted(seen)}")
+
+
+def test_unauthenticated_and_forbidden_requests_build_no_follower(stack, tmp_path):
+    sim, _ = stack
+    token_file = tmp_path / "token"
+    token_file.write_text("watchcache-token")
+    proxy = start(
+        "serve", "--upstream", sim.url, "--token-file", str(token_file), "--authentication", "delegated",
+        "--workers", "2", "--resources", "pods,configmaps,nodes",
+    )  # fmt: skip
+    try:
+        wait_ready(proxy)
+        assert all(v["following"] == [] for v in shard_views(proxy.url, "admin-token").values())
+        # 3 x 3 x 10 requests on fresh connections: each worker gets some for the resources it does not own.
+        for token, expected in (("not-a-token", 401), (None, 403), ("dave-token", 403)):
+            for path in ("/api/v1/pods", "/api/v1/configmaps?watch=1", "/api/v1/nodes/node-0"):
+                for _ in range(10):
+                    assert call(proxy.url, path, token)[0] == expected, (token, path)
+        views = shard_views(proxy.url, "admin-token")
+        assert {w: v["following"] for w, v in views.items()} == {0: [], 1: []}
+        # The same requests, authorized, do build them (so the check above could see one).
+        for _ in range(10):
+            assert call(proxy.url, "/api/v1/pods", "alice-token")[0] == 200
+        views = shard_views(proxy.url, "admin-token")
+        owner = views[0]["owners"]["pods"]
+        assert views[1 - owner]["following"] == ["pods"]
+    finally:
+        proxy.stop()

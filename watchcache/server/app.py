@@ -168,8 +168,12 @@ class ApiHandler:
         reason = self._uncached_reason(request, info)
         if reason is None:
             if self.ctx.gate is not None:
-                # Before any cached byte: 401/403 as the upstream would answer (once per watch).
+                # Before any cached byte, and before a follower replica is built for it: 401/403
+                # as the upstream would answer (once per watch).
                 await self.ctx.gate.check(request, info, peercert=request.peercert)
+            if not self._cache_for(resource):
+                reason = "uncached-resource"
+        if reason is None:
             if info.verb == "watch" and self.watchers() >= self.ctx.config.max_watchers:
                 self.rejected["watchers"] = self.rejected.get("watchers", 0) + 1
                 raise apierrors.too_many_requests("too many watches open on this server, please try again later", 1)
@@ -197,9 +201,7 @@ class ApiHandler:
         if info.subresource:
             return "subresource"
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
-        if resource is None:
-            return "uncached-resource"
-        if resource not in self.ctx.cachers and (self.ctx.on_demand is None or self.ctx.on_demand(resource) is None):
+        if resource is None or (resource not in self.ctx.cachers and self.ctx.on_demand is None):
             return "uncached-resource"
         accept = request.headers.get("accept")
         if self.forward_tables and prefers_table(accept):
@@ -207,6 +209,16 @@ class ApiHandler:
         if not accepts_json(accept):
             return "media-type"
         return None
+
+    def _cache_for(self, resource: ResourceType | None) -> bool:
+        """True when a cache of ``resource`` is here, or has just been made (a follower of its owner).
+
+        Called only once the request is authorized: a follower is a full replica of the resource
+        (memory, and a stream from its owner), which no unauthorized client may make a worker build.
+        """
+        if resource is None:
+            return False
+        return resource in self.ctx.cachers or (self.ctx.on_demand is not None and self.ctx.on_demand(resource) is not None)
 
     async def _serve_cached(self, request: Request, response: Response, info: RequestInfo) -> None:
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
