@@ -6,7 +6,9 @@ upstream would let that client read it — the way an aggregated apiserver deleg
 
 1. **Authentication**: a verified client certificate (``CertAuthenticator``), else the
    bearer token checked with the upstream's ``TokenReview`` (``TokenAuthenticator``), else
-   anonymous (``system:anonymous`` / ``system:unauthenticated``) when allowed.
+   anonymous (``system:anonymous`` / ``system:unauthenticated``) when allowed. (The
+   simulated cluster, standing for an apiserver, also believes a front proxy's
+   ``X-Remote-*`` headers first: ``RequestHeaderAuthenticator``.)
 2. **Authorization**: the upstream's ``SubjectAccessReview`` for the request's attributes
    (``SubjectAccessReviewer``), skipped for ``always_allow_groups`` (``system:masters``).
 
@@ -20,7 +22,7 @@ decides with the client's own credentials.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +44,7 @@ from watchcache.auth.authz import (
     forbidden,
     name_from_field_selector,
 )
+from watchcache.auth.requestheader import RequestHeaderAuthenticator
 from watchcache.auth.review import (
     ACCESS_REVIEW_PATH,
     TOKEN_REVIEW_PATH,
@@ -116,6 +119,10 @@ class Gate:
         self.tokens = tokens
         self.access = access
         self.certs = certs
+        # Only the simulated cluster's gate has these: an apiserver's front-proxy authentication,
+        # and its Impersonate-* filter (the proxy passes impersonating requests through instead).
+        self.requestheader: RequestHeaderAuthenticator | None = None
+        self.impersonate: Callable[[Gate, UserInfo, Request], Awaitable[UserInfo]] | None = None
         self.anonymous_enabled = anonymous
         self.always_allow_groups = frozenset(always_allow_groups)
         self.allowed = 0
@@ -167,8 +174,12 @@ class Gate:
         return cls.build(UpstreamReviewClient(upstream, timeout=options.review_timeout), options, certs=certs)
 
     async def authenticate(self, request: Request, peercert: Mapping[str, Any] | None = None) -> UserInfo:
-        """The request's user (anonymous included); raises 401."""
-        user = self.certs.authenticate(peercert) if self.certs is not None and peercert else None
+        """The request's user (anonymous included); raises 401. Order as kube's: request header, x509, token."""
+        user = None
+        if self.requestheader is not None and peercert:
+            user = self.requestheader.authenticate(request.headers, peercert)
+        if user is None and self.certs is not None and peercert:
+            user = self.certs.authenticate(peercert)
         if user is None and self.tokens is not None:
             try:
                 user = await self.tokens.authenticate(request)
@@ -181,6 +192,8 @@ class Gate:
                 raise unauthorized()
             self.anonymous += 1
             user = ANONYMOUS
+        if self.impersonate is not None:
+            user = await self.impersonate(self, user, request)
         return user
 
     async def check(

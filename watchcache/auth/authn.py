@@ -185,18 +185,31 @@ class TokenAuthenticator:
         return with_authenticated_group(user)
 
 
+CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
+
+
 class CertAuthenticator:
     """Users from verified client certificates, as kube's x509 authenticator maps them:
-    subject CommonName → username, Organizations → groups (plus ``system:authenticated``).
+    subject CommonName → username, Organizations → groups (plus ``system:authenticated``),
+    and the extra ``authentication.kubernetes.io/credential-id: X509SHA256=<hex>`` when the
+    certificate's fingerprint is known (``peercert["x509sha256"]``, set by the HTTP layer).
 
     Takes the dict ``ssl.SSLSocket.getpeercert()`` returns; that dict is only non-empty
     for a certificate the TLS layer verified, so the server's ``SSLContext`` must load the
     client CA and use ``verify_mode = CERT_OPTIONAL`` (token clients send no certificate).
-    A certificate without a CommonName authenticates nobody (None), as in kube.
+    With ``issuers`` (CA subjects, as ``getpeercert()`` renders them), only certificates
+    issued by one of those CAs count: a server that also trusts a request-header CA must not
+    take a front-proxy certificate for a user. A certificate without a CommonName
+    authenticates nobody (None), as in kube.
     """
+
+    def __init__(self, issuers: Sequence[Any] | None = None) -> None:
+        self.issuers = None if issuers is None else [distinguished_name(i) for i in issuers]
 
     def authenticate(self, peercert: Mapping[str, Any] | None) -> UserInfo | None:
         if not peercert:
+            return None
+        if self.issuers is not None and distinguished_name(peercert.get("issuer")) not in self.issuers:
             return None
         common_name = ""
         organizations: list[str] = []
@@ -208,4 +221,11 @@ class CertAuthenticator:
                     organizations.append(value)
         if not common_name:
             return None
-        return with_authenticated_group(UserInfo(common_name, "", tuple(organizations)))
+        fingerprint = peercert.get("x509sha256")
+        extra: dict[str, tuple[str, ...]] = {CREDENTIAL_ID: (f"X509SHA256={fingerprint}",)} if fingerprint else {}
+        return with_authenticated_group(UserInfo(common_name, "", tuple(organizations), extra))
+
+
+def distinguished_name(name: Any) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """A subject or issuer of ``getpeercert()`` in a comparable form."""
+    return tuple(tuple((str(a), str(v)) for a, v in rdn) for rdn in name or ())

@@ -193,8 +193,12 @@ class ApiHandler:
         """Why the cache will not answer this request (None: it will)."""
         if not info.is_resource_request:
             return "non-resource"
-        if any(name.startswith("impersonate-") for name in request.headers):
-            # kubectl --as: the upstream decides what the impersonated user sees.
+        gate = self.ctx.gate
+        if (gate is None or gate.impersonate is None) and any(
+            name.startswith("impersonate-") for name in request.headers
+        ):
+            # kubectl --as: the upstream decides what the impersonated user sees (unless this
+            # server is the upstream: the simulated cluster's gate resolves impersonation itself).
             return "impersonation"
         if info.verb not in _READ_VERBS:
             return "write"
@@ -218,7 +222,9 @@ class ApiHandler:
         """
         if resource is None:
             return False
-        return resource in self.ctx.cachers or (self.ctx.on_demand is not None and self.ctx.on_demand(resource) is not None)
+        return resource in self.ctx.cachers or (
+            self.ctx.on_demand is not None and self.ctx.on_demand(resource) is not None
+        )
 
     async def _serve_cached(self, request: Request, response: Response, info: RequestInfo) -> None:
         resource = self.ctx.registry.get(info.group, info.version, info.resource)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import socket
 import time
@@ -67,7 +68,8 @@ class Request:
     body: bytes
     http_version: str
     remote: str
-    # The verified client certificate of a TLS connection (``SSLObject.getpeercert()``), if any.
+    # The verified client certificate of a TLS connection (``SSLObject.getpeercert()``), if any,
+    # plus ``x509sha256``: the hex SHA-256 of its DER encoding.
     peercert: dict[str, Any] | None = None
 
     def query_value(self, name: str) -> str | None:
@@ -455,7 +457,12 @@ class HttpProtocol(asyncio.Protocol):
         if isinstance(peer, tuple) and len(peer) >= 2:
             host = peer[0]
             self._remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
-        self._peercert = transport.get_extra_info("peercert") or None
+        peercert = transport.get_extra_info("peercert") or None
+        ssl_object = transport.get_extra_info("ssl_object") if peercert else None
+        if peercert and ssl_object is not None:
+            # kube's credential id of a certificate user is the SHA-256 of the certificate's DER.
+            peercert = {**peercert, "x509sha256": hashlib.sha256(ssl_object.getpeercert(True)).hexdigest()}
+        self._peercert = peercert
         self._header_timer = self._loop.call_later(self._limits.header_timeout, self._on_header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:

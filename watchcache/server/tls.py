@@ -14,7 +14,9 @@ log = logging.getLogger("watchcache.server.tls")
 
 
 class ServingCert:
-    def __init__(self, cert_file: str, key_file: str, client_ca_file: str | None = None) -> None:
+    def __init__(
+        self, cert_file: str, key_file: str, client_ca_file: str | None = None, requestheader_ca_file: str | None = None
+    ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
         self.client_ca_file = client_ca_file
@@ -24,6 +26,11 @@ class ServingCert:
         if client_ca_file:
             # Optional, as kube-apiserver: a client may present a certificate or a bearer token.
             ctx.load_verify_locations(cafile=client_ca_file)
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+        if requestheader_ca_file:
+            # A front proxy's certificate (the simulated cluster as an apiserver); authenticators
+            # tell the two CAs apart by issuer.
+            ctx.load_verify_locations(cafile=requestheader_ca_file)
             ctx.verify_mode = ssl.CERT_OPTIONAL
         self.context = ctx
         self._stamp: tuple[float, float] = (0.0, 0.0)

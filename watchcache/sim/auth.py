@@ -21,17 +21,28 @@ in-process (the embedded sim, tests).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
 
 from watchcache import apierrors
+from watchcache.auth.authn import UserInfo
 from watchcache.auth.review import ACCESS_REVIEW_PATH, TOKEN_REVIEW_PATH, ReviewError
 from watchcache.sim.policy import Policy
 
-__all__ = ["ACCESS_REVIEW_PATH", "REVIEW_PATHS", "TOKEN_REVIEW_PATH", "LocalReviewClient", "handle_review"]
+__all__ = [
+    "ACCESS_REVIEW_PATH",
+    "REVIEW_PATHS",
+    "SELF_SUBJECT_REVIEW_PATH",
+    "TOKEN_REVIEW_PATH",
+    "LocalReviewClient",
+    "handle_review",
+    "self_subject_review",
+]
 
 REVIEW_PATHS = frozenset({TOKEN_REVIEW_PATH, ACCESS_REVIEW_PATH})
+SELF_SUBJECT_REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 DEFAULT_AUDIENCES = ("https://kubernetes.default.svc.cluster.local",)
 _AUTHENTICATED = "system:authenticated"
 _UNAUTHENTICATED = "system:unauthenticated"
@@ -175,6 +186,26 @@ def _access_review(policy: Policy, body: bytes) -> tuple[int, bytes]:
     if reason:
         status["reason"] = reason
     return 201, _created(_AUTHZ, "SubjectAccessReview", obj, spec, status)
+
+
+def self_subject_review(user: UserInfo) -> bytes:
+    """The answer to ``POST .../selfsubjectreviews`` (``kubectl auth whoami``): who the request was."""
+    info: dict[str, Any] = {"username": user.username}
+    if user.uid:
+        info["uid"] = user.uid
+    if user.groups:
+        info["groups"] = list(user.groups)
+    if user.extra:
+        info["extra"] = {k: list(v) for k, v in user.extra.items()}
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return orjson.dumps(
+        {
+            "kind": "SelfSubjectReview",
+            "apiVersion": _AUTHN,
+            "metadata": {"creationTimestamp": created},
+            "status": {"userInfo": info},
+        }
+    )
 
 
 def handle_review(policy: Policy, path: str, body: bytes) -> tuple[int, bytes]:

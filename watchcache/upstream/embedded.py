@@ -13,14 +13,14 @@ from __future__ import annotations
 import orjson
 
 from watchcache import apierrors
-from watchcache.auth import Gate
+from watchcache.auth import ANONYMOUS, Gate
 from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
 from watchcache.server.discovery import Discovery
 from watchcache.server.http import Request, Response
 from watchcache.server.routing import RequestInfo
-from watchcache.sim.auth import REVIEW_PATHS, handle_review
+from watchcache.sim.auth import REVIEW_PATHS, SELF_SUBJECT_REVIEW_PATH, handle_review, self_subject_review
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.faults import FaultInjector
 from watchcache.sim.policy import Policy
@@ -51,6 +51,10 @@ class SimUpstream:
             status, body = handle_review(self.policy, request.path, request.body)
             response.send(status, body)
             return
+        if request.method == "POST" and request.path == SELF_SUBJECT_REVIEW_PATH:
+            user = await self.gate.authenticate(request, request.peercert) if self.gate is not None else ANONYMOUS
+            response.send(201, self_subject_review(user))
+            return
         if request.path == "/sim/compact" and request.method == "POST":
             response.send(200, orjson.dumps({"resourceVersion": str(self.compact())}))
             return
@@ -78,7 +82,7 @@ class SimUpstream:
         if info.verb not in _WRITES or info.subresource:
             raise apierrors.method_not_supported(resource.group, resource.resource, info.verb)
         if self.gate is not None:
-            await self.gate.check(request, info)
+            await self.gate.check(request, info, peercert=request.peercert)
         content_type = request.headers.get("content-type", "application/json")
         status, body = handle_write(
             self.cluster, request.method, resource, info.namespace, info.name, content_type, request.body
