@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from watchcache.auth.options import add_auth_flags, auth_options
+from watchcache.auth.options import add_auth_flags, add_identity_flags, auth_options, identity_options
 from watchcache.cache.store import CacheConfig
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
@@ -202,6 +202,7 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
         "endpointslices; the embedded cluster: all it has)",
     )
     add_auth_flags(g)
+    add_identity_flags(g)
     g.add_argument(
         "--workers",
         type=int,
@@ -232,6 +233,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(sim)
     _sim_flags(sim)
+    sim.add_argument(
+        "--requestheader-client-ca-file",
+        metavar="FILE",
+        help="believe X-Remote-User/-Group/-Extra-* headers on requests whose client certificate this CA signed "
+        "(a front proxy, e.g. watchcache serve --proxy-client-cert-file), as kube-apiserver's flag of that name; "
+        "needs --tls-cert-file and --policy-file",
+    )
+    sim.add_argument(
+        "--requestheader-allowed-names",
+        default="",
+        metavar="CN,...",
+        help="common names a front-proxy certificate may have (default: any the CA signed)",
+    )
     serve = sub.add_parser(
         "serve",
         help="run the watch cache",
@@ -316,12 +330,17 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
             seed=g[f"{prefix}seed"],
             state_file=g[f"{prefix}state_file"],
             policy_file=g[f"{prefix}policy_file"],
+            requestheader_ca_file=g.get("requestheader_client_ca_file"),
+            requestheader_allowed_names=tuple(
+                n.strip() for n in g.get("requestheader_allowed_names", "").split(",") if n.strip()
+            ),
         ),
         resources=tuple(r.strip() for r in g.get("resources", "").split(",") if r.strip()),
         continue_key=key,
         upstream=upstream,  # type: ignore[arg-type]
         reflector=ReflectorConfig(stall_timeout=g.get("stall_timeout", _REFLECTOR.stall_timeout)),
         auth=auth_options(args, upstream_is_tls=getattr(upstream, "is_tls", False)) if "authentication" in g else None,
+        identity=identity_options(args) if "client_cert_passthrough" in g else None,
     )
 
 

@@ -24,6 +24,7 @@ import orjson
 
 from watchcache.auth import AuthOptions, Gate
 from watchcache.auth.authn import CertAuthenticator
+from watchcache.auth.requestheader import RequestHeaderAuthenticator, RequestHeaderNames, ca_subjects
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
@@ -42,12 +43,14 @@ from watchcache.sim.auth import LocalReviewClient
 from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.faults import FaultInjector
+from watchcache.sim.impersonation import impersonate
 from watchcache.sim.policy import load_policy
 from watchcache.upstream.client import UpstreamClient, UpstreamError
 from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
 from watchcache.upstream.embedded import EmbeddedUpstream, SimUpstream
+from watchcache.upstream.identity import IdentityOptions, PassthroughIdentity
 from watchcache.upstream.proxy import ProxyUpstream
 from watchcache.upstream.reflector import Reflector, ReflectorConfig
 from watchcache.watchers.flush import FlushScheduler
@@ -71,6 +74,10 @@ class SimOptions:
     # Users, tokens and RBAC-like rules: the sim then answers TokenReview/SubjectAccessReview and
     # enforces the policy on its own API, as an apiserver does.
     policy_file: str | None = None
+    # Believe X-Remote-* headers over a client certificate from this CA (with one of these CNs,
+    # if any), as an apiserver's --requestheader-client-ca-file / --requestheader-allowed-names.
+    requestheader_ca_file: str | None = None
+    requestheader_allowed_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,8 @@ class RunOptions:
     http: HttpLimits = field(default_factory=HttpLimits)
     # (certificate file, key file, client CA file or None): serve HTTPS.
     tls: tuple[str, str, str | None] | None = None
+    # How pass-through requests of client-certificate users reach the upstream (None: refused).
+    identity: IdentityOptions | None = None
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -130,6 +139,8 @@ class Wiring:
     reflectors: list[Reflector] = field(default_factory=list)
     followers: Followers | None = None
     owner_service: OwnerService | None = None
+    # Trusted by the TLS listener besides --client-ca-file: the sim's request-header CA.
+    requestheader_ca_file: str | None = None
 
 
 def _context(
@@ -170,7 +181,19 @@ async def wire_sim(options: RunOptions) -> Wiring:
     if options.sim.policy_file:
         upstream.policy = load_policy(options.sim.policy_file)
         ctx.gate = upstream.gate = Gate.build(LocalReviewClient(upstream.policy), AuthOptions())
+        ctx.gate.impersonate = impersonate
         log.info("policy %s: requests are authenticated and authorized", options.sim.policy_file)
+    requestheader_ca = options.sim.requestheader_ca_file
+    if requestheader_ca:
+        if ctx.gate is None or not options.tls:
+            raise ValueError("--requestheader-client-ca-file needs --policy-file and --tls-cert-file")
+        issuers = ca_subjects(requestheader_ca)
+        client_ca = options.tls[2]
+        if client_ca and any(s in issuers for s in ca_subjects(client_ca)):
+            raise ValueError("--requestheader-client-ca-file and --client-ca-file must be CAs with different subjects")
+        names = RequestHeaderNames()
+        ctx.gate.requestheader = RequestHeaderAuthenticator(issuers, options.sim.requestheader_allowed_names, names)
+        log.info("front-proxy authentication: %s from CA %s", ", ".join(names.username), requestheader_ca)
     handler = ApiHandler(ctx)
 
     def inject(request: Request) -> None:
@@ -183,7 +206,7 @@ async def wire_sim(options: RunOptions) -> Wiring:
     async def close() -> None:
         cluster.close()
 
-    wiring = Wiring(ctx, handler, _churn_task(cluster, options), [close])
+    wiring = Wiring(ctx, handler, _churn_task(cluster, options), [close], requestheader_ca_file=requestheader_ca)
     wiring.housekeeping.append(faults.tick)
     return wiring
 
@@ -212,9 +235,13 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     reflects only the resources it owns and follows the others from their owners.
     """
     assert options.upstream is not None
-    client = UpstreamClient(options.upstream)
+    client = UpstreamClient(options.upstream, options.identity)
     await client.start()
     log.info("upstream %s", options.upstream.describe())
+    client_ca = options.tls[2] if options.tls else None
+    identity = PassthroughIdentity(options.identity, CertAuthenticator() if client_ca else None)
+    if client_ca:
+        log.info("client-certificate users' pass-through requests: %s", identity.mode)
     ids = options.resources or DEFAULT_RESOURCES
     shard = options.shard
     known = ResourceRegistry()
@@ -222,7 +249,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     registry = ResourceRegistry(tuple(provisional))
     cachers = {t: Cacher(t, options.cache) for t in provisional if _owns(shard, t)}
     consistent = ConsistentReads(client, fresh_wait=options.serve.fresh_wait)
-    ctx = _context(options, registry, cachers, ProxyUpstream(client, consistent))
+    ctx = _context(options, registry, cachers, ProxyUpstream(client, consistent, identity))
     if options.auth is not None:
         ctx.gate = Gate.for_upstream(client, options.auth)
         log.info("authentication: delegated (TokenReview and SubjectAccessReview against the upstream)")
@@ -235,6 +262,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
         )
     ctx.discovered = False
     wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True), [], [client.close], consistent)
+    wiring.housekeeping.append(client.reload_certificates)
     if shard is not None:
         followers = Followers(
             ctx.cachers,
@@ -282,6 +310,8 @@ async def wire_proxy(options: RunOptions) -> Wiring:
             _discover_and_reflect(client, consistent, ctx, options, ids, wiring.reflectors, wiring.housekeeping)
         )
     ]
+    if identity.mode == "front-proxy":
+        wiring.tasks.append(asyncio.ensure_future(identity.learn_upstream_names(client)))
     return wiring
 
 
@@ -404,11 +434,13 @@ async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Aw
         )
     )
     wiring.handler.routes["/metrics"] = _metrics_route(metrics, shard, wiring)
-    cert = ServingCert(*options.tls) if options.tls else None
+    cert = ServingCert(*options.tls, requestheader_ca_file=wiring.requestheader_ca_file) if options.tls else None
     if cert is not None:
         wiring.housekeeping.append(cert.reload_if_changed)
         if cert.client_ca_file and wiring.ctx.gate is not None:
-            wiring.ctx.gate.certs = CertAuthenticator()
+            # Beside a request-header CA, only the client CA's certificates are users.
+            issuers = ca_subjects(cert.client_ca_file) if wiring.requestheader_ca_file else None
+            wiring.ctx.gate.certs = CertAuthenticator(issuers)
     server = await start_server(
         wiring.handler,
         options.host,

@@ -1,13 +1,17 @@
 """The HTTP client to the upstream apiserver (aiohttp), for the proxy's own requests.
 
-Two sessions: ``session`` carries the proxy's identity (reflectors, discovery,
-consistency probes); ``passthrough`` carries no identity of its own (no client
-certificate, no token) so that forwarded requests run with the client's credentials only.
+``session`` carries the proxy's identity (reflectors, discovery, consistency probes). Pass-through
+has a session per ``Route`` (``watchcache.upstream.identity``), each its own connection pool, since
+a TLS connection's client certificate is fixed at its handshake: ``CLIENT`` presents no identity of
+the proxy's (no client certificate, no token), so forwarded requests run with the client's
+credentials only; ``FRONT_PROXY`` presents the front-proxy client certificate; ``PROXY`` the
+proxy's own identity (for impersonation). The last two exist only when configured.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -16,6 +20,7 @@ import orjson
 
 from watchcache.resources import ResourceType
 from watchcache.upstream.config import TokenSource, UpstreamConfig
+from watchcache.upstream.identity import ClientCertificate, IdentityOptions, Route
 
 USER_AGENT = "watchcache/0.1"
 
@@ -56,24 +61,51 @@ async def _error_from(resp: aiohttp.ClientResponse) -> UpstreamError:
 
 
 class UpstreamClient:
-    def __init__(self, config: UpstreamConfig) -> None:
+    def __init__(self, config: UpstreamConfig, identity: IdentityOptions | None = None) -> None:
         self.config = config
+        self.identity = identity or IdentityOptions()
         self.tokens = TokenSource(config)
         self.session: aiohttp.ClientSession | None = None
-        self.passthrough: aiohttp.ClientSession | None = None
+        self.passthrough: dict[Route, aiohttp.ClientSession] = {}
+        # The front-proxy client certificate, reloaded by ``reload_certificates`` when it rotates.
+        self.front_proxy_cert: ClientCertificate | None = None
 
     async def start(self) -> None:
         own = aiohttp.TCPConnector(ssl=self.config.ssl_context() or False, limit=0)
-        bare = aiohttp.TCPConnector(ssl=self.config.ssl_context(with_client_cert=False) or False, limit=0)
         timeout = aiohttp.ClientTimeout(total=None, connect=10.0)
         self.session = aiohttp.ClientSession(
             connector=own, timeout=timeout, headers={"User-Agent": USER_AGENT}, auto_decompress=True
         )
         # Pass-through bytes go to the client as they came (gzip included), so no decompression.
-        self.passthrough = aiohttp.ClientSession(connector=bare, timeout=timeout, auto_decompress=False)
+        contexts: dict[Route, ssl.SSLContext | None] = {Route.CLIENT: self.config.ssl_context(with_client_cert=False)}
+        options = self.identity
+        if options.mode == "front-proxy" and options.proxy_client_cert_file and options.proxy_client_key_file:
+            ctx = self.config.ssl_context(with_client_cert=False)
+            if ctx is None:
+                raise ValueError("--client-cert-passthrough=front-proxy needs an https upstream")
+            self.front_proxy_cert = ClientCertificate(
+                ctx, options.proxy_client_cert_file, options.proxy_client_key_file
+            )
+            contexts[Route.FRONT_PROXY] = ctx
+        if options.mode == "impersonate":
+            contexts[Route.PROXY] = self.config.ssl_context()
+        for route, ctx in contexts.items():
+            connector = aiohttp.TCPConnector(ssl=ctx or False, limit=0)
+            self.passthrough[route] = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+
+    def passthrough_session(self, route: Route) -> tuple[aiohttp.ClientSession, dict[str, str]]:
+        """The session for ``route`` and the headers it adds (the proxy's token on ``PROXY``)."""
+        session = self.passthrough.get(route)
+        assert session is not None, f"no pass-through session for {route.value} (start() not called?)"
+        return session, self.tokens.headers() if route is Route.PROXY else {}
+
+    def reload_certificates(self) -> None:
+        """Housekeeping: pick up a rotated front-proxy client certificate for new connections."""
+        if self.front_proxy_cert is not None:
+            self.front_proxy_cert.reload_if_changed()
 
     async def close(self) -> None:
-        for s in (self.session, self.passthrough):
+        for s in (self.session, *self.passthrough.values()):
             if s is not None:
                 await s.close()
 

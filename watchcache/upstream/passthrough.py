@@ -2,9 +2,11 @@
 
 Used for everything the cache does not answer (writes, discovery, subresources, uncached
 resources, Table requests) and for consistent reads the cache cannot prove fresh. The
-client's own credentials are forwarded as given, on a connection that carries no identity
-of the proxy's, so the upstream authorises the client, not the proxy. Response bodies are
-streamed chunk by chunk with flow control (``kubectl logs -f``, large lists).
+request goes out as its client (``watchcache.upstream.identity``): a token as given, on a
+connection that carries no identity of the proxy's; a certificate user through the
+front-proxy certificate (or impersonation), or refused — so the upstream authorises the
+client, not the proxy. Response bodies are streamed chunk by chunk with flow control
+(``kubectl logs -f``, large lists).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import aiohttp
 from watchcache import apierrors
 from watchcache.server.http import ConnectionClosed, Request, Response
 from watchcache.upstream.client import UpstreamClient
+from watchcache.upstream.identity import PassthroughIdentity
 
 log = logging.getLogger("watchcache.upstream.passthrough")
 
@@ -38,14 +41,18 @@ _HOP_BY_HOP = frozenset(
 _RESPONSE_DROP = _HOP_BY_HOP | {"date", "server", "content-type", "cache-control"}
 
 
-async def forward(client: UpstreamClient, request: Request, response: Response) -> None:
-    session = client.passthrough
-    assert session is not None, "UpstreamClient.start() not called"
-    headers = {k: v for k, v in request.headers.items() if k not in _HOP_BY_HOP}
+async def forward(
+    client: UpstreamClient, request: Request, response: Response, identity: PassthroughIdentity | None = None
+) -> None:
+    identity = identity or PassthroughIdentity()
+    route, lines = identity.outgoing(request, ((k, v) for k, v in request.headers.items() if k not in _HOP_BY_HOP))
+    session, own = client.passthrough_session(route)
+    headers = [*lines, *own.items()]
     forwarded = request.remote.rsplit(":", 1)[0].strip("[]")
     if forwarded:
-        prior = headers.get("x-forwarded-for")
-        headers["x-forwarded-for"] = f"{prior}, {forwarded}" if prior else forwarded
+        prior = request.headers.get("x-forwarded-for")
+        headers = [(k, v) for k, v in headers if k != "x-forwarded-for"]
+        headers.append(("x-forwarded-for", f"{prior}, {forwarded}" if prior else forwarded))
     try:
         upstream = await session.request(
             request.method,
@@ -56,7 +63,7 @@ async def forward(client: UpstreamClient, request: Request, response: Response) 
             server_hostname=client.config.tls_server_name,
             # As sent: aiohttp would label a body without Content-Type application/octet-stream,
             # which the apiserver refuses (it reads a missing Content-Type as JSON).
-            skip_auto_headers=() if "content-type" in headers else ("Content-Type",),
+            skip_auto_headers=() if "content-type" in request.headers else ("Content-Type",),
         )
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
         log.warning("pass-through %s %s failed: %s", request.method, request.path, e)

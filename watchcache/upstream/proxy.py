@@ -8,15 +8,19 @@ from watchcache.server.routing import RequestInfo
 from watchcache.upstream import passthrough
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.consistency import ConsistentReads
+from watchcache.upstream.identity import PassthroughIdentity
 
 
 class ProxyUpstream:
-    def __init__(self, client: UpstreamClient, consistent: ConsistentReads) -> None:
+    def __init__(
+        self, client: UpstreamClient, consistent: ConsistentReads, identity: PassthroughIdentity | None = None
+    ) -> None:
         self.client = client
         self.consistent = consistent
+        self.identity = identity or PassthroughIdentity()
 
     async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
         return await self.consistent.ensure_fresh(cacher, target)
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
-        await passthrough.forward(self.client, request, response)
+        await passthrough.forward(self.client, request, response, self.identity)
