@@ -241,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
         "needs --tls-cert-file and --policy-file",
     )
     sim.add_argument(
+        "--anonymous-auth",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --policy-file: requests without credentials are system:anonymous rather than 401 "
+        "(default %(default)s, as kube-apiserver)",
+    )
+    sim.add_argument(
         "--requestheader-allowed-names",
         default="",
         metavar="CN,...",
@@ -330,6 +337,7 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
             seed=g[f"{prefix}seed"],
             state_file=g[f"{prefix}state_file"],
             policy_file=g[f"{prefix}policy_file"],
+            anonymous=g.get("anonymous_auth", True) if args.command == "sim" else True,
             requestheader_ca_file=g.get("requestheader_client_ca_file"),
             requestheader_allowed_names=tuple(
                 n.strip() for n in g.get("requestheader_allowed_names", "").split(",") if n.strip()

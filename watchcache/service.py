@@ -78,6 +78,8 @@ class SimOptions:
     # if any), as an apiserver's --requestheader-client-ca-file / --requestheader-allowed-names.
     requestheader_ca_file: str | None = None
     requestheader_allowed_names: tuple[str, ...] = ()
+    # With a policy: requests without credentials are anonymous (else 401), as kube's --anonymous-auth.
+    anonymous: bool = True
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ async def wire_sim(options: RunOptions) -> Wiring:
     upstream.faults = faults = FaultInjector(ctx.flusher)
     if options.sim.policy_file:
         upstream.policy = load_policy(options.sim.policy_file)
-        ctx.gate = upstream.gate = Gate.build(LocalReviewClient(upstream.policy), AuthOptions())
+        auth = AuthOptions(anonymous=options.sim.anonymous)
+        ctx.gate = upstream.gate = Gate.build(LocalReviewClient(upstream.policy), auth)
         ctx.gate.impersonate = impersonate
         log.info("policy %s: requests are authenticated and authorized", options.sim.policy_file)
     requestheader_ca = options.sim.requestheader_ca_file
@@ -240,6 +243,16 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     log.info("upstream %s", options.upstream.describe())
     client_ca = options.tls[2] if options.tls else None
     identity = PassthroughIdentity(options.identity, CertAuthenticator() if client_ca else None)
+    identity.plain_http = options.tls is None
+    if options.tls is None and (options.upstream.is_tls or options.auth is not None):
+        log.warning(
+            "SERVING PLAIN HTTP in front of %s, which needs credentials: kubectl and client-go (kubeconfig) send no "
+            "bearer token or client certificate to an http:// server, so writes, discovery and every other request "
+            "that passes through reach the upstream anonymously and fail (401), and a token a client does send "
+            "crosses the network in clear. Serve TLS (--tls-cert-file, --tls-private-key-file) and point clients "
+            "at https://",
+            options.upstream.server,
+        )
     if client_ca:
         log.info("client-certificate users' pass-through requests: %s", identity.mode)
     ids = options.resources or DEFAULT_RESOURCES

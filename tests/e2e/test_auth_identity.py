@@ -284,3 +284,34 @@ def test_impersonate_mode_presents_certificate_users_with_the_proxys_identity(en
         assert whoami(proxy, env, token="alice-token")[1]["username"] == "alice"
     finally:
         proxy.stop()
+
+
+# --- plain HTTP: nothing that passes through has credentials -------------------------------------
+
+
+def test_over_plain_http_a_credential_less_pass_through_says_why_it_is_refused(env: Env) -> None:
+    from tests.e2e.test_auth import call as http_call
+
+    sim = start("sim", "--objects", "5", "--policy-file", str(env.token_file.parent / "policy.yaml"),
+                "--no-anonymous-auth")  # fmt: skip
+    try:
+        proxy = start("serve", "--upstream", sim.url, "--token-file", str(env.token_file), "--authentication",
+                      "delegated", "--workers", "1", "--resources", "pods")  # fmt: skip
+        try:
+            assert any("SERVING PLAIN HTTP" in line and "send no bearer token" in line for line in proxy.log)
+            for method, path, body in (("GET", "/api", None), ("POST", "/api/v1/namespaces/ns-0/configmaps", {})):
+                status, answer = http_call(proxy.url, path, None, method, body)
+                assert (status, answer["reason"]) == (401, "Unauthorized"), answer
+                assert answer["message"].startswith("Unauthorized: this request reached watchcache over plain HTTP")
+                assert "https://" in answer["message"]
+            # With a token the upstream's own answer goes back untouched.
+            status, answer = http_call(proxy.url, "/api/v1/namespaces/ns-0/configmaps", "alice-token", "POST", {})
+            assert status == 403 and answer["message"].startswith("configmaps is forbidden")
+        finally:
+            proxy.stop()
+    finally:
+        sim.stop()
+
+
+def test_over_tls_there_is_no_plain_http_warning(env: Env, front_proxy: Proc) -> None:
+    assert not any("SERVING PLAIN HTTP" in line for line in front_proxy.log)

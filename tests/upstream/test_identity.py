@@ -187,3 +187,15 @@ def test_the_front_proxy_certificate_is_reloaded_when_it_changes(tmp_path: Path)
     key.write_bytes(second.key.read_bytes())
     os.utime(cert, (2, 2))
     assert holder.reload_if_changed()
+
+
+def test_a_refusal_of_a_credential_less_request_over_plain_http_says_why() -> None:
+    identity = PassthroughIdentity()
+    req = request("/api")
+    assert identity.explain(req, 401) is None  # served over TLS: the upstream's answer as it is
+    identity.plain_http = True
+    err = identity.explain(req, 401)
+    assert err is not None and (err.code, err.reason) == (401, "Unauthorized")
+    assert "send no bearer token or client certificate to an http:// server" in err.message
+    assert identity.explain(req, 403) is None
+    assert identity.explain(request("/api", authorization="Bearer t"), 401) is None  # it had credentials

@@ -68,6 +68,8 @@ class SimUpstream:
                 raise apierrors.StatusError(405, "MethodNotAllowed", "POST or DELETE /sim/faults")
             return
         if info is None:
+            if self.gate is not None:  # as an apiserver: discovery is authenticated and authorized too
+                await self.gate.check_path(request, peercert=request.peercert)
             doc = self.discovery.get(request.path)
             if doc is None:
                 raise apierrors.path_not_found()

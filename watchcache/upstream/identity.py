@@ -89,6 +89,18 @@ def cannot_present(user: UserInfo) -> StatusError:
     return StatusError(403, "Forbidden", f"forbidden: {message}", details={})
 
 
+PLAIN_HTTP_HINT = (
+    "this request reached watchcache over plain HTTP without credentials and the upstream refused it: kubectl and "
+    "client-go (kubeconfig) send no bearer token or client certificate to an http:// server. Connect to watchcache "
+    "over https:// (it serves TLS with --tls-cert-file and --tls-private-key-file)"
+)
+
+
+def plain_http_unauthorized() -> StatusError:
+    """The upstream's 401 for a credential-less request that came over plain HTTP, with why and what to do."""
+    return StatusError(401, "Unauthorized", f"Unauthorized: {PLAIN_HTTP_HINT}")
+
+
 def cannot_nest_impersonation(user: UserInfo) -> StatusError:
     message = (
         f"User {go_quote(user.username)} (authenticated by a client certificate) cannot impersonate through this "
@@ -106,6 +118,8 @@ class PassthroughIdentity:
         self.options = options or IdentityOptions()
         self.mode = self.options.mode
         self.certs = certs
+        # Set when the proxy serves plain HTTP: a 401 for a request without credentials then says why.
+        self.plain_http = False
         # What is sent, and (with every other name) stripped; the upstream's published names join it.
         self.names = self.options.names
         # Forwarded requests by route, and refusals (for metrics).
@@ -140,6 +154,12 @@ class PassthroughIdentity:
                 raise cannot_present(user)
         self.forwarded[route.value] = self.forwarded.get(route.value, 0) + 1
         return route, lines
+
+    def explain(self, request: Request, status: int) -> StatusError | None:
+        """A clearer answer than the upstream's bare 401 to a credential-less request over plain HTTP."""
+        if status == 401 and self.plain_http and "authorization" not in request.headers:
+            return plain_http_unauthorized()
+        return None
 
     async def learn_upstream_names(self, client: UpstreamClient) -> None:
         """Read the request-header names the upstream believes (``extension-apiserver-authentication``,

@@ -69,6 +69,9 @@ async def forward(
         log.warning("pass-through %s %s failed: %s", request.method, request.path, e)
         raise apierrors.StatusError(503, "ServiceUnavailable", "the upstream apiserver is unreachable") from None
     async with upstream:
+        explained = identity.explain(request, upstream.status)
+        if explained is not None:
+            raise explained
         extra = [(k, v) for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP]
         content_type = upstream.headers.get("Content-Type", "application/json")
         if upstream.status in (204, 304) or request.method == "HEAD":

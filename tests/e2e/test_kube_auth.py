@@ -1,4 +1,4 @@
-"""Differential: identity through watchcache against a real kube-apiserver v1.36.
+"""Differential: identity and authorization through watchcache against a real kube-apiserver v1.36.
 
 The same request sent to the apiserver directly and through watchcache (serving TLS, with the
 apiserver's client CA as ``--client-ca-file``), answers compared: who the apiserver says the
@@ -49,7 +49,7 @@ def kube() -> Iterator[Kube]:
     env = {v: os.environ.get(f"KUBE_REFERENCE_{v}", "") for v in _VARS}
     missing = [f"KUBE_REFERENCE_{k}" for k, v in env.items() if not v]
     if missing:
-        pytest.skip(f"{', '.join(missing)} unset: eval \"$(shared/tools/kube-reference/env.sh)\"")
+        pytest.skip(f'{", ".join(missing)} unset: eval "$(shared/tools/kube-reference/env.sh)"')
     api = Proc(env["URL"], None)  # type: ignore[arg-type]
     k = Kube(
         api,
@@ -183,9 +183,7 @@ def test_client_impersonation_is_authorized_against_the_certificate_user(kube: K
 
 
 @pytest.mark.parametrize("path", ["/metrics"])
-def test_an_unauthorized_scrape_is_answered_as_the_apiserver_answers(
-    kube: Kube, front_proxy: Proxy, path: str
-) -> None:
+def test_an_unauthorized_scrape_is_answered_as_the_apiserver_answers(kube: Kube, front_proxy: Proxy, path: str) -> None:
     direct, through = both(kube, front_proxy, "GET", path, token=kube.nobody)
     assert through == direct
     assert through == (403, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -213,3 +211,43 @@ def test_impersonate_mode_with_the_proxys_identity(kube: Kube, tmp_path: Path) -
         assert info == {"username": "cert-user", "groups": ["cert-group", "system:authenticated"]}
     finally:
         p.proc.stop()
+
+
+def test_over_plain_http_a_refused_pass_through_says_why(kube: Kube, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text(kube.admin)
+    proc = start("serve", "--upstream", kube.api.url, "--certificate-authority", str(kube.ca.crt),
+                 "--token-file", str(token), "--workers", "1", "--resources", "configmaps")  # fmt: skip
+    try:
+        assert any("SERVING PLAIN HTTP" in line for line in proc.log)
+        from tests.e2e.test_auth import call as http_call
+
+        direct = call(kube.api, kube.ca, "GET", "/api")
+        status, body = http_call(proc.url, "/api", None)
+        assert direct[0] == status == 401 and direct[1]["reason"] == body["reason"] == "Unauthorized"
+        assert body["message"].startswith("Unauthorized: this request reached watchcache over plain HTTP")
+        assert http_call(proc.url, "/api", kube.nobody)[0] == 200  # a token sent explicitly still works
+    finally:
+        proc.stop()
+
+
+def test_refused_reads_build_no_follower_replica(kube: Kube, tmp_path: Path) -> None:
+    from tests.e2e.test_auth import call as http_call
+    from tests.e2e.test_auth import shard_views
+
+    token = tmp_path / "token"
+    token.write_text(kube.admin)
+    proc = start("serve", "--upstream", kube.api.url, "--certificate-authority", str(kube.ca.crt),
+                 "--token-file", str(token), "--workers", "2",
+                 "--resources", "configmaps,services,serviceaccounts")  # fmt: skip
+    try:
+        assert all(v["following"] == [] for v in shard_views(proc.url, kube.admin).values())
+        for who, expected in ((kube.nobody, 403), (None, 403), ("not-a-token", 401)):
+            for path in ("/api/v1/configmaps", "/api/v1/services?watch=1", "/api/v1/serviceaccounts"):
+                for _ in range(8):
+                    assert http_call(proc.url, path, who)[0] == expected, (who, path)
+        assert {w: v["following"] for w, v in shard_views(proc.url, kube.admin).items()} == {0: [], 1: []}
+        status, body = http_call(proc.url, "/debug/shards", kube.nobody)  # and the shard map is not public
+        assert status == 403 and body["message"] == 'forbidden: User "nobody" cannot get path "/debug/shards"'
+    finally:
+        proc.stop()
