@@ -106,6 +106,7 @@ class CacheCollector(Collector):
         restarts_file: Path | None = None,
         rejected: dict[str, int] | None = None,
         auth: Any = None,
+        identity: Any = None,
     ) -> None:
         self.cachers = cachers
         self.passed_through = passed_through
@@ -115,6 +116,7 @@ class CacheCollector(Collector):
         self.restarts_file = restarts_file
         self.rejected = rejected if rejected is not None else {}
         self.auth = auth
+        self.identity = identity
 
     def collect(self) -> Iterator[Metric]:
         yield from self._caches()
@@ -262,12 +264,25 @@ class CacheCollector(Collector):
         yield rejected
         if self.auth is not None:
             decisions = CounterMetricFamily(
-                "watchcache_auth_decisions", "Delegated authn/authz outcomes of cached reads", labels=["decision"]
+                "watchcache_auth_decisions",
+                "Delegated authn/authz outcomes of cached reads and of the proxy's own endpoints",
+                labels=["decision"],
             )
             stats = self.auth.stats()
             for decision in ("allowed", "denied", "unauthenticated", "anonymous", "failed"):
                 decisions.add_metric([decision], stats.get(decision, 0))
             yield decisions
+        if self.identity is not None:
+            routes = CounterMetricFamily(
+                "watchcache_passthrough_identity",
+                "Pass-through requests by how their client was presented to the upstream (client: its own "
+                "credentials; front-proxy; proxy: impersonated) and refusals of certificate users",
+                labels=["route"],
+            )
+            for route in ("client", "front-proxy", "proxy"):
+                routes.add_metric([route], self.identity.forwarded.get(route, 0))
+            routes.add_metric(["refused"], self.identity.refused)
+            yield routes
         served = getattr(self.consistent, "served_from_cache", None)
         fell_back = getattr(self.consistent, "passed_through", None)
         if served is not None and fell_back is not None:

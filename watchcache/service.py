@@ -444,6 +444,7 @@ async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Aw
             restarts_file=Path(shard.shard_dir, "restarts.json") if shard else None,
             rejected=wiring.handler.rejected,
             auth=wiring.ctx.gate,
+            identity=getattr(wiring.ctx.upstream, "identity", None),
         )
     )
     wiring.handler.routes["/metrics"] = _metrics_route(metrics, shard, wiring)

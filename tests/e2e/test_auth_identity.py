@@ -315,3 +315,16 @@ def test_over_plain_http_a_credential_less_pass_through_says_why_it_is_refused(e
 
 def test_over_tls_there_is_no_plain_http_warning(env: Env, front_proxy: Proc) -> None:
     assert not any("SERVING PLAIN HTTP" in line for line in front_proxy.log)
+
+
+def test_routes_are_counted(env: Env, front_proxy: Proc) -> None:
+    whoami(front_proxy, env, who="cert-user")
+    whoami(front_proxy, env, token="alice-token")
+    status, body = call(front_proxy, env.ca, "GET", "/metrics", token="admin-token")
+    text = body["text"]
+    for route in ("client", "front-proxy"):
+        line = next(
+            x for x in text.splitlines() if x.startswith(f'watchcache_passthrough_identity_total{{route="{route}"')
+        )
+        assert float(line.rsplit(" ", 1)[1]) >= 1, line
+    assert 'watchcache_passthrough_identity_total{route="refused"} 0.0' in text
