@@ -321,6 +321,7 @@ def test_routes_are_counted(env: Env, front_proxy: Proc) -> None:
     whoami(front_proxy, env, who="cert-user")
     whoami(front_proxy, env, token="alice-token")
     status, body = call(front_proxy, env.ca, "GET", "/metrics", token="admin-token")
+    assert status == 200
     text = body["text"]
     for route in ("client", "front-proxy"):
         line = next(
