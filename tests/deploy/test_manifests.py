@@ -30,7 +30,8 @@ from watchcache.upstream.discovery import DEFAULT_RESOURCES, parse_resource_id
 
 ALL = list(TARGETS)
 OVERLAYS = ["dev", "production"]
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer"}
+MONITORING_KINDS = {"ServiceMonitor", "PrometheusRule"}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 
 
@@ -175,25 +176,64 @@ def test_proxy_container(target: str) -> None:
     (container,) = [c for c in pod_containers(deployment) if c["name"] == "watchcache"]
     words = argv(container)
     assert words[:3] == ["watchcache", "serve", "--in-cluster"]
-    assert flag_value(words, "--listen") == "0.0.0.0:8080"
+    assert flag_value(words, "--listen") == "0.0.0.0:8443"
     # The worker count follows the container's CPU limit (watchcache reads it from its cgroup).
     assert flag_value(words, "--workers") is None
     assert container["resources"]["limits"]["cpu"]
-    # Probes and the Service reach the port --listen binds.
+    # Probes and the Service reach the port --listen binds, over HTTPS.
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 8080}
+    assert ports == {"https": 8443}
     (service_port,) = one(target, "Service")["spec"]["ports"]
-    assert (service_port["name"], service_port["port"], service_port["targetPort"]) == ("http", 80, "http")
+    assert (service_port["name"], service_port["port"], service_port["targetPort"]) == ("https", 443, "https")
     # Probes: liveness /livez, readiness /readyz, and a startup probe on /readyz that allows
     # an initial sync of a large cluster (about 10 minutes).
-    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "https", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
     startup = container["startupProbe"]
-    assert startup["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert startup["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
     assert startup["failureThreshold"] * startup["periodSeconds"] >= 600
     spec = deployment["spec"]["template"]["spec"]
     assert spec["terminationGracePeriodSeconds"] >= 30
     assert container["resources"]["requests"] and container["resources"]["limits"]
+
+
+@pytest.mark.parametrize("target", ["base", "production"])
+def test_the_proxy_serves_tls_from_the_serving_cert_secret(target: str) -> None:
+    """Clients pass credentials through it: kubectl and client-go send none to an http:// server."""
+    spec = one(target, "Deployment")["spec"]["template"]["spec"]
+    (container,) = [c for c in spec["containers"] if c["name"] == "watchcache"]
+    words = argv(container)
+    cert, key = flag_value(words, "--tls-cert-file"), flag_value(words, "--tls-private-key-file")
+    assert (cert, key) == ("/etc/watchcache/tls/tls.crt", "/etc/watchcache/tls/tls.key")
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/watchcache/tls"]
+    assert mount["readOnly"] is True
+    volume = {v["name"]: v for v in spec["volumes"]}[mount["name"]]
+    assert volume["secret"]["secretName"] == "watchcache-serving-cert" and "items" not in volume["secret"]
+
+
+def test_production_gets_its_serving_certificate_from_cert_manager() -> None:
+    certificate = one("production", "Certificate", "watchcache-serving-cert")
+    assert certificate["spec"]["secretName"] == "watchcache-serving-cert"
+    assert "watchcache.watchcache.svc" in certificate["spec"]["dnsNames"]
+    issuer = certificate["spec"]["issuerRef"]
+    assert one("production", "Issuer", issuer["name"])["spec"]["ca"]  # a CA issuer: the Secret carries ca.crt
+    assert not objects("base", "Certificate"), "the base leaves the certificate's origin to the overlay"
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_plain_http_only_in_front_of_a_plain_http_upstream(target: str) -> None:
+    """A proxy without TLS is acceptable only where nothing needs credentials (the dev overlay's sim)."""
+    for _, _, container in iter_containers([target]):
+        words = argv(container)
+        if words[1] != "serve" or flag_value(words, "--tls-cert-file"):
+            continue
+        assert (flag_value(words, "--upstream") or "").startswith("http://"), f"{target}: plain HTTP proxy"
+        assert "--in-cluster" not in words and "--kubeconfig" not in words
+
+
+def test_the_dev_overlay_says_why_it_serves_plain_http() -> None:
+    text = (DEPLOY / "kubernetes" / "overlays" / "dev" / "kustomization.yaml").read_text()
+    assert "PLAIN HTTP" in text and "send no bearer token" in text and "TLS" in text
 
 
 @pytest.mark.parametrize("target", ["base", "production"])
@@ -203,7 +243,7 @@ def test_continue_token_key_is_one_secret_mounted_where_the_flag_points(target: 
     (container,) = [c for c in spec["containers"] if c["name"] == "watchcache"]
     key_file = flag_value(argv(container), "--continue-token-key-file")
     assert key_file == "/etc/watchcache/continue-token/key"
-    (secret,) = objects(target, "Secret")
+    (secret,) = [s for s in objects(target, "Secret") if s["metadata"]["name"].startswith("watchcache-continue-token")]
     assert secret["metadata"]["name"].startswith("watchcache-continue-token-")  # generated, hash-suffixed
     volumes = {v["name"]: v for v in spec["volumes"]}
     (mount,) = [m for m in container["volumeMounts"] if key_file.startswith(m["mountPath"] + "/")]
@@ -273,7 +313,7 @@ def test_production_autoscales_on_cpu() -> None:
     assert container["resources"]["requests"]["cpu"]
     base = next(c for c in pod_containers(one("base", "Deployment")) if c["name"] == "watchcache")
     assert container["resources"] != base["resources"], "production should size its pods"
-    assert {o["kind"] for o in render("production")} >= CRD_KINDS, "the monitoring component is not enabled"
+    assert {o["kind"] for o in render("production")} >= MONITORING_KINDS, "the monitoring component is not enabled"
 
 
 def _rbac_rules(target: str) -> dict[tuple[str, str], set[str]]:
@@ -301,7 +341,7 @@ def test_rbac_is_exactly_the_default_resources_plus_delegated_auth(target: str) 
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "watchcache", "namespace": "watchcache"}]
     deployment = one(target, "Deployment")
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "watchcache"
-    assert one(target, "ServiceAccount")["metadata"]["name"] == "watchcache"
+    assert one(target, "ServiceAccount", "watchcache")["automountServiceAccountToken"] is not False
 
 
 @pytest.mark.parametrize("target", ALL)
@@ -312,7 +352,7 @@ def test_network_policy_admits_only_labelled_client_namespaces(target: str) -> N
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = policy["spec"]["ingress"]
     assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"watchcache-client": "true"}}}]
-    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert rule["ports"] == [{"port": "http" if target == "dev" else "https", "protocol": "TCP"}]
 
 
 def test_no_configmap_in_the_base() -> None:

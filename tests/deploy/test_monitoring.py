@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.support import DASHBOARD, MONITORING, dashboard_expressions, metric_names, one, render
+from tests.deploy.support import DASHBOARD, MONITORING, dashboard_expressions, metric_names, objects, one, render
 
 HERE = Path(__file__).parent
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
@@ -56,6 +56,15 @@ def test_service_monitor_scrapes_the_service_metrics_port() -> None:
     assert endpoint["port"] in port_names and endpoint["path"] == "/metrics"
     for key in ("interval", "scrapeTimeout"):
         assert DURATION.match(endpoint[key]), endpoint
+    # HTTPS, verifying the serving certificate with its CA, and a token allowed to read /metrics.
+    assert endpoint["scheme"] == "https"
+    tls = endpoint["tlsConfig"]
+    assert tls["serverName"] == "watchcache.watchcache.svc"
+    assert tls["ca"] == {"secret": {"name": "watchcache-serving-cert", "key": "ca.crt"}}
+    assert not tls.get("insecureSkipVerify")
+    certificate = one("production", "Certificate", "watchcache-serving-cert")
+    assert certificate["spec"]["secretName"] == "watchcache-serving-cert"
+    assert tls["serverName"] in certificate["spec"]["dnsNames"]
     # The job label is the Service name: what every expression selects.
     assert "jobLabel" not in monitor["spec"] and service["metadata"]["name"] == "watchcache"
     for where, expr in _expressions():
@@ -63,10 +72,26 @@ def test_service_monitor_scrapes_the_service_metrics_port() -> None:
             assert 'job="watchcache"' in expr, f'{where}: select job="watchcache"'
 
 
+def test_the_scrape_token_may_get_metrics_and_nothing_else() -> None:
+    """watchcache authorizes /metrics with a SubjectAccessReview (nonResourceAttributes get /metrics)."""
+    (endpoint,) = one("production", "ServiceMonitor")["spec"]["endpoints"]
+    auth = endpoint["authorization"]
+    assert auth["type"] == "Bearer" and auth["credentials"]["key"] == "token"
+    secret = one("production", "Secret", auth["credentials"]["name"])
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    assert one("production", "ServiceAccount", account)["automountServiceAccountToken"] is False
+    bindings = [b for b in objects("production", "ClusterRoleBinding")
+                if {"kind": "ServiceAccount", "name": account, "namespace": "watchcache"} in b["subjects"]]  # fmt: skip
+    (binding,) = bindings
+    role = one("production", "ClusterRole", binding["roleRef"]["name"])
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
 def test_prometheus_may_scrape_through_the_network_policy() -> None:
     policy = one("production", "NetworkPolicy", "watchcache-prometheus")
     (rule,) = policy["spec"]["ingress"]
-    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]
     assert rule["from"][0]["namespaceSelector"] and rule["from"][0]["podSelector"]
 
 
