@@ -131,11 +131,16 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=_HTTP.keepalive_timeout,
         help="seconds an idle keep-alive connection is kept (default %(default)s)",
     )
-    p.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM; reloaded when it changes)")
+    p.add_argument(
+        "--tls-cert-file",
+        help="serve HTTPS with this certificate (PEM; reloaded when it changes). Needed in front of a real cluster: "
+        "kubectl and client-go send no bearer token or client certificate to an http:// server",
+    )
     p.add_argument("--tls-private-key-file", help="the key of --tls-cert-file")
     p.add_argument(
         "--client-ca-file",
-        help="accept client certificates signed by this CA (user = CN, groups = O), as kube-apiserver does",
+        help="accept client certificates signed by this CA (user = CN, groups = O), as kube-apiserver does; "
+        "their pass-through requests need --client-cert-passthrough (else 403)",
     )
     p.add_argument(
         "--continue-token-key-file",
