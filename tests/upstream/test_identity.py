@@ -199,3 +199,22 @@ def test_a_refusal_of_a_credential_less_request_over_plain_http_says_why() -> No
     assert "send no bearer token or client certificate to an http:// server" in err.message
     assert identity.explain(req, 403) is None
     assert identity.explain(request("/api", authorization="Bearer t"), 401) is None  # it had credentials
+
+
+def test_flags() -> None:
+    from watchcache.auth.options import identity_options
+    from watchcache.cli import build_parser
+
+    def options(*args: str) -> IdentityOptions:
+        return identity_options(build_parser().parse_args(["serve", "--upstream", "https://x", *args]))
+
+    assert options() == IdentityOptions("refuse")
+    fp = options("--proxy-client-cert-file", "a.crt", "--proxy-client-key-file", "a.key")
+    assert (fp.mode, fp.proxy_client_cert_file, fp.proxy_client_key_file) == ("front-proxy", "a.crt", "a.key")
+    assert options("--client-cert-passthrough", "impersonate").mode == "impersonate"
+    names = options("--requestheader-username-headers", " X-A , X-B", "--requestheader-group-headers", "X-G").names
+    assert (names.username, names.group, names.extra_prefix) == (("X-A", "X-B"), ("X-G",), ("X-Remote-Extra-",))
+    with pytest.raises(ValueError):
+        options("--client-cert-passthrough", "front-proxy")
+    with pytest.raises(ValueError):
+        options("--requestheader-username-headers", "")
