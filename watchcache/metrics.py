@@ -177,6 +177,12 @@ class CacheCollector(Collector):
             "Watchers that fell behind (lagged), then caught up from history or were ended with 410 (expired)",
             labels=[*lbl, "outcome"],
         )
+        failures = CounterMetricFamily(
+            "watchcache_delivery_failures",
+            "Deliveries that raised; each ended only the watcher (flush, dispatch) or follower stream (replica) "
+            "concerned, whose client resumes or relists",
+            labels=[*lbl, "path"],
+        )
         now = time.monotonic()
         for resource, cacher in list(self.cachers.items()):
             lv = [resource.group, resource.resource]
@@ -210,9 +216,12 @@ class CacheCollector(Collector):
             slow.add_metric([*lv, "lagged"], cacher.watchers_lagged)
             slow.add_metric([*lv, "caught_up"], cacher.watchers_caught_up)
             slow.add_metric([*lv, "expired"], cacher.watchers_expired)
+            for path in ("flush", "dispatch", "replica"):
+                failures.add_metric([*lv, path], cacher.failures.get(path, 0))
         yield from g.values()
         yield from c.values()
         yield slow
+        yield failures
 
     def _reflectors(self) -> Iterator[Metric]:
         lbl = ["group", "resource"]

@@ -86,9 +86,9 @@ class Harness:
     async def get(self, name: str, **query: Any) -> FakeResponse:
         return await self.request(f"/api/v1/namespaces/default/pods/{name}", query)
 
-    async def watch(self, until: float = 0.05, **query: Any) -> FakeResponse:
+    async def watch(self, until: float = 0.05, resp: FakeResponse | None = None, **query: Any) -> FakeResponse:
         """Run a watch for ``until`` seconds of loop time, then disconnect; returns what it got."""
-        resp = FakeResponse()
+        resp = resp if resp is not None else FakeResponse()
         qs = urlencode({"watch": "true", **query})
         path = "/api/v1/namespaces/default/pods"
         req = Request(

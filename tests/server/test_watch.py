@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.factories import FakeResponse
 from tests.server.harness import MODIFIED, Harness, arun, background
 
 
@@ -173,3 +174,30 @@ async def test_events_are_coalesced_into_one_chunk_per_loop_pass():
     resp = await h.watch(resourceVersion="10")
     assert len(resp.events()) == 50
     assert len(resp.chunks) == 1
+
+
+@arun
+async def test_a_watch_whose_flush_raises_is_ended_alone_and_counted():
+    h = Harness()
+
+    class Broken(FakeResponse):
+        def write_chunk(self, parts):  # type: ignore[no-untyped-def]
+            raise RuntimeError("a bug on this watch's write path")
+
+    async def writes() -> None:
+        await asyncio.sleep(0.01)
+        h.write(MODIFIED, "p1")
+        await asyncio.sleep(0.01)
+        h.write(MODIFIED, "p2")
+
+    background(writes())
+    broken = Broken()
+    # The broken watch registers first, so its flush runs first in each pass.
+    results = await asyncio.gather(
+        h.watch(resp=broken, resourceVersion="10"), h.watch(until=0.06, resourceVersion="10")
+    )
+    healthy = results[1]
+    assert [e["object"]["metadata"]["name"] for e in healthy.events()] == ["p1", "p2"]
+    assert broken.closed  # the connection was dropped: the client resumes from what it read
+    assert h.cacher.failures == {"flush": 1}
+    assert h.ctx.flusher.failures == 1

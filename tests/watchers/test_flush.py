@@ -69,3 +69,53 @@ async def test_paused_scheduler_holds_marks_until_resumed():
     f.resume()
     await asyncio.sleep(0.02)
     assert len(s.flushed_at) == 1
+
+
+class Failing(Stream):
+    """A stream whose flush raises (a bug in one watcher's path); records how it was ended."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.failed: list[BaseException] = []
+
+    def flush(self) -> None:
+        super().flush()
+        raise RuntimeError("boom")
+
+    def flush_failed(self, error: BaseException) -> None:
+        self.failed.append(error)
+
+
+@arun
+async def test_one_failing_flush_does_not_stop_the_pass_for_the_others():
+    loop = asyncio.get_running_loop()
+    f = FlushScheduler(loop)
+    before, after = Stream(loop), Stream(loop)
+    bad = Failing(loop)
+    for s in (before, bad, after):
+        f.mark(s)
+    await asyncio.sleep(0)
+    # Every stream of the pass was flushed, the failing one was told, and the failure counted.
+    assert [len(s.flushed_at) for s in (before, bad, after)] == [1, 1, 1]
+    assert [type(e) for e in bad.failed] == [RuntimeError]
+    assert f.failures == 1 and f.flushes == 3
+    # The scheduler goes on: a later mark gets its pass.
+    f.mark(after)
+    await asyncio.sleep(0)
+    assert len(after.flushed_at) == 2
+
+
+@arun
+async def test_a_stream_that_fails_to_handle_its_failure_does_not_stop_the_pass_either():
+    loop = asyncio.get_running_loop()
+    f = FlushScheduler(loop)
+
+    class Worse(Failing):
+        def flush_failed(self, error: BaseException) -> None:
+            raise RuntimeError("worse")
+
+    bad, after = Worse(loop), Stream(loop)
+    f.mark(bad)
+    f.mark(after)
+    await asyncio.sleep(0)
+    assert len(after.flushed_at) == 1 and f.failures == 1

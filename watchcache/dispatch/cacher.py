@@ -83,6 +83,9 @@ class Cacher:
         self.watchers_lagged = 0
         self.watchers_caught_up = 0
         self.watchers_expired = 0
+        # Deliveries that raised, by path ("flush", "dispatch", "replica"): each ended only the
+        # watcher or follower stream concerned.
+        self.failures: dict[str, int] = {}
 
     @property
     def ready(self) -> bool:
@@ -180,6 +183,9 @@ class Cacher:
             _, _, fut = heapq.heappop(waiters)
             if not fut.done():
                 fut.set_result(None)
+
+    def count_failure(self, path: str) -> None:
+        self.failures[path] = self.failures.get(path, 0) + 1
 
     # ------------------------------------------------------------------ watchers
 

@@ -116,6 +116,14 @@ class HttpWatchStream:
         if watcher.pending or watcher.lagging:
             self.flusher.mark(self)
 
+    def flush_failed(self, error: Exception) -> None:
+        """``flush`` raised: end this watch, and only it. The connection is aborted, since a chunk may
+        be half-written; the client sees a broken stream and resumes from the last event it read."""
+        self.cacher.count_failure("flush")
+        if self.watcher is not None:
+            self.watcher.close(CloseReason.INTERNAL_ERROR)
+        self.response.abort()
+
     async def _resume_after_drain(self) -> None:
         try:
             await self.response.drain()

@@ -54,6 +54,8 @@ class CloseReason(enum.StrEnum):
     BUFFER_OVERFLOW = "buffer_overflow"
     SHUTDOWN = "shutdown"
     EXPIRED = "expired"
+    # Delivering to this watcher raised (a bug on its path); its client resumes or relists.
+    INTERNAL_ERROR = "internal_error"
 
 
 def select_frame(predicate: SelectionPredicate, event: WatchEvent) -> bytes | None:
