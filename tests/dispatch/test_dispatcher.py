@@ -121,9 +121,7 @@ def test_a_batch_reaches_each_watcher_as_one_write_in_event_order():
         d.add(w, 0.0)
     c = cache()
     d.dispatch(
-        c.apply(
-            [(MODIFIED, pod("a", "ns1", 11)), (MODIFIED, pod("b", "ns2", 12)), (DELETED, pod("a", "ns1", 13))]
-        )
+        c.apply([(MODIFIED, pod("a", "ns1", 11)), (MODIFIED, pod("b", "ns2", 12)), (DELETED, pod("a", "ns1", 13))])
     )
     assert len(ws[0].pending) == 1 and ws[0].pending[0] is ws[1].pending[0] is ws[2].pending[0]
     lines = ws[0].pending[0].splitlines()

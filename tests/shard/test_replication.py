@@ -246,3 +246,36 @@ async def test_a_failing_owner_stream_is_cut_and_the_follower_follows_again(tmp_
         assert p.owner.replicas and len(p.owner.replicas) == 1  # the failed stream's feed is gone
     finally:
         await p.stop()
+
+
+@arun
+async def test_a_feed_that_raises_is_cut_the_follower_resyncs_and_the_owners_watchers_lose_nothing(
+    tmp_path, monkeypatch
+):
+    p = Pair(tmp_path)
+    await p.start()
+    try:
+        await until(lambda: p.follower_cacher.ready)
+        local = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.owner.rv, Sink())
+        p.owner.add_watcher(local)
+        remote = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.follower_cacher.rv, Sink())
+        p.follower_cacher.add_watcher(remote)
+        real = owner.events_to_pb
+
+        def failing(events):  # type: ignore[no-untyped-def]
+            if any(e.object.name == "p3" for e in events):
+                raise RuntimeError("a bug encoding this change for followers")
+            return real(events)
+
+        monkeypatch.setattr(owner, "events_to_pb", failing)
+        rv = p.write(MODIFIED, "p3", labels={"v": "2"})
+        monkeypatch.setattr(owner, "events_to_pb", real)
+        # The owner's own watcher got the change in the same step; the follower's stream was cut.
+        assert b'"name":"p3"' in b"".join(local.pending)
+        assert p.owner.failures == {"replica": 1}
+        # The follower follows again from a snapshot and hands its watcher the difference.
+        await until(lambda: p.follower_cacher.rv >= rv and p.follower.resyncs == 1)
+        assert state(p.follower_cacher) == state(p.owner)
+        assert b'"name":"p3"' in b"".join(remote.pending) and not remote.closed
+    finally:
+        await p.stop()

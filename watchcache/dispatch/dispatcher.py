@@ -19,25 +19,31 @@ watchers cost two dict lookups per pod event.
 
 Invariants: a watcher is in exactly one group from ``add`` until ``remove``; a group is
 in exactly one index bucket while it has watchers; each watcher receives a batch's
-frames in event order, once.
+frames in event order, once — or, if delivering to it raised, is ended (``INTERNAL_ERROR``:
+its client resumes from the last event it read), never left silently short. A failure is
+contained to what it concerns: one watcher (its delivery raised), one group (choosing a
+frame for its predicate raised), else every watcher.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Hashable, Iterable
+import logging
+from collections.abc import Callable, Hashable, Iterable
 
 from watchcache.cache.events import WatchEvent, bookmark_frame
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.resources import ResourceType
-from watchcache.watchers.watcher import Watcher, select_frame
+from watchcache.watchers.watcher import CloseReason, Watcher, select_frame
+
+log = logging.getLogger("watchcache.dispatch")
 
 
 class WatcherGroup:
     """Watchers with an equal predicate, and the frames of the batch being dispatched."""
 
-    __slots__ = ("events", "frames", "key", "predicate", "watchers")
+    __slots__ = ("broken", "events", "frames", "key", "predicate", "watchers")
 
     def __init__(self, key: Hashable, predicate: SelectionPredicate) -> None:
         self.key = key
@@ -47,28 +53,51 @@ class WatcherGroup:
         # The batch in progress: the events this group selected, and their frames.
         self.events: list[WatchEvent] = []
         self.frames: list[bytes] = []
+        # Choosing a frame of the batch raised: its watchers cannot be served it (see deliver).
+        self.broken = False
 
     def __repr__(self) -> str:
         return f"WatcherGroup({self.key!r}, watchers={len(self.watchers)})"
 
     def offer(self, event: WatchEvent, touched: list[WatcherGroup]) -> None:
-        frame = select_frame(self.predicate, event)
+        try:
+            frame = select_frame(self.predicate, event)
+        except Exception:
+            log.exception("choosing the frame of %r for %r failed; ending its watchers", event, self)
+            if not self.broken and not self.frames:
+                touched.append(self)
+            self.broken = True
+            return
         if frame is None:
             return
-        if not self.frames:
+        if not self.frames and not self.broken:
             touched.append(self)
         self.frames.append(frame)
         self.events.append(event)
 
-    def deliver(self) -> int:
-        """Hand the batch to every watcher, as one shared bytes object; returns the deliveries."""
+    def deliver(self, failed: Callable[[Watcher], None]) -> int:
+        """Hand the batch to every watcher, as one shared bytes object; returns the deliveries.
+
+        A watcher whose delivery raises is handed to ``failed`` (ended); a broken group hands
+        every watcher to it: it cannot tell which of them should have had the missing frame.
+        """
         frames, events = self.frames, self.events
         self.frames, self.events = [], []
+        if self.broken:
+            self.broken = False
+            for watcher in list(self.watchers):
+                failed(watcher)
+            return 0
         count = len(frames)
         blob = frames[0] if count == 1 else b"".join(frames)
         delivered = 0
+        # A try costs nothing until it catches (CPython 3.11): see loadtest/bench_isolation.py.
         for watcher in self.watchers:
-            delivered += watcher.deliver_batch(blob, count, events)
+            try:
+                delivered += watcher.deliver_batch(blob, count, events)
+            except Exception:
+                log.exception("delivering to %r failed; ending it", watcher)
+                failed(watcher)
         return delivered
 
 
@@ -77,8 +106,10 @@ def predicate_key(predicate: SelectionPredicate) -> Hashable:
 
 
 class Dispatcher:
-    def __init__(self, resource: ResourceType) -> None:
+    def __init__(self, resource: ResourceType, on_failure: Callable[[str], None] | None = None) -> None:
         self.resource = resource
+        # Told "dispatch" once per watcher ended because delivering to it raised.
+        self.on_failure = on_failure
         self.trigger = resource.trigger_field
         self.by_trigger: dict[str, set[WatcherGroup]] = {}
         self.by_namespace: dict[str, set[WatcherGroup]] = {}
@@ -134,7 +165,32 @@ class Dispatcher:
         return self._group_of.keys()
 
     def dispatch(self, events: Iterable[WatchEvent]) -> None:
-        """Fan ``events`` (one batch, in rv order) out: choose frames per group, then deliver per watcher."""
+        """Fan ``events`` (one batch, in rv order) out: choose frames per group, then deliver per watcher.
+
+        Never raises: a watcher that cannot be given its frames is ended (see the module doc).
+        """
+        try:
+            self._dispatch(events)
+        except Exception:
+            # Not contained to a group or a watcher: nobody can be trusted to have the batch.
+            log.exception("dispatching a batch of %s failed; ending every watcher", self.resource.qualified)
+            for group in self.groups.values():
+                group.frames, group.events, group.broken = [], [], False
+            for watcher in list(self._group_of):
+                self.fail(watcher)
+
+    def fail(self, watcher: Watcher) -> None:
+        """End ``watcher``: something on its path raised, so it may be missing an event."""
+        if watcher.closed:
+            return
+        if self.on_failure is not None:
+            self.on_failure("dispatch")
+        try:
+            watcher.close(CloseReason.INTERNAL_ERROR)
+        except Exception:
+            log.exception("ending %r failed", watcher)
+
+    def _dispatch(self, events: Iterable[WatchEvent]) -> None:
         trigger = self.trigger
         by_trigger = self.by_trigger
         by_namespace = self.by_namespace
@@ -164,8 +220,9 @@ class Dispatcher:
                             for group in bucket:
                                 group.offer(event, touched)
         delivered = 0
+        fail = self.fail
         for group in touched:
-            delivered += group.deliver()
+            delivered += group.deliver(fail)
         self.events_dispatched += delivered
 
     # ------------------------------------------------------------------ bookmarks
@@ -187,7 +244,12 @@ class Dispatcher:
                 continue
             if frame is None:
                 frame = bookmark_frame(self.resource, rv)
-            sent += watcher.bookmark(rv, frame)
+            try:
+                sent += watcher.bookmark(rv, frame)
+            except Exception:
+                log.exception("bookmarking %r failed; ending it", watcher)
+                self.fail(watcher)
+                continue
             due.append(watcher)
         # Rescheduled after the pass: a zero interval must not loop within one tick.
         for watcher in due:

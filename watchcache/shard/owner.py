@@ -104,7 +104,7 @@ class ReplicaFeed:
     def cut(self, why: str) -> None:
         self.overflowed = True
         self.queue = None
-        log.warning("a follower fell behind (%s); ending its stream", why)
+        log.warning("ending a follower's stream (%s): it follows again from a snapshot", why)
         self.transport.abort()
 
     def go_live(self) -> None:
@@ -176,7 +176,9 @@ class _FollowConnection(asyncio.Protocol):
         self.lost = True
         self.writable.set()
         if self.feed is not None and self.cacher is not None:
-            self.cacher.replicas.remove(self.feed)
+            # Already gone if the cacher cut it (feeding it raised).
+            if self.feed in self.cacher.replicas:
+                self.cacher.replicas.remove(self.feed)
             self.feed = None
         if self.task is not None and not self.task.done():
             self.task.cancel()

@@ -75,7 +75,7 @@ class FlushScheduler:
         for stream in dirty:
             # One stream's failure must not hold back the streams after it in the pass: they would keep
             # their frames until they overflow. A try costs nothing until it catches in CPython 3.11
-            # (tests/watchers/bench_flush_isolation.py: 28 ns per stream with or without it).
+            # (loadtest/bench_isolation.py: ~30 ns per stream with or without it).
             try:
                 stream.flush()
             except Exception as e:
