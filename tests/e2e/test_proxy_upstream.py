@@ -852,14 +852,6 @@ def test_a_client_resuming_on_another_worker_from_a_relist_diff_event_misses_no_
     assert_resume_misses_nothing(relist_scenario, relist_scenario.after_first_deleted_elsewhere)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation: after a relist with several events at rv R, a resume at R is refused with 410 "
-    "(a client may have seen only part of the group: an honest relist beats a silent loss), and R is also the "
-    "rv of the relist BOOKMARK and of LISTs until the cache moves past it. The proxy probes the upstream right "
-    "after a relist so the cache moves past R as soon as the cluster's revision moves (any write anywhere, "
-    "e.g. node leases); in this test nothing is written at all, so clients listing at R get 410 until a write",
-)
 def test_after_a_relist_watches_from_the_listed_or_bookmarked_rv_are_served(relist_scenario: RelistScenario) -> None:
     s = relist_scenario
     problems = {}

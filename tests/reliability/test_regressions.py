@@ -110,20 +110,12 @@ async def test_watch_ahead_of_a_relisting_cache_gets_no_event_at_or_before_its_r
     assert [d for d in delivered if d[2] <= 15] == [], delivered
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation, chosen over a silent loss: after a relist whose diff has several events at rv R, a "
-    "watch resuming at R gets 410 (a client may have seen part of the group), and R is also the LIST's and the "
-    "bookmark's rv until the cache moves past it. The proxy proves progress against the upstream right after a "
-    "relist and again while R is the head, so this ends as soon as the cluster's revision moves; here "
-    "nothing is written anywhere (no upstream at all), so it does not",
-)
 @arun
 async def test_a_watch_from_the_rv_a_list_returned_is_not_410_after_a_relist() -> None:
     h = Harness()  # pods p0..p4 at rv 1..5, cache at rv 10
     # The upstream answered 410; the fresh list at 20 differs in two objects: a group of two events at 20.
     objs = [pod(f"p{i}", rv=i + 1, labels={"i": str(i % 2)}) for i in range(3)] + [pod("p5", rv=15)]
-    h.cacher.relist(objs, 20)  # p5 ADDED at 15; p3, p4 DELETED (stamped 20)
+    h.cacher.relist(objs, 20)  # p5 ADDED at 15; p3, p4 DELETED (stamped 19 and 20: one frame at 20, the last)
     listed = (await h.list()).json()
     rv = listed["metadata"]["resourceVersion"]
     assert rv == "20"
@@ -131,3 +123,7 @@ async def test_a_watch_from_the_rv_a_list_returned_is_not_410_after_a_relist() -
     resp = await h.watch(resourceVersion=rv)
     errors = [e["object"] for e in resp.events() if e["type"] == "ERROR"]
     assert errors == [], errors
+    # A client that got only part of the diff holds an rv below 20: it must relist, not resume.
+    for partial in ("15", "19"):
+        [event] = (await h.watch(resourceVersion=partial)).events()
+        assert (event["type"], event["object"]["code"]) == ("ERROR", 410)

@@ -10,12 +10,15 @@ Invariants (tested in ``tests/cache/test_history.py``):
   ``rv >= oldest_rv`` can be rebuilt exactly by undoing the events after it, and a
   watch from any ``rv >= oldest_rv`` can be served without a gap;
 * the window is bounded by count (``max_events``) and by age (``max_age``): an event
-  older than ``max_age`` (by the injected clock) is evicted at the next ``expire``.
+  older than ``max_age`` (by the injected clock) is evicted at the next ``expire``;
+* ``at(rv)`` counts the events of the group at ``rv``, including those of the group at
+  ``oldest_rv`` that were evicted (a group whose events arrived in several batches can
+  straddle an eviction): a resume point shared by several events is ambiguous.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from watchcache.cache.events import WatchEvent
@@ -24,7 +27,7 @@ from watchcache.cache.events import WatchEvent
 class HistoryWindow:
     """A list used as a queue (``_start`` is the head) so that lookups by rv can bisect."""
 
-    __slots__ = ("_bytes", "_events", "_start", "max_age", "max_events", "oldest_rv")
+    __slots__ = ("_bytes", "_events", "_start", "evicted_at_oldest", "max_age", "max_events", "oldest_rv")
 
     def __init__(self, max_events: int, max_age: float, oldest_rv: int = 0) -> None:
         if max_events < 1:
@@ -32,6 +35,8 @@ class HistoryWindow:
         self.max_events = max_events
         self.max_age = max_age
         self.oldest_rv = oldest_rv
+        # How many events of the group at oldest_rv were evicted (0 after a reset).
+        self.evicted_at_oldest = 0
         self._events: list[WatchEvent] = []
         self._start = 0
         self._bytes = 0
@@ -57,6 +62,7 @@ class HistoryWindow:
         self._start = 0
         self._bytes = 0
         self.oldest_rv = rv
+        self.evicted_at_oldest = 0
 
     def append(self, event: WatchEvent) -> None:
         """Add the newest event; the caller guarantees rv order."""
@@ -72,6 +78,17 @@ class HistoryWindow:
             evicted += self._evict_oldest_group()
         return evicted
 
+    @property
+    def newest_rv(self) -> int | None:
+        """The rv of the newest event still in the window (None if empty)."""
+        return self._events[-1].rv if len(self) else None
+
+    def at(self, rv: int) -> list[WatchEvent]:
+        """The events at ``rv`` still in the window (O(log n))."""
+        lo = bisect_left(self._events, rv, lo=self._start, key=_rv_of)
+        hi = bisect_right(self._events, rv, lo=lo, key=_rv_of)
+        return self._events[lo:hi]
+
     def since(self, rv: int) -> list[WatchEvent]:
         """Every event with ``rv`` greater than ``rv``; the caller checks ``rv >= oldest_rv``."""
         index = bisect_right(self._events, rv, lo=self._start, key=_rv_of)
@@ -86,6 +103,7 @@ class HistoryWindow:
             self._bytes -= events[self._start].size
             self._start += 1
             count += 1
+        self.evicted_at_oldest = count + (self.evicted_at_oldest if group_rv == self.oldest_rv else 0)
         self.oldest_rv = group_rv
         # Compact once the dead head is half the list: amortised O(1) per event.
         if self._start * 2 > len(events):

@@ -6,6 +6,7 @@ list with the same parameters always agree on what they select.
 
 from __future__ import annotations
 
+from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
 from watchcache.resources import ResourceType
 from watchcache.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
@@ -40,6 +41,12 @@ class SelectionPredicate:
         if not self.labels.empty and not self.labels.matches(obj.labels):
             return False
         return self.fields.empty or self.fields.matches(obj.fields)
+
+    def concerns(self, event: WatchEvent) -> bool:
+        """Whether a watch with this predicate may get a frame for ``event`` (its new or previous state matches)."""
+        if self.selects_all:
+            return True
+        return self.matches(event.object) or (event.prev is not None and self.matches(event.prev))
 
     def selector_matches(self, obj: CachedObject) -> bool:
         """Selectors only (the namespace is already implied by the key range)."""

@@ -1,10 +1,20 @@
 """The revisioned cache of one resource type (kube's ``watchCache``), free of I/O.
 
 It takes an ordered stream: ``replace`` (a full list at an rv), ``apply`` (a batch of
-changes, one atomic group per rv) and ``progress`` (the upstream has nothing before
-rv: a bookmark). From that it keeps the current objects in key order and a
-``HistoryWindow``, and answers reads *at an exact resourceVersion* anywhere inside the
-window by undoing the events after it (MVCC without copying the state).
+changes in rv order), ``relist`` (a fresh list after a 410, turned into a diff) and
+``progress`` (the upstream has nothing before rv: a bookmark). From that it keeps the
+current objects in key order and a ``HistoryWindow``, and answers reads *at an exact
+resourceVersion* anywhere inside the window by undoing the events after it (MVCC
+without copying the state).
+
+Groups. kube-apiserver gives every event its own rv, but an upstream that is itself a
+watch cache (another watchcache tier) sends *groups* of events sharing one rv — the
+deletions of its relist diffs — and a group may arrive split across two network reads.
+So ``apply`` accepts a batch that continues the group at the head, and a resume point
+shared by several events is *ambiguous*: a client holding that rv may have seen only
+part of the group, so a watch from it gets 410 (the client relists) unless at most one
+event of the group concerns the watch (``events_since``). kube's own upstream never
+makes groups, so none of this costs anything there.
 
 Concurrency contract: single-threaded. Readers take a ``Snapshot`` and use it before
 the next mutation (every read in the server is built synchronously, so it never
@@ -21,6 +31,7 @@ from sortedcontainers import SortedDict
 from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.history import HistoryWindow
 from watchcache.cache.object import CachedObject
+from watchcache.cache.predicate import SelectionPredicate
 from watchcache.resources import ResourceType
 
 
@@ -43,6 +54,14 @@ class ResourceVersionTooOld(Exception):
         super().__init__(f"too old resource version: {requested} ({oldest})")
         self.requested = requested
         self.oldest = oldest
+
+
+class ResourceVersionAmbiguous(ResourceVersionTooOld):
+    """Several events share the requested rv: a client holding it may have seen only part of them."""
+
+    def __init__(self, requested: int, oldest: int) -> None:
+        super().__init__(requested, oldest)
+        self.args = (f"{self.args[0]}: several events share resourceVersion {requested}, start over with a list",)
 
 
 class ResourceVersionTooNew(Exception):
@@ -79,8 +98,11 @@ class ResourceCache:
         self.rv = 0
         self.initialized = False
         self.history = HistoryWindow(config.history_max_events, config.history_max_age)
-        # The rv of a relist's multi-event group (see ``relist``); None otherwise.
+        # The rv carried by several frames of the last relist's diff, if any (only in the cases
+        # ``relist`` cannot order away), and those events (None: not known, e.g. on a follower
+        # told only the rv: then every watch is refused there).
         self.unresumable_rv: int | None = None
+        self._unresumable_events: list[WatchEvent] | None = None
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -93,20 +115,28 @@ class ResourceCache:
         self._object_bytes = sum(len(o.body) for o in self._objects.values())
         self.rv = rv
         self.history.reset(rv)
-        self.unresumable_rv = None
+        self.set_unresumable(None)
         self.initialized = True
+
+    def set_unresumable(self, rv: int | None, events: list[WatchEvent] | None = None) -> None:
+        """A resume exactly at ``rv`` is ambiguous (see ``relist``); ``events``: the frames at rv, if known."""
+        self.unresumable_rv = rv
+        self._unresumable_events = events if rv is not None else None
 
     def apply(self, changes: Sequence[tuple[str, CachedObject]]) -> list[WatchEvent]:
         """Apply one batch of (type, object) changes; returns the events recorded.
 
-        The first change's rv must be greater than ``rv`` and the rest non-decreasing,
-        so that a group of events sharing an rv is always applied (and seen) whole.
+        The rvs must be non-decreasing, and the first greater than ``rv`` — or equal to it
+        when the head of the history is a group of events at ``rv``: the rest of a group that
+        arrived in two reads (``continues_group``). Nothing is changed if the batch is refused.
         """
         if not changes:
             return []
         last = self.rv
-        for i, (_, obj) in enumerate(changes):
-            if obj.rv < last or (i == 0 and obj.rv == last):
+        if changes[0][1].rv == last and not self.continues_group():
+            raise ResourceVersionOrderError(f"{self.resource.qualified}: rv {last} again, after a list or bookmark")
+        for _, obj in changes:
+            if obj.rv < last:
                 raise ResourceVersionOrderError(f"{self.resource.qualified}: rv {obj.rv} after {last}")
             last = obj.rv
         now = self._clock()
@@ -129,44 +159,94 @@ class ResourceCache:
         self.rv = last
         return events
 
+    def continues_group(self) -> bool:
+        """Whether a change at ``rv`` would continue a group: the newest event in the window is at ``rv``.
+
+        Not after a list, a relist or a progress mark at ``rv``: a well-behaved upstream sends no
+        event at an rv it has listed or bookmarked.
+        """
+        history = self.history
+        newest = history.newest_rv
+        if newest is None:  # the window is empty: the head group may have been evicted whole
+            return history.oldest_rv == self.rv and history.evicted_at_oldest > 0
+        return newest == self.rv
+
     def relist(self, objects: Iterable[CachedObject], rv: int) -> list[WatchEvent]:
         """Replace the state with a fresh list at ``rv`` and return the difference as events.
 
         Used after the upstream answered 410 to a resumed watch: instead of ending every
-        client watch (kube-apiserver's behaviour), the change from the old state to the
-        new one is delivered as ordinary events, all at ``rv`` (one atomic group): ADDED
-        and MODIFIED carry the listed objects in the order of their own resourceVersions,
-        then DELETED the last known state stamped with ``rv``. History restarts at ``rv``:
-        what happened between the old rv and ``rv`` is unknown, so no read or watch start
-        inside that gap can be served exactly.
+        client watch (kube-apiserver's behaviour), the change from the old state ``C`` (at
+        the old rv, also ``C`` below) to the new one is delivered as ordinary events, one
+        group at ``rv`` in the cache (``WatchEvent.rv``). What a client sees is each frame's
+        object rv, and the diff is ordered so that **at most one frame carries** ``rv`` **and
+        it is the last** (see ``_order_diff``). So a client that listed at ``rv``, got the
+        relist BOOKMARK at ``rv`` or got the group's last frame has the whole group, and
+        resumes at ``rv`` without a 410; a client that got only part of it holds an rv below
+        ``rv``, before the new window, and gets 410, never a silent loss. History restarts
+        at ``rv``: what happened between ``C`` and ``rv`` is unknown, so no read or watch
+        start inside that gap can be served exactly.
         """
         if rv < self.rv:
             raise ResourceVersionOrderError(f"{self.resource.qualified}: relist at {rv} after {self.rv}")
         now = self._clock()
         fresh = SortedDict((o.key, o) for o in objects)
         old = self._objects
-        events: list[WatchEvent] = []
+        changed: list[WatchEvent] = []
         for key, obj in fresh.items():
             prev = old.get(key)
             if prev is None:
-                events.append(WatchEvent(self.resource, ADDED, obj, None, rv, now))
+                changed.append(WatchEvent(self.resource, ADDED, obj, None, rv, now))
             elif prev.rv != obj.rv or prev.body != obj.body:
-                events.append(WatchEvent(self.resource, MODIFIED, obj, prev, rv, now))
-        # In the order of the objects' own resourceVersions, so a client tracking the last rv
-        # it saw never goes backwards; deletions (stamped with rv) come last.
-        events.sort(key=lambda e: (e.object.rv, e.object.key))
-        for key, prev in old.items():
-            if key not in fresh:
-                gone = prev.with_resource_version(rv)
-                events.append(WatchEvent(self.resource, DELETED, gone, prev, rv, now))
+                changed.append(WatchEvent(self.resource, MODIFIED, obj, prev, rv, now))
+        gone = [prev for key, prev in old.items() if key not in fresh]
+        events = self._order_diff(changed, gone, rv, now)
         self._objects = fresh
         self._object_bytes = sum(len(o.body) for o in fresh.values())
         self.rv = rv
         self.history.reset(rv)
-        # Several events share rv: a client that got only part of them and resumes from rv
-        # would miss the rest, so a resume from exactly rv is refused (410) instead.
-        self.unresumable_rv = rv if len(events) > 1 else None
+        at_rv = [e for e in events if e.object.rv == rv]
+        if len(at_rv) > 1:
+            self.set_unresumable(rv, at_rv)
+        else:
+            self.set_unresumable(None)
         return events
+
+    def _order_diff(self, changed: list[WatchEvent], gone: list[CachedObject], rv: int, now: float) -> list[WatchEvent]:
+        """The relist diff in the order and with the frame rvs described in ``relist``.
+
+        1. ADDED/MODIFIED below ``rv``, in the order of their own rvs (each is above ``C``: the
+           cache was complete at ``C``, so a listed object last written at or before ``C`` is
+           one it already holds) — the rvs a client sees never go backwards;
+        2. the DELETED events, stamped ``rv - 1`` (a deletion's own rv is unknown: it lies in
+           ``(C, rv]``), which is at least the rvs of step 1 and above ``C`` — they may share
+           ``rv - 1`` with each other or with step 1, harmless since every rv below ``rv`` is
+           before the new window (410 at this proxy whoever asks);
+        3. the one object whose own rv is ``rv``, if there is one (kube writes one object per
+           revision); if there is none, the last deletion is stamped ``rv`` instead, so the
+           group still ends with a frame at ``rv`` for clients that do not take bookmarks.
+
+        Cases left with several frames at ``rv`` (``relist`` then refuses resumes at ``rv``, as
+        before): ``rv == C + 1`` with several changes (no room below ``rv``), or several
+        listed objects with own rv ``rv`` (an upstream that writes several objects per
+        revision). Stamping decodes and re-encodes each deleted object: a relist's cost,
+        never the hot path's.
+        """
+        changed.sort(key=lambda e: (e.object.rv, e.object.key))
+        split = len(changed)
+        while split and changed[split - 1].object.rv >= rv:
+            split -= 1
+        below, top = changed[:split], changed[split:]
+        gone.sort(key=lambda o: (o.rv, o.key))
+        stamps = [rv] * len(gone)
+        if rv - 1 > self.rv:
+            stamps = [rv - 1] * len(gone)
+            if gone and not top:
+                stamps[-1] = rv
+        deleted = [
+            WatchEvent(self.resource, DELETED, prev.with_resource_version(stamp), prev, rv, now)
+            for prev, stamp in zip(gone, stamps, strict=True)
+        ]
+        return below + deleted + top
 
     def progress(self, rv: int) -> bool:
         """The upstream promises no event at or before ``rv`` is missing; True if rv moved."""
@@ -202,18 +282,51 @@ class ResourceCache:
                 overlay[event.object.key] = event.prev
         return Snapshot(self._objects, overlay, rv)
 
-    def events_since(self, rv: int) -> list[WatchEvent]:
-        """Events after ``rv`` for a watch resuming there; TooOld if the window moved past it."""
-        if rv < self.history.oldest_rv or rv == self.unresumable_rv:
-            raise ResourceVersionTooOld(rv, self.history.oldest_rv)
+    def events_since(self, rv: int, predicate: SelectionPredicate | None = None) -> list[WatchEvent]:
+        """Events after ``rv`` for a watch (with ``predicate``) resuming there.
+
+        TooOld if the window moved past ``rv``, or if ``rv`` is ambiguous for this watch: several
+        events at ``rv`` concern it, so a client holding ``rv`` may have seen only part of them
+        (a 410 makes it relist; resuming after ``rv`` would silently skip the rest). One event
+        at ``rv``, or several of which at most one concerns the watch, is no ambiguity.
+        """
+        history = self.history
+        if rv < history.oldest_rv:
+            raise ResourceVersionTooOld(rv, history.oldest_rv)
+        if self.ambiguous(rv, predicate):
+            raise ResourceVersionAmbiguous(rv, history.oldest_rv)
         if rv >= self.rv:
             return []
-        return self.history.since(rv)
+        return history.since(rv)
+
+    def ambiguous(self, rv: int, predicate: SelectionPredicate | None = None) -> bool:
+        """Several events at ``rv`` concern a watch with ``predicate`` (None: any watch); see ``events_since``."""
+        if rv == self.unresumable_rv:
+            known = self._unresumable_events
+            return known is None or _concerning(known, predicate) > 1
+        history = self.history
+        # Evicted events of the group at oldest_rv cannot be looked at: count them as concerning.
+        evicted = history.evicted_at_oldest if rv == history.oldest_rv else 0
+        group = history.at(rv)
+        if evicted + len(group) < 2:
+            return False
+        return evicted + _concerning(group, predicate) > 1
+
+    def group_size(self, rv: int) -> int:
+        """How many events the window holds (or evicted) at ``rv``: it grows only when a group is continued."""
+        history = self.history
+        return len(history.at(rv)) + (history.evicted_at_oldest if rv == history.oldest_rv else 0)
 
     def stats(self) -> CacheStats:
         return CacheStats(
             len(self._objects), self._object_bytes, len(self.history), self.history.bytes, self.oldest_rv, self.rv
         )
+
+
+def _concerning(events: list[WatchEvent], predicate: SelectionPredicate | None) -> int:
+    if predicate is None or predicate.selects_all:
+        return len(events)
+    return sum(1 for e in events if predicate.concerns(e))
 
 
 class Snapshot:

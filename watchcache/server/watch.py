@@ -105,7 +105,7 @@ class HttpWatchStream:
 
     def _catch_up(self, watcher: Watcher) -> None:
         try:
-            events = self.cacher.cache.events_since(watcher.resume_rv)
+            events = self.cacher.cache.events_since(watcher.resume_rv, watcher.predicate)
         except ResourceVersionTooOld as e:
             self.cacher.watchers_expired += 1
             self.response.write_chunk([error_frame(apierrors.resource_expired(str(e)).body())])
@@ -185,7 +185,7 @@ async def serve_watch(
     elif plan.mode is Mode.EXACT:
         start_rv = plan.rv
         try:
-            backlog = cache.events_since(plan.rv)
+            backlog = cache.events_since(plan.rv, predicate)
         except ResourceVersionTooOld as e:
             response.write_chunk([error_frame(apierrors.resource_expired(str(e)).body())])
             response.end_chunked()
