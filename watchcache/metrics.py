@@ -171,6 +171,11 @@ class CacheCollector(Collector):
             ),
             "wevents": CounterMetricFamily("apiserver_watch_events", "Watch event frames written", labels=lbl),
             "wbytes": CounterMetricFamily("watchcache_watch_bytes", "Watch stream bytes written", labels=lbl),
+            "split": CounterMetricFamily(
+                "watchcache_split_groups",
+                "Groups of events sharing an rv (an upstream watch cache's) whose rest came in a later read",
+                labels=lbl,
+            ),
         }
         slow = CounterMetricFamily(
             "watchcache_slow_watchers",
@@ -211,6 +216,7 @@ class CacheCollector(Collector):
                 ("returned", cacher.list_returned),
                 ("wevents", cacher.watch_frames_sent),
                 ("wbytes", cacher.watch_bytes_sent),
+                ("split", cacher.split_groups),
             ):
                 c[key].add_metric(lv, value)
             slow.add_metric([*lv, "lagged"], cacher.watchers_lagged)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import pytest
 
 from tests.factories import pod
-from watchcache.cache.events import ADDED, MODIFIED, WatchEvent
+from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.predicate import SelectionPredicate
+from watchcache.cache.store import ResourceVersionTooOld
 from watchcache.dispatch import dispatcher as dispatcher_module
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
@@ -162,3 +163,32 @@ def test_relist_bookmarks_reach_the_other_watchers_when_one_raises() -> None:
     assert broken.closed and broken.close_reason == CloseReason.INTERNAL_ERROR
     frames, _ = ok.take()
     assert b'"BOOKMARK"' in b"".join(frames)
+
+
+def test_watches_that_saw_a_group_partly_are_ended_with_410_when_the_rest_arrives() -> None:
+    # An upstream watch cache's group of deletions at 20, split across two reads.
+    import orjson
+
+    c = cacher()  # a, b at rv 10
+    c.apply([(ADDED, pod("c", "other", rv=11))])
+    before = watch(c)  # from 11: will get the whole group live
+    bookmarked = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 11, Sink(), allow_bookmarks=True)
+    c.add_watcher(bookmarked)
+    c.apply([(DELETED, pod("a", rv=20))])
+    bookmarked.bookmark(20)  # a periodic bookmark between the two reads: it promised all of 20
+    at_20 = watch(c)  # started (or listed) at 20 with only the first part
+    elsewhere = Watcher(PODS, SelectionPredicate.parse(PODS, "other", "", ""), 20, Sink())
+    c.add_watcher(elsewhere)  # nothing of the group concerns it
+    c.apply([(DELETED, pod("b", rv=20))])
+    assert names(before) == ["a", "b"] and not before.closed
+    for w in (at_20, bookmarked):
+        assert w.closed and w.close_reason == CloseReason.EXPIRED
+        last = orjson.loads(b"".join(w.pending).splitlines()[-1])
+        assert (last["type"], last["object"]["code"]) == ("ERROR", 410)
+    assert not elsewhere.closed
+    # A client that saw rv 20 while the group was partial may resume later: refused whatever its
+    # selector, as long as some event at 20 concerns it.
+    with pytest.raises(ResourceVersionTooOld):
+        c.cache.events_since(20, SelectionPredicate.parse(PODS, None, "", "metadata.name=b"))
+    assert c.cache.events_since(20, SelectionPredicate.parse(PODS, "other", "", "")) == []
+    assert c.split_groups == 1

@@ -43,6 +43,7 @@ NAMED = [
     "watchcache_follower_synced",
     "watchcache_slow_watchers_total",
     "watchcache_delivery_failures_total",
+    "watchcache_split_groups_total",
     "watchcache_passthrough_requests_total",
     "watchcache_worker_restarts_total",
     "watchcache_event_delivery_seconds_bucket",

@@ -50,6 +50,44 @@ def test_repeated_events_at_or_below_the_cache_rv_are_skipped():
     assert [e.rv for e in r.cacher.cache.events_since(10)] == [11, 12]
 
 
+def keys(r: Reflector) -> list[str]:
+    return [o.key for o in r.cacher.cache.snapshot().iter_range("", None)]
+
+
+def test_a_group_of_events_sharing_an_rv_is_applied_whole():
+    # An upstream that is itself a watch cache stamps the deletions of its relist diffs with one rv.
+    r = reflector()
+    r._apply([line("ADDED", pod_json(n, rv)) for n, rv in (("b", 11), ("c", 12), ("e", 13))])
+    r._apply([line("DELETED", pod_json(n, 20)) for n in ("b", "c", "e")])
+    assert keys(r) == ["d/a"]
+    assert [(e.type, e.object.name, e.rv) for e in r.cacher.cache.events_since(13)] == [
+        ("DELETED", "b", 20),
+        ("DELETED", "c", 20),
+        ("DELETED", "e", 20),
+    ]
+
+
+def test_a_group_split_across_two_reads_is_applied_whole_and_a_repeat_of_it_is_skipped():
+    r = reflector()
+    r._apply([line("ADDED", pod_json(n, rv)) for n, rv in (("b", 11), ("c", 12), ("e", 13))])
+    r._apply([line("DELETED", pod_json("b", 20))])  # the read ends inside the group
+    r._apply([line("DELETED", pod_json("b", 20)), line("DELETED", pod_json("c", 20))])  # b again: a repeat
+    r._apply(
+        [line("DELETED", pod_json("e", 20)), line("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "21"}})]
+    )
+    assert keys(r) == ["d/a"] and r.cacher.rv == 21
+    assert [e.object.name for e in r.cacher.cache.events_since(13)] == ["b", "c", "e"]
+
+
+def test_an_event_at_a_bookmarked_or_listed_rv_is_skipped():
+    r = reflector()  # listed at 10
+    r._apply([line("ADDED", pod_json("b", 10))])
+    r._apply(
+        [line("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "12"}}), line("ADDED", pod_json("c", 12))]
+    )
+    assert keys(r) == ["d/a"] and r.cacher.rv == 12
+
+
 def test_error_410_event_raises_gone_after_applying_what_came_before():
     r = reflector()
     status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 1 (5)"}

@@ -103,6 +103,8 @@ class ResourceCache:
         # told only the rv: then every watch is refused there).
         self.unresumable_rv: int | None = None
         self._unresumable_events: list[WatchEvent] | None = None
+        # rvs of groups in the window that arrived in more than one batch (see ``ambiguous``).
+        self._continued: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -116,6 +118,7 @@ class ResourceCache:
         self.rv = rv
         self.history.reset(rv)
         self.set_unresumable(None)
+        self._continued = set()
         self.initialized = True
 
     def set_unresumable(self, rv: int | None, events: list[WatchEvent] | None = None) -> None:
@@ -133,8 +136,12 @@ class ResourceCache:
         if not changes:
             return []
         last = self.rv
-        if changes[0][1].rv == last and not self.continues_group():
-            raise ResourceVersionOrderError(f"{self.resource.qualified}: rv {last} again, after a list or bookmark")
+        if changes[0][1].rv == last:
+            if not self.continues_group():
+                raise ResourceVersionOrderError(f"{self.resource.qualified}: rv {last} again, after a list or bookmark")
+            oldest = self.history.oldest_rv
+            self._continued = {r for r in self._continued if r >= oldest}
+            self._continued.add(last)
         for _, obj in changes:
             if obj.rv < last:
                 raise ResourceVersionOrderError(f"{self.resource.qualified}: rv {obj.rv} after {last}")
@@ -204,6 +211,7 @@ class ResourceCache:
         self._object_bytes = sum(len(o.body) for o in fresh.values())
         self.rv = rv
         self.history.reset(rv)
+        self._continued = set()
         at_rv = [e for e in events if e.object.rv == rv]
         if len(at_rv) > 1:
             self.set_unresumable(rv, at_rv)
@@ -288,7 +296,10 @@ class ResourceCache:
         TooOld if the window moved past ``rv``, or if ``rv`` is ambiguous for this watch: several
         events at ``rv`` concern it, so a client holding ``rv`` may have seen only part of them
         (a 410 makes it relist; resuming after ``rv`` would silently skip the rest). One event
-        at ``rv``, or several of which at most one concerns the watch, is no ambiguity.
+        at ``rv``, or several of which at most one concerns the watch, is no ambiguity — unless
+        the group arrived in more than one batch: then a client may have listed, started a
+        watch or got a bookmark at ``rv`` before the rest came, so any event of the group that
+        concerns the watch makes ``rv`` ambiguous for it.
         """
         history = self.history
         if rv < history.oldest_rv:
@@ -310,7 +321,8 @@ class ResourceCache:
         group = history.at(rv)
         if evicted + len(group) < 2:
             return False
-        return evicted + _concerning(group, predicate) > 1
+        concerning = evicted + _concerning(group, predicate)
+        return concerning > 1 or (concerning > 0 and rv in self._continued)
 
     def group_size(self, rv: int) -> int:
         """How many events the window holds (or evicted) at ``rv``: it grows only when a group is continued."""

@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from watchcache.cache.events import WatchEvent, bookmark_frame
+from watchcache import apierrors
+from watchcache.cache.events import WatchEvent, bookmark_frame, error_frame
 from watchcache.cache.object import CachedObject
 from watchcache.cache.store import CacheConfig, ResourceCache
 from watchcache.dispatch.dispatcher import Dispatcher
@@ -89,6 +90,8 @@ class Cacher:
         self.watchers_lagged = 0
         self.watchers_caught_up = 0
         self.watchers_expired = 0
+        # Groups of events sharing an rv that arrived in more than one batch (see _group_continued).
+        self.split_groups = 0
         # Deliveries that raised, by path ("flush", "dispatch", "replica"): each ended only the
         # watcher or follower stream concerned.
         self.failures: dict[str, int] = {}
@@ -123,8 +126,11 @@ class Cacher:
         ``Dispatcher.dispatch``), so a failure on one costs no other an event. Only the cache
         itself may refuse the batch (``ResourceVersionOrderError``), before anything changed.
         """
+        head = self.cache.rv
         events = self.cache.apply(changes)
         self.events_received += len(events)
+        if events and events[0].rv == head:
+            self._group_continued(events)
         # Followers first: their stream is woken before this worker's own fan-out runs, so a
         # busy owner does not hold every other worker's watchers back by a loop pass.
         failed: list[tuple[Replica, Exception]] | None = None
@@ -139,6 +145,28 @@ class Cacher:
         self.dispatcher.dispatch(events)
         self._wake_waiters()
         return events
+
+    def _group_continued(self, events: list[WatchEvent]) -> None:
+        """The rest of a group arrived in a later batch (an upstream watch cache's group, split by a read).
+
+        A watcher that started at the group's rv (its client listed or resumed there) or got a
+        bookmark at it holds the group's first part as if it were all of it: the rest would go
+        missing (its start rv filters it out) or arrive after the bookmark's promise. Those the
+        rest concerns are ended with 410, so their clients relist; others go on. Watchers that
+        started before the group get the rest live, as usual.
+        """
+        rv = events[0].rv
+        self.split_groups += 1
+        rest = [e for e in events if e.rv == rv]
+        frame: bytes | None = None
+        for watcher in list(self.dispatcher.watchers()):
+            if watcher.closed or (watcher.start_rv != rv and watcher.bookmark_rv != rv):
+                continue
+            if any(watcher.predicate.concerns(e) for e in rest):
+                if frame is None:
+                    message = f"too old resource version: {rv} ({self.cache.oldest_rv}): more events at {rv} arrived"
+                    frame = error_frame(apierrors.resource_expired(message).body())
+                watcher.expire(frame)
 
     def relist(self, objects: Iterable[CachedObject], rv: int) -> list[WatchEvent]:
         """A fresh list after the upstream's 410: watchers get the difference, not a 410 of their own.

@@ -213,10 +213,19 @@ class Reflector:
             raise
 
     def _apply(self, lines: list[bytes]) -> None:
-        """Apply one network read's events as one batch (one dispatch, one coalesced flush)."""
+        """Apply one network read's events as one batch (one dispatch, one coalesced flush).
+
+        An event at or below the newest rv seen is a repeat and skipped — except one at that rv
+        for a key the group at that rv does not have yet: an upstream that is a watch cache (another
+        watchcache tier) sends groups of events sharing one rv, and a read may end inside one. The
+        group's keys are looked up only then (kube's own events never share an rv).
+        """
         cacher = self.cacher
         batch: list[tuple[str, CachedObject]] = []
         last = cacher.rv
+        # Keys of the group of events at `last` (None: not looked up yet; _MARK: `last` is a list's
+        # or a bookmark's rv, after which no event can come at `last`).
+        group: set[str] | None = None
         for line in lines:
             event = orjson.loads(line)
             kind = event.get("type")
@@ -233,17 +242,39 @@ class Reflector:
                     batch = []
                 rv = parse_resource_version((raw.get("metadata") or {}).get("resourceVersion"))
                 cacher.progress(rv)
-                last = max(last, rv)
+                if rv > last:
+                    last, group = rv, _MARK
                 continue
             try:
                 obj = encode_object(self.resource, raw)
             except ObjectError as e:
                 log.warning("%s: dropping malformed %s event: %s", self.resource.qualified, kind, e)
                 continue
-            if obj.rv <= last:
+            if obj.rv > last:
+                last, group = obj.rv, None
+            elif obj.rv < last:
                 continue  # already applied (a resumed stream may repeat its start)
+            else:
+                if group is None:
+                    group = self._group_at(last, batch)
+                if group is _MARK or obj.key in group:
+                    continue
+                group.add(obj.key)
             batch.append((DELETED if kind == DELETED else kind, obj))
-            last = obj.rv
         if batch:
             cacher.apply(batch)
         self.last_event_at = time.monotonic()
+
+    def _group_at(self, rv: int, batch: list[tuple[str, CachedObject]]) -> set[str]:
+        """The keys of the group at ``rv``: in this batch, and in the cache if the group started there."""
+        keys = {obj.key for _, obj in batch if obj.rv == rv}
+        cache = self.cacher.cache
+        if cache.rv == rv:
+            if not cache.continues_group():
+                return _MARK
+            keys.update(e.object.key for e in cache.history.at(rv))
+        return keys
+
+
+# `last` is a list's or a bookmark's rv: nothing can continue at it.
+_MARK: set[str] = set()

@@ -88,6 +88,7 @@ class Watcher:
         "_next_bookmark",
         "allow_bookmarks",
         "bookmark_interval",
+        "bookmark_rv",
         "can_lag",
         "close_reason",
         "closed",
@@ -133,6 +134,8 @@ class Watcher:
         self.allow_bookmarks = allow_bookmarks
         self.deadline = deadline
         self.bookmark_interval = bookmark_interval
+        # The rv of the last BOOKMARK queued (0: none): a promise that every event up to it was sent.
+        self.bookmark_rv = 0
         self.max_pending_bytes = max_pending_bytes
         # False: over the cap the watcher is closed instead (no history to replay from).
         self.can_lag = can_lag
@@ -209,11 +212,22 @@ class Watcher:
             return False
         if initial_events_end:
             self.deliver_initial([bookmark_frame(self.resource, rv, initial_events_end=True)], rv)
+            self.bookmark_rv = rv
             return True
         if self.lagging or rv < self.last_rv or (rv <= self.start_rv and not final):
             return False
+        self.bookmark_rv = rv
         self._enqueue(frame or bookmark_frame(self.resource, rv), rv)
         return True
+
+    def expire(self, error: bytes) -> None:
+        """End the watch with ``error`` (an ERROR frame, 410) after what is pending: the client relists."""
+        if self.closed:
+            return
+        self.pending.append(error)
+        self.pending_rv.append(self.last_rv)
+        self.pending_n.append(0)
+        self.close(CloseReason.EXPIRED)
 
     def _enqueue(self, frame: bytes, rv: int, count: int = 1) -> None:
         was_empty = not self.pending
