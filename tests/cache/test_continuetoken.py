@@ -49,3 +49,15 @@ def test_garbage_is_rejected(token):
 def test_path_traversal_in_start_key_is_rejected_even_if_signed():
     with pytest.raises(InvalidContinueToken, match="not valid"):
         codec.decode(codec.encode(42, "../other/x\x00"))
+
+
+def test_the_size_of_a_group_at_the_rv_is_carried_signed_and_only_when_several_events_share_it():
+    assert codec.encode(42, "p1\x00", 1) == codec.encode(42, "p1\x00")  # kube's payload, unchanged
+    assert codec.decode_with_group(codec.encode(42, "p1\x00")) == (42, "p1\x00", 1)
+    token = codec.encode(42, "p1\x00", 3)
+    assert codec.decode_with_group(token) == (42, "p1\x00", 3)
+    assert codec.decode(token) == (42, "p1\x00")
+    payload = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    for forged in ({**payload, "n": 9}, {k: v for k, v in payload.items() if k != "n"}, {**payload, "n": "3"}):
+        with pytest.raises(InvalidContinueToken):
+            codec.decode(base64.urlsafe_b64encode(orjson.dumps(forged)).decode())

@@ -16,6 +16,7 @@ import asyncio
 
 import pytest
 
+from tests.factories import pod
 from tests.server.harness import DELETED, MODIFIED, Harness, arun, background
 
 
@@ -346,3 +347,23 @@ def test_non_numeric_resource_version_is_400(rv):
 
     resp = asyncio.run(go())
     assert resp.status == 400 and resp.json()["reason"] == "BadRequest"
+
+
+@arun
+async def test_continue_at_an_rv_whose_group_grew_since_the_first_page_is_410_with_an_inconsistent_token():
+    # An upstream watch cache's group of events at 11, split across two reads: a chunked LIST
+    # started between them read the first part; its next page must not read the whole group.
+    h = Harness()
+    h.cacher.apply([(DELETED, pod("p0", rv=11))])
+    first = (await h.list(limit="2")).json()
+    assert first["metadata"]["resourceVersion"] == "11"
+    h.cacher.apply([(DELETED, pod("p3", rv=11))])  # the rest of the group
+    resp = await h.list(limit="2", **{"continue": first["metadata"]["continue"]})
+    assert resp.status == 410 and resp.json()["reason"] == "Expired", resp.json()
+    assert resp.json()["metadata"]["continue"]  # kube's "inconsistent" token, to go on regardless
+    # A LIST started after the whole group came pages through consistently.
+    again = (await h.list(limit="2")).json()
+    rest = await h.list(limit="10", **{"continue": again["metadata"]["continue"]})
+    assert rest.status == 200
+    names = [p["metadata"]["name"] for p in again["items"] + rest.json()["items"]]
+    assert names == ["p1", "p2", "p4"]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from tests.factories import pod
 from tests.server.harness import arun
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.object import CachedObject, encode_object
 from watchcache.cache.predicate import SelectionPredicate
-from watchcache.cache.store import CacheConfig
+from watchcache.cache.store import CacheConfig, ResourceVersionTooOld
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
 from watchcache.shard import follow_pb2 as pb
@@ -277,5 +279,24 @@ async def test_a_feed_that_raises_is_cut_the_follower_resyncs_and_the_owners_wat
         await until(lambda: p.follower_cacher.rv >= rv and p.follower.resyncs == 1)
         assert state(p.follower_cacher) == state(p.owner)
         assert b'"name":"p3"' in b"".join(remote.pending) and not remote.closed
+    finally:
+        await p.stop()
+
+
+@arun
+async def test_a_follower_refuses_a_resume_the_owner_refuses_at_its_window_start(tmp_path):
+    # A group of events at one rv (from an upstream watch cache) partly evicted from the window:
+    # its rv is the window's start, and a resume there is ambiguous on the owner and the follower.
+    p = Pair(tmp_path)
+    p.owner.cache.history.max_events = 2
+    p.owner.apply([(MODIFIED, pod(f"p{i}", rv=11)) for i in range(3)])
+    p.owner.apply([(MODIFIED, pod("p0", rv=12))])
+    assert p.owner.cache.oldest_rv == 11
+    await p.start()
+    try:
+        await until(lambda: p.follower_cacher.ready)
+        for cacher in (p.owner, p.follower_cacher):
+            with pytest.raises(ResourceVersionTooOld):
+                cacher.cache.events_since(11)
     finally:
         await p.stop()

@@ -5,6 +5,11 @@ base64url) with the start key relative to the list's scope, plus an HMAC so that
 client cannot forge a token that reads outside its list or at an rv it never saw.
 The key is per deployment (shared by all workers and replicas), so a token minted by
 one worker is honoured by every other.
+
+When the list's rv is shared by several events (a group from an upstream watch cache,
+see ``ResourceCache``), the token also carries the group's size (``n``): the rest of a
+group split across two reads may arrive between two pages, and a page must then not read
+a state the first page did not (``ResourceCache.group_size``).
 """
 
 from __future__ import annotations
@@ -30,16 +35,25 @@ class ContinueCodec:
             raise ValueError("continue-token key must be at least 16 bytes")
         self._secret = secret
 
-    def _mac(self, rv: int, start: str) -> str:
-        msg = f"{TOKEN_VERSION}\n{rv}\n{start}".encode()
-        return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()[:32]
+    def _mac(self, rv: int, start: str, group: int = 0) -> str:
+        msg = f"{TOKEN_VERSION}\n{rv}\n{start}" + (f"\n{group}" if group > 1 else "")
+        return hmac.new(self._secret, msg.encode(), hashlib.sha256).hexdigest()[:32]
 
-    def encode(self, rv: int, start: str) -> str:
-        payload = {"v": TOKEN_VERSION, "rv": rv, "start": start, "sig": self._mac(rv, start)}
+    def encode(self, rv: int, start: str, group: int = 0) -> str:
+        """``group``: how many events share ``rv`` (kept only when several do)."""
+        payload: dict[str, object] = {"v": TOKEN_VERSION, "rv": rv, "start": start}
+        if group > 1:
+            payload["n"] = group
+        payload["sig"] = self._mac(rv, start, group)
         return base64.urlsafe_b64encode(orjson.dumps(payload)).rstrip(b"=").decode()
 
     def decode(self, token: str) -> tuple[int, str]:
         """(rv, start key relative to the scope); InvalidContinueToken with kube's wording otherwise."""
+        rv, start, _ = self.decode_with_group(token)
+        return rv, start
+
+    def decode_with_group(self, token: str) -> tuple[int, str, int]:
+        """(rv, start key, the size of the group at rv when the token was minted: 1 if not several)."""
         try:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
             payload = orjson.loads(raw)
@@ -58,6 +72,9 @@ class ContinueCodec:
         key = start if start.startswith("/") else "/" + start
         if posixpath.normpath(key) != key or "//" in key:
             raise InvalidContinueToken(f"continue key is not valid: {start}")
-        if not isinstance(sig, str) or not hmac.compare_digest(sig, self._mac(rv, start)):
+        group = payload.get("n", 1)
+        if not isinstance(group, int) or isinstance(group, bool) or group < 1:
+            raise InvalidContinueToken("continue key is not valid: incorrect group size")
+        if not isinstance(sig, str) or not hmac.compare_digest(sig, self._mac(rv, start, group)):
             raise InvalidContinueToken("continue key is not valid: signature mismatch")
-        return rv, start
+        return rv, start, group

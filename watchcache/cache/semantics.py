@@ -48,6 +48,7 @@ class ReadPlan:
     mode: Mode
     rv: int = 0  # the rv the mode refers to (0: none)
     start: str | None = None  # continue: start key relative to the scope
+    group: int = 1  # continue: how many events shared rv when the first page was read
 
 
 @dataclass(frozen=True)
@@ -132,10 +133,10 @@ def plan_list(opts: ListOptions, codec: ContinueCodec) -> ReadPlan:
         if rv_text and rv_text != "0":
             raise apierrors.bad_request("specifying resource version is not allowed when using continue")
         try:
-            rv, start = codec.decode(opts.continue_token)
+            rv, start, group = codec.decode_with_group(opts.continue_token)
         except InvalidContinueToken as e:
             raise apierrors.bad_request(f"invalid continue token: {e}") from None
-        return ReadPlan(Mode.CONTINUE, rv, start)
+        return ReadPlan(Mode.CONTINUE, rv, start, group)
     if not rv_text:
         return ReadPlan(Mode.MOST_RECENT)
     if rv_text == "0":

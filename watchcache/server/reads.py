@@ -83,12 +83,16 @@ def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:
     cache = cacher.cache
     if plan.mode in (Mode.EXACT, Mode.CONTINUE):
         try:
+            if plan.mode is Mode.CONTINUE and cache.group_size(plan.rv) > plan.group:
+                # The rest of a group at rv arrived after the first page: rv no longer names the
+                # state that page read (see ResourceCache, "Groups").
+                raise ResourceVersionTooOld(plan.rv, cache.oldest_rv)
             return cache.snapshot(plan.rv)
         except ResourceVersionTooOld as e:
             if plan.mode is Mode.CONTINUE:
                 # As kube: the 410 carries an "inconsistent" token that goes on from the same
                 # key at the newest rv, for clients that accept a list that is not one snapshot.
-                token = ctx.codec.encode(cache.rv, plan.start) if plan.start else None
+                token = ctx.codec.encode(cache.rv, plan.start, cache.group_size(cache.rv)) if plan.start else None
                 raise apierrors.resource_expired(CONTINUE_TOO_OLD, list_continue=token) from None
             raise apierrors.resource_expired(str(e)) from None
         except ResourceVersionTooNew as e:  # the cache moved backwards: a relist restarted it
@@ -140,7 +144,8 @@ async def serve_list(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: L
     cacher.list_returned += len(page_items)
     meta = b'{"resourceVersion":"' + str(snapshot.rv).encode() + b'"'
     if next_start is not None:
-        meta += b',"continue":"' + ctx.codec.encode(snapshot.rv, next_start).encode() + b'"'
+        token = ctx.codec.encode(snapshot.rv, next_start, cacher.cache.group_size(snapshot.rv))
+        meta += b',"continue":"' + token.encode() + b'"'
         if remaining is not None:
             meta += b',"remainingItemCount":' + str(remaining).encode()
     meta += b"}"

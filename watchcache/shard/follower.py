@@ -160,7 +160,7 @@ class _Session:
                 else:
                     cacher.replace(self.objects, batch.snapshot.resource_version, ready=False)
                     # The owner's resume barrier (a relist group's rv) holds here too.
-                    cacher.cache.unresumable_rv = batch.snapshot.unresumable_resource_version or None
+                    cacher.cache.set_unresumable(batch.snapshot.unresumable_resource_version or None)
                 self.objects = []
         elif kind == "relist":
             changes = changes_from_pb(batch.relist.changes)

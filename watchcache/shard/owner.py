@@ -214,7 +214,9 @@ class FollowServer:
         objects = list(cache.snapshot(oldest).iter_range("", None))
         history = list(cache.history)
         head_rv = cache.rv
-        unresumable = cache.unresumable_rv or 0
+        # A resume the owner refuses that the follower could not tell from its copy: the rv of the
+        # relist's frames, or of a group at the window's start partly evicted (ResourceCache.ambiguous).
+        unresumable = cache.unresumable_rv or (oldest if cache.history.evicted_at_oldest > 1 else 0)
         feed = ReplicaFeed(transport, self.max_buffer)
         cacher.replicas.append(feed)
         conn.cacher, conn.feed = cacher, feed
