@@ -8,9 +8,12 @@ connection to the target, byte for byte. A control endpoint (``--control``, HTTP
     GET  /config                                                            # current settings and counters
 
 ``latency`` delays every chunk in each direction (order kept), ``bandwidth`` caps each direction
-of each connection (0: unlimited). Settings apply to chunks read after the change, on existing
-connections too. Backpressure is kept: a bounded queue per direction, and writes are drained,
-so a throttled watch stream fills the upstream's buffers as a slow network would.
+of each connection (0: unlimited), ``split`` (bytes, 0: off) writes each chunk in pieces of at most
+that size a couple of milliseconds apart, so that the receiver reads them separately (a watch
+stream's lines, and groups of lines, then straddle network reads). Settings apply to chunks
+read after the change, on existing connections too. Backpressure is kept: a bounded queue per
+direction, and writes are drained, so a throttled watch stream fills the upstream's buffers as a
+slow network would.
 
 Prints ``relay ready: listening on http://H:P control http://H:C`` once it accepts connections.
 Loopback only by intent (the campaign binds 127.0.0.1); every queue and wait is bounded.
@@ -30,6 +33,8 @@ from dataclasses import asdict, dataclass
 
 CHUNK = 64 << 10
 QUEUE_CHUNKS = 64
+# Between the pieces of a split chunk: long enough for the receiver to read each on its own.
+SPLIT_PAUSE = 0.002
 
 
 @dataclass
@@ -37,6 +42,7 @@ class Settings:
     latency: float = 0.0
     jitter: float = 0.0
     bandwidth: int = 0
+    split: int = 0
 
 
 @dataclass
@@ -70,6 +76,7 @@ class Relay:
             latency=max(0.0, float(spec.get("latency", 0.0))),
             jitter=max(0.0, float(spec.get("jitter", 0.0))),
             bandwidth=max(0, int(spec.get("bandwidth", 0))),
+            split=max(0, int(spec.get("split", 0))),
         )
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -130,8 +137,16 @@ class Relay:
             wait = due - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(min(wait, 10.0))
-            dst.write(data)
-            await dst.drain()
+            split = self.settings.split
+            if split:
+                for i in range(0, len(data), split):
+                    if i:
+                        await asyncio.sleep(SPLIT_PAUSE)
+                    dst.write(data[i : i + split])
+                    await dst.drain()
+            else:
+                dst.write(data)
+                await dst.drain()
             if up:
                 self.counters.bytes_up += len(data)
             else:

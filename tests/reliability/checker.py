@@ -35,13 +35,15 @@ may be missing before it), *after* each rv group, at every bookmark, at every re
 
 The relist diff (``ResourceCache.relist``): after an upstream 410, the proxy delivers the
 difference between its old state and a fresh list at R as events carrying the objects' own
-rvs (≤ R; deletions stamped R), then a BOOKMARK at R. Intermediate states of such a group are
-no state of the log, so failed checks inside it are *pending*; they are accepted only when
-the group closes with a BOOKMARK at an rv in ``relist_rvs`` (the proxy's relists, taken from
-its logs), with every key at most once, every event carrying the key's state at R, and the
-state at R matching. Anything else is reported at its first failing check, with the missing
-upstream change. ``relist_rvs="any"`` accepts a group at any bookmark (weaker: use it only
-when the relist points are unknown); the default accepts none.
+rvs (≤ R; deletions stamped R - 1 but the last frame, at R), then a BOOKMARK at R.
+Intermediate states of such a group are no state of the log, so failed checks inside it are
+*pending*; they are accepted only when the group closes at an rv R in ``relist_rvs`` (the
+proxy's relists, taken from its logs) — with a BOOKMARK at R, or with the client's state
+matching the log's again at a check at or after R (a client of another tier in front of the
+relisting proxy gets no bookmark at R) — with every key at most once, every event carrying
+the key's state at R, and the state at R matching. Anything else is reported at its first
+failing check, with the missing upstream change. ``relist_rvs="any"`` accepts a group at any
+bookmark (weaker: use it only when the relist points are unknown); the default accepts none.
 """
 
 from __future__ import annotations
@@ -453,6 +455,8 @@ class ClientChecker:
         if not self.M:
             if not self.pending:
                 self.group.clear()
+            elif self._group_closed_by(rv):
+                self._flush_pending(True)
             return True
         if not self.pending:
             exp, saw = self._describe_mismatch()
@@ -485,6 +489,17 @@ class ClientChecker:
             elif at_r != rv:
                 return False
         return True
+
+    def _group_closed_by(self, rv: int) -> bool:
+        """The client's state is the upstream's at rv again: the pending group was a relist diff closing
+        at some R between its last event and rv (the diff's last frame carries R, so a client needs no
+        BOOKMARK at R — the client of a tier in front of the relisting proxy gets none)."""
+        if not self.group:
+            return False
+        top = max(r for _, _, _, r in self.group)
+        if self.relist_rvs == "any":
+            return self._group_fits(rv)
+        return any(self._group_fits(R) for R in sorted(self.relist_rvs) if top <= R <= rv)
 
     def _partial_group_fits(self) -> bool:
         """A group cut short (the server then answered 410): it must fit some relist rv ≥ its events."""

@@ -127,6 +127,16 @@ def test_relist_diff_group_is_a_gap_when_no_relist_happened_there() -> None:
     assert kinds(relist_group(), relist_rvs={8}) == ["reliable"]
 
 
+def test_relist_diff_group_ending_with_a_frame_at_the_relist_rv_needs_no_bookmark() -> None:
+    # The proxy's diff ends with its only frame at R (b's deletion stamped R - 1, c at its own rv 7 = R);
+    # a client of another watch cache in front of it gets no BOOKMARK at R, but the next event.
+    records = [rec_list(2, {A: 1, B: 2}), rec_reconnect(2), rec_event(MODIFIED, A, 6), rec_event(DELETED, B, 6)]
+    records += [rec_event(ADDED, C, 7), rec_event(MODIFIED, A, 8), rec_bookmark(8)]
+    report = check(LOG, [("c1", PODS, records)], relist_rvs={7})
+    assert report.total_violations == 0 and report.clients[0].stats.relist_groups == 1
+    assert kinds(records, relist_rvs={5}) == ["reliable"]  # no relist there: a gap
+
+
 def test_relist_group_cut_short_then_410_is_accepted() -> None:
     records = [*relist_group()[:3], rec_reconnect(6), rec_error(410), rec_list(9, {A: 8, C: 7, D: 9})]
     assert kinds(records, relist_rvs={7}) == []

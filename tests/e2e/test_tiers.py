@@ -1,0 +1,198 @@
+"""Two watchcache tiers in front of one upstream: the outer tier's clients see exactly what the upstream did.
+
+::
+
+    watchcache sim --state-file J   <-  inner: serve --upstream sim --workers 2
+                                    <-  relay (in this process; during the relist it writes every chunk
+                                        in 150-byte pieces, so groups of events straddle network reads)
+                                    <-  outer: serve --upstream relay  <-  informer-style clients
+
+The clients (``tests/reliability/clients.py``) list in pages of 7 items (every list is chunked,
+read at the first page's rv while the sim churns pods), watch with bookmarks and resume every few
+seconds from the newest rv they saw. The inner tier is made to relist configmaps — a compaction
+while its configmaps rv trails the upstream's, so its resume gets 410 — while changes it never
+saw are made: one configmap created, three deleted, one modified. Its diff (the three deletions
+share one rv) travels to the outer tier as ordinary events, split across reads by the relay. The
+watch-guarantee checker (``tests/reliability/checker.py``) then checks every client's record
+against the sim's journal: nothing lost, repeated or reordered, every LIST the state at its rv.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadtest.chaos_relay import Relay
+from loadtest.chaos_stack import CAUGHT_UP, RELISTED
+from tests.e2e.conftest import Proc, start, wait_ready
+from tests.e2e.httpkube import configmap, get_ok, rv_of
+from tests.e2e.test_proxy_upstream import cm_path, logged, pipelined, write
+from tests.reliability.checker import Upstream, WatchSpec, check, iter_records, read_log
+from tests.reliability.clients import Informer, InformerConfig, new_session
+
+SPECS = [
+    WatchSpec("configmaps"),
+    WatchSpec("configmaps", "ns-0"),
+    WatchSpec("configmaps", None, "tier"),
+    WatchSpec("configmaps", "ns-0", "tier=gone"),
+    WatchSpec("pods"),
+    WatchSpec("pods", "ns-1"),
+]
+DOOMED = ["e2e-del-0", "e2e-del-1", "e2e-del-2"]
+
+
+def relist_rvs(*procs: Proc) -> dict[str, set[int]]:
+    """Where the tiers relisted (their reflectors) or resynced (their followers), per resource."""
+    out: dict[str, set[int]] = {}
+    for proc in procs:
+        for line in proc.log:
+            for pattern in (RELISTED, CAUGHT_UP):
+                m = pattern.search(line)
+                if m:
+                    out.setdefault(m.group(1), set()).add(int(m.group(2)))
+    return out
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def cache_rv(url: str, resource: str) -> int:
+    return int(get_ok(url, "/debug/cache")["resources"][resource]["rv"])
+
+
+async def until(what: str, condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(condition):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.timeout(240)
+def test_two_tiers_compose_lists_resumes_and_a_relist_of_the_inner_tier(tmp_path: Path) -> None:
+    journal = tmp_path / "sim.journal"
+    sim = start(
+        "sim", "--objects", "40", "--namespaces", "2", "--churn", "10", "--bookmark-interval", "300",
+        "--state-file", str(journal),
+    )  # fmt: skip
+    procs: list[Proc] = [sim]
+    try:
+        # The sim never bookmarks (300 s): a bookmark could bring the inner tier's configmaps rv level
+        # with the upstream's and spare it the relist this test is about.
+        inner = start("serve", "--upstream", sim.url, "--resources", "pods,configmaps", "--workers", "2",
+                      "--bookmark-interval", "1")  # fmt: skip
+        procs.append(inner)
+        wait_ready(inner)
+        asyncio.run(scenario(journal, sim, inner, procs))
+    finally:
+        for proc in reversed(procs):
+            with contextlib.suppress(Exception):
+                proc.stop()
+
+
+async def scenario(journal: Path, sim: Proc, inner: Proc, procs: list[Proc]) -> None:
+    host, inner_port = inner.host_port.split(":")
+    relay = Relay(host, int(inner_port))
+    port = await relay.start("127.0.0.1", 0)
+    outer = await asyncio.to_thread(
+        start, "serve", "--upstream", f"http://127.0.0.1:{port}", "--resources", "pods,configmaps",
+        "--workers", "1", "--bookmark-interval", "1",
+    )  # fmt: skip
+    procs.append(outer)
+    await asyncio.to_thread(wait_ready, outer)
+    for name in ["e2e-keep", "e2e-mod", *DOOMED]:
+        await asyncio.to_thread(write, sim.url, "POST", cm_path("ns-0"), labelled(name))
+
+    sessions = [new_session() for _ in range(2)]
+    informers = [
+        Informer(
+            f"c{i}-{spec.describe()}",
+            outer.url,
+            spec,
+            sessions[i % 2],
+            InformerConfig(page_size=7, watch_timeout=(2, 4), list_mode="consistent" if i % 3 == 2 else "any"),
+            seed=i,
+        )
+        for i, spec in enumerate(SPECS * 2)
+    ]
+    tasks = [asyncio.ensure_future(inf.run()) for inf in informers]
+    try:
+        await until("every client to list", lambda: all(inf.counters.lists for inf in informers))
+        await asyncio.sleep(2.0)  # a few resumes on the outer tier before the relist
+
+        relay.configure({"split": 150})
+        split_before = metric(outer.url, "watchcache_split_groups_total", resource="configmaps")
+        # A pod write last: the inner tier's configmaps rv now trails the upstream's, so its resume
+        # after the compaction is answered 410 and it relists. The pod churn keeps it so anyway.
+        answers = await asyncio.to_thread(
+            pipelined,
+            sim.url,
+            [
+                ("POST", "/sim/compact", None, "application/json"),
+                ("POST", cm_path("ns-0"), labelled("e2e-new"), "application/json"),
+                *[("DELETE", cm_path("ns-0", name), None, "application/json") for name in DOOMED],
+                ("PATCH", cm_path("ns-0", "e2e-mod"), {"data": {"v": "2"}}, "application/merge-patch+json"),
+            ],
+        )
+        assert [status for status, _ in answers] == [200, 201, 200, 200, 200, 200], answers
+        changed = max(rv_of(body) for _, body in answers[1:])
+        await until("the inner tier to relist configmaps", lambda: logged(inner, "relisted configmaps"))
+        await until("the outer tier to apply the diff", lambda: cache_rv(outer.url, "configmaps") >= changed)
+        relay.configure({})
+        after = await asyncio.to_thread(write, sim.url, "POST", cm_path("ns-1"), labelled("e2e-after"))
+        cm_clients = [inf for inf in informers if inf.spec.resource == "configmaps"]
+        await until("configmap clients to see the write after the relist",
+                    lambda: all(inf.counters.last_rv >= rv_of(after) for inf in cm_clients))  # fmt: skip
+        await asyncio.sleep(3.0)  # more resumes, on a quiet configmaps resource
+        # The outer tier ends where the upstream is (a consistent read: proven fresh through both tiers).
+        through = await asyncio.to_thread(get_ok, outer.url, "/api/v1/configmaps")
+        direct = await asyncio.to_thread(get_ok, sim.url, "/api/v1/configmaps")
+        assert through["items"] == direct["items"]
+    finally:
+        for inf in informers:
+            inf.stop()
+        await asyncio.wait(tasks, timeout=10)
+        for task in tasks:
+            task.cancel()
+        for session in sessions:
+            await session.close()
+        await relay.close()
+
+    # The scenario did what it says.
+    assert not logged(outer, "relisted configmaps"), "the outer tier relisted instead of applying the diff"
+    split = metric(outer.url, "watchcache_split_groups_total", resource="configmaps") - split_before
+    assert split >= 1, "no group of the diff straddled two reads: the relay did not split it"
+    assert any(len(r[2]) > 7 for inf in informers for r in inf.records if r[0] == "list"), "no chunked list"
+    assert sum(inf.counters.watches for inf in informers) > 3 * len(informers), "too few resumes"
+    whole = [inf for inf in cm_clients if inf.spec == SPECS[0]]
+    for inf in whole:
+        deleted = {r[2] for r in inf.records if r[0] == "event" and r[1] == "DELETED"}
+        assert {f"ns-0/{n}" for n in DOOMED} <= deleted or inf.counters.gone, "the diff did not reach the client"
+
+    upstream = Upstream(read_log(str(journal)))
+    report = check(upstream, [(inf.id, inf.spec, inf.records) for inf in informers], relist_rvs(inner, outer))
+    details = []
+    for client in report.clients:
+        if client.violations:
+            inf = next(i for i in informers if i.id == client.client)
+            details.append("\n".join([*map(str, client.violations), *list(iter_records(inf.records))[-40:]]))
+    assert report.total_violations == 0, "\n\n".join(details)
+
+
+def labelled(name: str) -> dict[str, Any]:
+    cm = configmap(name, "ns-0" if name != "e2e-after" else "ns-1", v="1")
+    cm["metadata"]["labels"] = {"tier": "gone" if name in DOOMED else "kept"}
+    return cm
