@@ -89,8 +89,9 @@ class Reflector:
         self.gone = 0
         self.last_event_at: float | None = None
         self._synced_once = False
-        # Called after a relist: the proxy proves progress past the relist's rv at once (a watch may
-        # not resume *at* that rv, see ResourceCache.relist, so lists should not keep reporting it).
+        # Called after a relist: the proxy proves progress past the relist's rv at once (when the diff
+        # has several frames at that rv a watch may not resume *at* it, see ResourceCache.relist, so
+        # lists should not keep reporting it).
         self.after_relist: Callable[[Cacher], object] | None = None
 
     def _set_state(self, state: ReflectorState, why: str = "") -> None:
