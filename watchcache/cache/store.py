@@ -13,8 +13,8 @@ deletions of its relist diffs — and a group may arrive split across two networ
 So ``apply`` accepts a batch that continues the group at the head, and a resume point
 shared by several events is *ambiguous*: a client holding that rv may have seen only
 part of the group, so a watch from it gets 410 (the client relists) unless at most one
-event of the group concerns the watch (``events_since``). kube's own upstream never
-makes groups, so none of this costs anything there.
+event of the group concerns the watch and the group arrived whole (``events_since``).
+kube's own upstream never makes groups, so none of this costs anything there.
 
 Concurrency contract: single-threaded. Readers take a ``Snapshot`` and use it before
 the next mutation (every read in the server is built synchronously, so it never

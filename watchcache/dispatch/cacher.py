@@ -162,11 +162,15 @@ class Cacher:
         for watcher in list(self.dispatcher.watchers()):
             if watcher.closed or (watcher.start_rv != rv and watcher.bookmark_rv != rv):
                 continue
-            if any(watcher.predicate.concerns(e) for e in rest):
-                if frame is None:
-                    message = f"too old resource version: {rv} ({self.cache.oldest_rv}): more events at {rv} arrived"
-                    frame = error_frame(apierrors.resource_expired(message).body())
-                watcher.expire(frame)
+            try:
+                if any(watcher.predicate.concerns(e) for e in rest):
+                    if frame is None:
+                        message = f"too old resource version: {rv} ({self.cache.oldest_rv}): more events at {rv} came"
+                        frame = error_frame(apierrors.resource_expired(message).body())
+                    watcher.expire(frame)
+            except Exception:
+                log.exception("ending %r, which saw part of the group at %d, failed", watcher, rv)
+                self.dispatcher.fail(watcher)
 
     def relist(self, objects: Iterable[CachedObject], rv: int) -> list[WatchEvent]:
         """A fresh list after the upstream's 410: watchers get the difference, not a 410 of their own.
