@@ -45,9 +45,10 @@ fmt: $(BIN)/.installed
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-## proto: regenerate the shard stream's gRPC modules (a test checks they match the .proto)
+## proto: regenerate the protobuf modules (shard stream, kube wire; a test checks they match the .proto files)
 proto: $(BIN)/.installed
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. watchcache/shard/follow.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. watchcache/kubeproto/meta.proto
 
 ## deploy-test: the deployment checks (kustomize renders, schemas, CLI flags, Dockerfile, alerts, dashboard)
 deploy-test: $(BIN)/.installed
