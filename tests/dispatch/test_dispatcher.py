@@ -10,7 +10,7 @@ from tests.factories import pod
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig, ResourceCache
-from watchcache.dispatch.dispatcher import Dispatcher, WatcherGroup, predicate_key
+from watchcache.dispatch.dispatcher import Dispatcher, WatcherGroup, group_key
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import CloseReason, Watcher
 
@@ -45,7 +45,7 @@ def offers(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[Hashable]:
 
 
 def offered(counts: collections.Counter[Hashable], w: Watcher) -> int:
-    return counts[predicate_key(w.predicate)]
+    return counts[group_key(w.predicate, w.encoding)]
 
 
 def watcher(ns: str | None = None, fields: str = "", labels: str = "", start_rv: int = 0, cls=Watcher, **kw) -> Watcher:

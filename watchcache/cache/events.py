@@ -8,10 +8,13 @@ cached on the event, so fan-out to N watchers costs one build, not N encodes.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from watchcache.cache.object import CachedObject
 from watchcache.resources import ResourceType
+
+if TYPE_CHECKING:
+    from watchcache.cache.encoding import Encoding
 
 ADDED: Final = "ADDED"
 MODIFIED: Final = "MODIFIED"
@@ -41,7 +44,7 @@ class WatchEvent:
     deletion's resourceVersion, as kube's storage reports it).
     """
 
-    __slots__ = ("_frames", "object", "prev", "received", "resource", "rv", "type")
+    __slots__ = ("_frames", "_stamped", "object", "prev", "received", "resource", "rv", "type")
 
     def __init__(
         self,
@@ -58,7 +61,10 @@ class WatchEvent:
         self.prev = prev
         self.rv = rv
         self.received = received
-        self._frames: dict[str, bytes] | None = None
+        # Frames by delivery type (full JSON), and by (encoding, delivery type) for the others.
+        self._frames: dict[str | tuple[Encoding, str], bytes] | None = None
+        # The previous state stamped with this event's rv (a selector-leave DELETED), made once.
+        self._stamped: CachedObject | None = None
 
     def __repr__(self) -> str:
         return f"WatchEvent({self.type}, {self.object.key!r}, rv={self.rv})"
@@ -81,28 +87,28 @@ class WatchEvent:
             cached = frames.get(as_type)
             if cached is not None:
                 return cached
-        if as_type == DELETED and self.type == MODIFIED and self.prev is not None:
-            # The new object's rv: the event's rv for an ordinary event, and inside a relist diff
-            # (one group at rv R, objects carrying their own rvs) it keeps the stream's rvs increasing.
-            source = self.prev.with_resource_version(self.object.rv)
-        else:
-            source = self.object
+        source = self._source(as_type) if as_type == DELETED else self.object
         built = b"".join((_HEADS[as_type], self.resource.typed_prefix, source.body, _TAIL))
         frames[as_type] = built
         return built
 
+    def encoded(self, encoding: Encoding, as_type: str) -> bytes:
+        """``frame`` in another encoding (PartialObjectMetadata, protobuf): also built once."""
+        frames = self._frames
+        if frames is None:
+            frames = self._frames = {}
+        key = (encoding, as_type)
+        cached = frames.get(key)
+        if cached is None:
+            cached = frames[key] = encoding.build_frame(self.resource, self._source(as_type), as_type)
+        return cached
 
-def bookmark_object(resource: ResourceType, rv: int, *, initial_events_end: bool = False) -> bytes:
-    """The object of a BOOKMARK: only kind, apiVersion and metadata.resourceVersion (and the annotation)."""
-    meta = b'"metadata":{"resourceVersion":"' + str(rv).encode() + b'"'
-    if initial_events_end:
-        meta += b',"annotations":{"k8s.io/initial-events-end":"true"}'
-    return resource.typed_prefix + meta + b"}}"
-
-
-def bookmark_frame(resource: ResourceType, rv: int, *, initial_events_end: bool = False) -> bytes:
-    return _HEADS[BOOKMARK] + bookmark_object(resource, rv, initial_events_end=initial_events_end) + _TAIL
-
-
-def error_frame(status_json: bytes) -> bytes:
-    return _HEADS[ERROR] + status_json + _TAIL
+    def _source(self, as_type: str) -> CachedObject:
+        if as_type == DELETED and self.type == MODIFIED and self.prev is not None:
+            # The new object's rv: the event's rv for an ordinary event, and inside a relist diff
+            # (one group at rv R, objects carrying their own rvs) it keeps the stream's rvs increasing.
+            stamped = self._stamped
+            if stamped is None:
+                stamped = self._stamped = self.prev.with_resource_version(self.object.rv)
+            return stamped
+        return self.object

@@ -25,7 +25,7 @@ class CachedObject:
     buffers, never joined.
     """
 
-    __slots__ = ("body", "fields", "key", "labels", "name", "namespace", "rv")
+    __slots__ = ("body", "fields", "key", "labels", "meta_json", "meta_pb", "name", "namespace", "rv")
 
     def __init__(
         self,
@@ -44,6 +44,10 @@ class CachedObject:
         self.labels = labels
         self.fields = fields
         self.body = body
+        # Derived on first use by cache/metadata.py, once per object: where the metadata ends in
+        # ``body`` (or its own JSON, if it is not body's first field), and its protobuf ObjectMeta.
+        self.meta_json: int | bytes | None = None
+        self.meta_pb: bytes | None = None
 
     def __repr__(self) -> str:
         return f"CachedObject({self.key!r}, rv={self.rv})"

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from watchcache import apierrors
-from watchcache.cache.events import WatchEvent, bookmark_frame, error_frame
+from watchcache.cache.encoding import Encoding
+from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
 from watchcache.cache.store import CacheConfig, ResourceCache
 from watchcache.dispatch.dispatcher import Dispatcher
@@ -158,15 +159,18 @@ class Cacher:
         rv = events[0].rv
         self.split_groups += 1
         rest = [e for e in events if e.rv == rv]
-        frame: bytes | None = None
+        # One ERROR frame per encoding, shared by the watchers of that encoding.
+        frames: dict[Encoding, bytes] = {}
         for watcher in list(self.dispatcher.watchers()):
             if watcher.closed or (watcher.start_rv != rv and watcher.bookmark_rv != rv):
                 continue
             try:
                 if any(watcher.predicate.concerns(e) for e in rest):
+                    frame = frames.get(watcher.encoding)
                     if frame is None:
                         message = f"too old resource version: {rv} ({self.cache.oldest_rv}): more events at {rv} came"
-                        frame = error_frame(apierrors.resource_expired(message).body())
+                        error = apierrors.resource_expired(message)
+                        frame = frames[watcher.encoding] = watcher.encoding.error_frame(error)
                     watcher.expire(frame)
             except Exception:
                 log.exception("ending %r, which saw part of the group at %d, failed", watcher, rv)
@@ -183,11 +187,12 @@ class Cacher:
         self.initializations += 1
         self.events_received += len(events)
         self.dispatcher.dispatch(events)
-        frame: bytes | None = None
+        frames: dict[Encoding, bytes] = {}
         for watcher in list(self.dispatcher.watchers()):
             try:
+                frame = frames.get(watcher.encoding)
                 if frame is None:
-                    frame = bookmark_frame(self.resource, rv)
+                    frame = frames[watcher.encoding] = watcher.encoding.bookmark_frame(self.resource, rv)
                 watcher.bookmark(rv, frame)
             except Exception:
                 log.exception("the relist bookmark for %r failed; ending it", watcher)

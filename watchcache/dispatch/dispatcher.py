@@ -1,6 +1,6 @@
 """Fan-out of one resource's events to its watchers, without scanning all of them.
 
-Watchers with an equal predicate form one ``WatcherGroup``: per event, the frame is
+Watchers with an equal predicate and encoding form one ``WatcherGroup``: per event, the frame is
 chosen once for the group, and per batch (one feed read) each watcher of the group gets
 the group's frames joined into one shared bytes object. So a batch of E events to K
 informer-style watchers costs E frame choices and K appends, not E×K of both.
@@ -32,10 +32,11 @@ import itertools
 import logging
 from collections.abc import Callable, Hashable, Iterable
 
-from watchcache.cache.events import WatchEvent, bookmark_frame
+from watchcache.cache.encoding import FULL_JSON, Encoding
+from watchcache.cache.events import WatchEvent
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.resources import ResourceType
-from watchcache.watchers.watcher import CloseReason, Watcher, select_frame
+from watchcache.watchers.watcher import CloseReason, Watcher, select_frame, select_type
 
 log = logging.getLogger("watchcache.dispatch")
 
@@ -101,8 +102,31 @@ class WatcherGroup:
         return delivered
 
 
-def predicate_key(predicate: SelectionPredicate) -> Hashable:
-    return (predicate.namespace, predicate.labels, predicate.fields)
+class EncodedWatcherGroup(WatcherGroup):
+    """Watchers with an equal predicate and a non-default encoding (PartialObjectMetadata, protobuf).
+
+    A separate class so the full-JSON group's ``offer`` stays exactly the fan-out path it was.
+    """
+
+    __slots__ = ("encoding",)
+
+    def __init__(self, key: Hashable, predicate: SelectionPredicate, encoding: Encoding) -> None:
+        super().__init__(key, predicate)
+        self.encoding = encoding
+
+    def offer(self, event: WatchEvent, touched: list[WatcherGroup]) -> None:
+        as_type = select_type(self.predicate, event)
+        if as_type is None:
+            return
+        if not self.frames:
+            touched.append(self)
+        self.frames.append(self.encoding.event_frame(event, as_type))
+        self.events.append(event)
+
+
+def group_key(predicate: SelectionPredicate, encoding: Encoding = FULL_JSON) -> Hashable:
+    """Watchers share frames iff they select alike and are written alike."""
+    return (predicate.namespace, predicate.labels, predicate.fields, encoding)
 
 
 class Dispatcher:
@@ -133,10 +157,15 @@ class Dispatcher:
         return None, ""
 
     def add(self, watcher: Watcher, now: float) -> None:
-        key = predicate_key(watcher.predicate)
+        encoding = watcher.encoding
+        key = group_key(watcher.predicate, encoding)
         group = self.groups.get(key)
         if group is None:
-            group = self.groups[key] = WatcherGroup(key, watcher.predicate)
+            group = self.groups[key] = (
+                WatcherGroup(key, watcher.predicate)
+                if encoding is FULL_JSON
+                else EncodedWatcherGroup(key, watcher.predicate, encoding)
+            )
             index, value = self._bucket(group.predicate)
             (self.cluster_wide if index is None else index.setdefault(value, set())).add(group)
         group.watchers[watcher] = None
@@ -235,15 +264,18 @@ class Dispatcher:
     def send_due_bookmarks(self, now: float, rv: int) -> int:
         """Bookmark every watcher whose bookmark is due; one frame shared by all of them."""
         heap = self._bookmarks
-        frame: bytes | None = None
+        # One frame per encoding, shared by every due watcher of that encoding.
+        frames: dict[Encoding, bytes] = {}
         sent = 0
         due: list[Watcher] = []
         while heap and heap[0][0] <= now:
             _, _, watcher = heapq.heappop(heap)
             if watcher.closed or watcher not in self._group_of:
                 continue
+            encoding = watcher.encoding
+            frame = frames.get(encoding)
             if frame is None:
-                frame = bookmark_frame(self.resource, rv)
+                frame = frames[encoding] = encoding.bookmark_frame(self.resource, rv)
             try:
                 sent += watcher.bookmark(rv, frame)
             except Exception:

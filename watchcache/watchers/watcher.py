@@ -32,7 +32,8 @@ import enum
 from collections.abc import Sequence
 from typing import Protocol
 
-from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent, bookmark_frame
+from watchcache.cache.encoding import FULL_JSON, Encoding
+from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.resources import ResourceType
 
@@ -59,9 +60,11 @@ class CloseReason(enum.StrEnum):
 
 
 def select_frame(predicate: SelectionPredicate, event: WatchEvent) -> bytes | None:
-    """The frame ``event`` means for a watch with ``predicate`` (kube's ``convertToWatchEvent``), or None.
+    """The full-JSON frame ``event`` means for a watch with ``predicate`` (kube's ``convertToWatchEvent``), or None.
 
-    A predicate that selects everything gets the event's own frame without evaluating anything.
+    ``select_type`` followed by ``event.frame``, inlined: this runs once per event and group on
+    the fan-out path. A predicate that selects everything gets the event's own frame without
+    evaluating anything.
     """
     if predicate.selects_all:
         return event.frame(event.type)
@@ -80,6 +83,20 @@ def select_frame(predicate: SelectionPredicate, event: WatchEvent) -> bytes | No
     return None
 
 
+def select_type(predicate: SelectionPredicate, event: WatchEvent) -> str | None:
+    """The type ``event`` is delivered as to a watch with ``predicate`` (ADDED/MODIFIED/DELETED), or None."""
+    if predicate.selects_all:
+        return event.type
+    matches = predicate.matches
+    if event.type == DELETED:
+        return DELETED if matches(event.prev if event.prev is not None else event.object) else None
+    cur = matches(event.object)
+    old = event.prev is not None and matches(event.prev)
+    if cur:
+        return MODIFIED if old else ADDED
+    return DELETED if old else None
+
+
 class Watcher:
     # pending[i] (one frame, or a batch of frames joined) ends at rv pending_rv[i] and holds
     # pending_n[i] events; the first ``protected`` items are initial events (never dropped).
@@ -93,6 +110,7 @@ class Watcher:
         "close_reason",
         "closed",
         "deadline",
+        "encoding",
         "flushed_rv",
         "lagging",
         "last_rv",
@@ -121,8 +139,11 @@ class Watcher:
         bookmark_interval: float = 10.0,
         max_pending_bytes: int = 16 << 20,
         can_lag: bool = True,
+        encoding: Encoding = FULL_JSON,
     ) -> None:
         self.resource = resource
+        # How frames are written for this client: full JSON, or PartialObjectMetadata (JSON/protobuf).
+        self.encoding = encoding
         self.predicate = predicate
         # Events at or before start_rv are never delivered (the client has them).
         self.start_rv = start_rv
@@ -159,7 +180,11 @@ class Watcher:
         """The frame ``event`` means for this watcher, or None (also for events it already has)."""
         if event.rv <= self.start_rv:
             return None
-        return select_frame(self.predicate, event)
+        encoding = self.encoding
+        if encoding is FULL_JSON:
+            return select_frame(self.predicate, event)
+        as_type = select_type(self.predicate, event)
+        return None if as_type is None else encoding.event_frame(event, as_type)
 
     def deliver(self, event: WatchEvent) -> bool:
         """Queue the frame ``event`` means for this watcher, if any; True if one was queued."""
@@ -211,13 +236,13 @@ class Watcher:
         if self.closed or not self.allow_bookmarks:
             return False
         if initial_events_end:
-            self.deliver_initial([bookmark_frame(self.resource, rv, initial_events_end=True)], rv)
+            self.deliver_initial([self.encoding.bookmark_frame(self.resource, rv, initial_events_end=True)], rv)
             self.bookmark_rv = rv
             return True
         if self.lagging or rv < self.last_rv or (rv <= self.start_rv and not final):
             return False
         self.bookmark_rv = rv
-        self._enqueue(frame or bookmark_frame(self.resource, rv), rv)
+        self._enqueue(frame or self.encoding.bookmark_frame(self.resource, rv), rv)
         return True
 
     def expire(self, error: bytes) -> None:

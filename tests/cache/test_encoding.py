@@ -1,0 +1,163 @@
+"""PartialObjectMetadata encodings: bytes equal to kube-apiserver's, derived once per object and event."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from tests.factories import configmap, pod
+from watchcache import apierrors
+from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF
+from watchcache.cache.events import DELETED, MODIFIED, WatchEvent
+from watchcache.cache.metadata import metadata_json, metadata_protobuf
+from watchcache.cache.object import encode_object
+from watchcache.kubeproto import meta_pb2
+from watchcache.resources import CONFIGMAPS, PODS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A ConfigMap as a real kube-apiserver v1.36 returned it (JSON), and its PartialObjectMetadata
+# in protobuf as the same apiserver returned it for
+# Accept: application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1
+KUBE_JSON = (
+    b'{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm1","namespace":"negotiation",'
+    b'"uid":"351eeecb-ad4b-43fd-889d-c6f6daf00fe7","resourceVersion":"380","creationTimestamp":"2026-11-23T20:57:45Z",'
+    b'"labels":{"a":"b"},"managedFields":[{"manager":"probe","operation":"Update","apiVersion":"v1",'
+    b'"time":"2026-11-23T20:57:45Z","fieldsType":"FieldsV1","fieldsV1":{"f:data":{".":{},"f:k":{}},'
+    b'"f:metadata":{"f:labels":{".":{},"f:a":{}}}}}]},"data":{"k":"v"}}'
+)
+KUBE_PROTOBUF = (
+    b"k8s\x00\n'\n\x0emeta.k8s.io/v1\x12\x15PartialObjectMetadata\x12\xd0\x01\n\xcd\x01\n\x03cm1\x12\x00"
+    b'\x1a\x0bnegotiation"\x00*$351eeecb-ad4b-43fd-889d-c6f6daf00fe72\x033808\x00B\x08\x08\xc9\xd1\x92\xd8'
+    b'\x06\x10\x00Z\x06\n\x01a\x12\x01b\x8a\x01u\n\x05probe\x12\x06Update\x1a\x02v1"\x08\x08\xc9\xd1\x92\xd8'
+    b'\x06\x10\x002\x08FieldsV1:J\nH{"f:data":{".":{},"f:k":{}},"f:metadata":{"f:labels":{".":{},"f:a":{}}}}'
+    b'B\x00\x1a\x00"\x00'
+)
+# The initial-events-end BOOKMARK of a protobuf metadata watch, from the same apiserver.
+KUBE_BOOKMARK_FRAME = (
+    b"\x00\x00\x00y\n\x08BOOKMARK\x12m\nkk8s\x00\n'\n\x0emeta.k8s.io/v1\x12\x15PartialObjectMetadata\x128\n6"
+    b'\n\x00\x12\x00\x1a\x00"\x00*\x002\x034038\x00B\x00b!\n\x19k8s.io/initial-events-end\x12\x04true\x1a\x00"\x00'
+)
+
+
+def kube_configmap():
+    return encode_object(CONFIGMAPS, orjson.loads(KUBE_JSON))
+
+
+def test_protobuf_metadata_is_byte_for_byte_kubes():
+    obj = kube_configmap()
+    assert b"".join(METADATA_PROTOBUF["v1"].object_parts(CONFIGMAPS, obj)) == KUBE_PROTOBUF
+
+
+def test_protobuf_bookmark_is_byte_for_byte_kubes():
+    frame = METADATA_PROTOBUF["v1"].bookmark_frame(CONFIGMAPS, 403, initial_events_end=True)
+    assert frame == KUBE_BOOKMARK_FRAME
+
+
+def test_json_metadata_is_the_objects_metadata_without_a_copy():
+    obj = kube_configmap()
+    body = b"".join(METADATA_JSON["v1"].object_parts(CONFIGMAPS, obj))
+    expected = orjson.loads(KUBE_JSON)["metadata"]
+    assert orjson.loads(body) == {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": expected}
+    assert isinstance(obj.meta_json, int)  # where the metadata ends in the body: no bytes kept
+    # metadata that is not the body's first field is kept as its own bytes
+    other = encode_object(
+        CONFIGMAPS, {"data": {"k": "v"}, "metadata": {"name": "x", "namespace": "n", "resourceVersion": "1"}}
+    )
+    assert orjson.loads(metadata_json(other)) == {"name": "x", "namespace": "n", "resourceVersion": "1"}
+    assert isinstance(other.meta_json, bytes)
+
+
+def test_metadata_is_derived_once_per_object(monkeypatch):
+    import watchcache.cache.metadata as m
+
+    calls = []
+    real = m._metadata_of
+    monkeypatch.setattr(m, "_metadata_of", lambda obj: calls.append(obj) or real(obj))
+    obj = pod("a", "ns")
+    for _ in range(3):
+        metadata_json(obj)
+        metadata_protobuf(obj)
+    assert len(calls) == 2  # one per form
+
+
+def test_lists_in_every_encoding():
+    items = [pod("a", "ns", 3), pod("b", "ns", 4)]
+    full = orjson.loads(b"".join(FULL_JSON.list_parts(PODS, items, 9, "tok", 5)))
+    assert full["kind"] == "PodList" and full["metadata"] == {
+        "resourceVersion": "9",
+        "continue": "tok",
+        "remainingItemCount": 5,
+    }
+    meta = orjson.loads(b"".join(METADATA_JSON["v1beta1"].list_parts(PODS, items, 9, None, None)))
+    assert meta["kind"] == "PartialObjectMetadataList" and meta["apiVersion"] == "meta.k8s.io/v1beta1"
+    assert [i["metadata"]["name"] for i in meta["items"]] == ["a", "b"]
+    assert {i["kind"] for i in meta["items"]} == {"PartialObjectMetadata"}
+    assert orjson.loads(b"".join(METADATA_JSON["v1"].list_parts(PODS, [], 9, None, None)))["items"] == []
+
+    body = b"".join(METADATA_PROTOBUF["v1"].list_parts(PODS, items, 9, "tok", 5))
+    assert body.startswith(b"k8s\x00")
+    unknown = meta_pb2.Unknown.FromString(body[4:])
+    assert (unknown.typeMeta.apiVersion, unknown.typeMeta.kind) == ("meta.k8s.io/v1", "PartialObjectMetadataList")
+    decoded = meta_pb2.PartialObjectMetadataList.FromString(unknown.raw)
+    assert decoded.metadata.resourceVersion == "9" and getattr(decoded.metadata, "continue") == "tok"
+    assert decoded.metadata.remainingItemCount == 5
+    assert [i.metadata.name for i in decoded.items] == ["a", "b"]
+    assert [i.metadata.resourceVersion for i in decoded.items] == ["3", "4"]
+
+
+def decode_pb_frames(stream: bytes) -> list[tuple[str, meta_pb2.Unknown]]:
+    out = []
+    while stream:
+        size = int.from_bytes(stream[:4], "big")
+        event = meta_pb2.WatchEvent.FromString(stream[4 : 4 + size])
+        stream = stream[4 + size :]
+        assert event.object.raw.startswith(b"k8s\x00")
+        out.append((event.type, meta_pb2.Unknown.FromString(event.object.raw[4:])))
+    return out
+
+
+def test_event_frames_are_built_once_per_event_and_encoding():
+    prev, cur = configmap("a", "ns", 5, labels={"x": "1"}), configmap("a", "ns", 6, labels={"x": "2"})
+    event = WatchEvent(CONFIGMAPS, MODIFIED, cur, prev, 6, 0.0)
+    enc = METADATA_PROTOBUF["v1"]
+    frame = enc.event_frame(event, MODIFIED)
+    assert enc.event_frame(event, MODIFIED) is frame
+    assert METADATA_JSON["v1"].event_frame(event, MODIFIED) is not frame
+    assert FULL_JSON.event_frame(event, MODIFIED) is event.frame(MODIFIED)
+    [(kind, unknown)] = decode_pb_frames(frame)
+    assert kind == "MODIFIED" and unknown.typeMeta.kind == "PartialObjectMetadata"
+    # A selector-leave DELETED carries the previous state at the new rv, in every encoding.
+    deleted = orjson.loads(METADATA_JSON["v1"].event_frame(event, DELETED))
+    assert deleted["type"] == "DELETED"
+    assert deleted["object"]["metadata"]["labels"] == {"x": "1"}
+    assert deleted["object"]["metadata"]["resourceVersion"] == "6"
+    [(kind, unknown)] = decode_pb_frames(enc.event_frame(event, DELETED))
+    om = meta_pb2.PartialObjectMetadata.FromString(unknown.raw).metadata
+    assert (kind, dict(om.labels), om.resourceVersion) == ("DELETED", {"x": "1"}, "6")
+    assert orjson.loads(event.frame(DELETED))["object"]["metadata"]["resourceVersion"] == "6"
+
+
+def test_error_frames():
+    err = apierrors.resource_expired("too old resource version: 1 (5)")
+    assert orjson.loads(METADATA_JSON["v1"].error_frame(err))["object"]["code"] == 410
+    [(kind, unknown)] = decode_pb_frames(METADATA_PROTOBUF["v1"].error_frame(err))
+    status = meta_pb2.Status.FromString(unknown.raw)
+    assert (kind, unknown.typeMeta.kind, status.code, status.reason) == ("ERROR", "Status", 410, "Expired")
+
+
+def test_generated_module_matches_the_proto(tmp_path):
+    subprocess.run(
+        [
+            sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT}",
+            f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
+            str(ROOT / "watchcache/kubeproto/meta.proto"),
+        ],
+        check=True,
+    )  # fmt: skip
+    for name in ("meta_pb2.py", "meta_pb2.pyi"):
+        fresh = (tmp_path / "watchcache/kubeproto" / name).read_text()
+        assert fresh == (ROOT / "watchcache/kubeproto" / name).read_text(), f"{name} is stale: run `make proto`"

@@ -1,0 +1,221 @@
+"""How cached objects and events are written for one kind of client.
+
+``FULL_JSON`` is the objects as stored (every typed client, kubectl, informers); the
+others are ``PartialObjectMetadata`` of ``meta.k8s.io`` v1 or v1beta1, in JSON or in
+protobuf (metadata informers). An encoding turns cached bytes into GET bodies, LIST
+pieces, watch frames and bookmarks without re-encoding objects: the metadata of an
+object is derived once (``cache/metadata.py``) and each watch frame once per event and
+encoding (cached on the ``WatchEvent``), then shared by every watcher of that encoding.
+
+Watchers of different encodings never share frames: the dispatcher groups watchers by
+(predicate, encoding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from watchcache.apierrors import StatusError
+from watchcache.cache.events import WatchEvent, frame_head, frame_tail
+from watchcache.cache.metadata import metadata_json, metadata_protobuf
+from watchcache.cache.object import CachedObject
+from watchcache.kubeproto import wire
+from watchcache.resources import ResourceType
+
+JSON = "application/json"
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+_EVENT_TAIL = frame_tail()
+
+
+def _json_list_meta(rv: int, continue_token: str | None, remaining: int | None) -> bytes:
+    meta = b'{"resourceVersion":"' + str(rv).encode() + b'"'
+    if continue_token is not None:
+        meta += b',"continue":"' + continue_token.encode() + b'"'
+        if remaining is not None:
+            meta += b',"remainingItemCount":' + str(remaining).encode()
+    return meta + b"}"
+
+
+def _bookmark_meta(rv: int, initial_events_end: bool) -> bytes:
+    meta = b'"metadata":{"resourceVersion":"' + str(rv).encode() + b'"'
+    if initial_events_end:
+        meta += b',"annotations":{"k8s.io/initial-events-end":"true"}'
+    return meta + b"}"
+
+
+class Encoding:
+    """One representation of a resource's objects; stateless, shared (singletons below)."""
+
+    name = "json"
+    content_type = JSON
+    watch_content_type = JSON
+    metadata = False
+
+    def __repr__(self) -> str:
+        return f"Encoding({self.name})"
+
+    def object_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
+        """A GET body."""
+        return (resource.typed_prefix, obj.body)
+
+    def list_parts(
+        self,
+        resource: ResourceType,
+        items: Sequence[CachedObject],
+        rv: int,
+        continue_token: str | None,
+        remaining: int | None,
+    ) -> list[bytes]:
+        """A LIST body in pieces, each an immutable cached buffer or a small envelope piece."""
+        head = (
+            b'{"kind":"'
+            + resource.list_kind.encode()
+            + b'","apiVersion":"'
+            + resource.api_version.encode()
+            + b'","metadata":'
+            + _json_list_meta(rv, continue_token, remaining)
+            + b',"items":['
+        )
+        parts = [head]
+        sep = b"{"
+        for obj in items:
+            parts.append(sep)
+            parts.append(obj.body)
+            sep = b",{"
+        parts.append(b"]}")
+        return parts
+
+    def event_frame(self, event: WatchEvent, as_type: str) -> bytes:
+        return event.frame(as_type)
+
+    def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
+        """A watch frame of type ``as_type`` for object ``source``; called once per event (see events.py)."""
+        return b"".join((frame_head(as_type), resource.typed_prefix, source.body, _EVENT_TAIL))
+
+    def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
+        """One ADDED frame of the initial events, in pieces (the object's bytes are not copied)."""
+        return (frame_head("ADDED") + resource.typed_prefix, obj.body, _EVENT_TAIL)
+
+    def bookmark_frame(self, resource: ResourceType, rv: int, *, initial_events_end: bool = False) -> bytes:
+        return frame_head("BOOKMARK") + resource.typed_prefix + _bookmark_meta(rv, initial_events_end) + b"}}\n"
+
+    def error_frame(self, error: StatusError) -> bytes:
+        return frame_head("ERROR") + error.body() + _EVENT_TAIL
+
+    def error_body(self, error: StatusError) -> bytes:
+        return error.body()
+
+
+FULL_JSON = Encoding()
+
+
+class MetadataJson(Encoding):
+    """PartialObjectMetadata(List) in JSON: ``{"kind":"PartialObjectMetadata",...,"metadata":{...}}``."""
+
+    metadata = True
+
+    def __init__(self, version: str) -> None:
+        self.name = f"metadata-json-{version}"
+        api_version = f"meta.k8s.io/{version}".encode()
+        self.prefix = b'{"kind":"PartialObjectMetadata","apiVersion":"' + api_version + b'",'
+        self.list_prefix = b'{"kind":"PartialObjectMetadataList","apiVersion":"' + api_version + b'","metadata":'
+        self.item_head = self.prefix + b'"metadata":'
+
+    def object_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
+        return (self.item_head, metadata_json(obj), b"}")
+
+    def list_parts(
+        self,
+        resource: ResourceType,
+        items: Sequence[CachedObject],
+        rv: int,
+        continue_token: str | None,
+        remaining: int | None,
+    ) -> list[bytes]:
+        parts = [self.list_prefix + _json_list_meta(rv, continue_token, remaining) + b',"items":[']
+        head = self.item_head
+        between = b"}," + head
+        for i, obj in enumerate(items):
+            parts.append(between if i else head)
+            parts.append(metadata_json(obj))
+        parts.append(b"}]}" if items else b"]}")
+        return parts
+
+    def event_frame(self, event: WatchEvent, as_type: str) -> bytes:
+        return event.encoded(self, as_type)
+
+    def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
+        return b"".join((frame_head(as_type), self.item_head, metadata_json(source), b"}", _EVENT_TAIL))
+
+    def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
+        return (frame_head("ADDED") + self.item_head, metadata_json(obj), b"}" + _EVENT_TAIL)
+
+    def bookmark_frame(self, resource: ResourceType, rv: int, *, initial_events_end: bool = False) -> bytes:
+        return frame_head("BOOKMARK") + self.prefix + _bookmark_meta(rv, initial_events_end) + b"}}\n"
+
+
+class MetadataProtobuf(Encoding):
+    """PartialObjectMetadata(List) in protobuf: ``k8s\\0`` + Unknown; watch frames length-prefixed."""
+
+    metadata = True
+    content_type = PROTOBUF
+    watch_content_type = PROTOBUF + ";stream=watch"
+
+    def __init__(self, version: str) -> None:
+        self.name = f"metadata-protobuf-{version}"
+        api_version = f"meta.k8s.io/{version}"
+        self.type_meta = wire.type_meta(api_version, "PartialObjectMetadata")
+        self.list_type_meta = wire.type_meta(api_version, "PartialObjectMetadataList")
+
+    def _envelope(self, om: bytes) -> bytes:
+        # PartialObjectMetadata{metadata: om}, wrapped.
+        inner = wire.delimited(1, len(om))
+        return wire.envelope_head(self.type_meta, len(inner) + len(om)) + inner + om + wire.envelope_tail()
+
+    def object_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
+        return (self._envelope(metadata_protobuf(obj)),)
+
+    def list_parts(
+        self,
+        resource: ResourceType,
+        items: Sequence[CachedObject],
+        rv: int,
+        continue_token: str | None,
+        remaining: int | None,
+    ) -> list[bytes]:
+        lm = wire.list_meta(str(rv), continue_token or "", remaining if continue_token is not None else None)
+        body: list[bytes] = [wire.delimited(1, len(lm)), lm]
+        for obj in items:
+            om = metadata_protobuf(obj)
+            inner = wire.delimited(1, len(om))
+            # items (field 2) of PartialObjectMetadataList: PartialObjectMetadata{metadata (1): om}
+            body.append(wire.delimited(2, len(inner) + len(om)) + inner)
+            body.append(om)
+        size = sum(map(len, body))
+        return [wire.envelope_head(self.list_type_meta, size), *body, wire.envelope_tail()]
+
+    def event_frame(self, event: WatchEvent, as_type: str) -> bytes:
+        return event.encoded(self, as_type)
+
+    def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
+        return wire.watch_frame(as_type.encode(), self._envelope(metadata_protobuf(source)))
+
+    def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
+        return (wire.watch_frame(b"ADDED", self._envelope(metadata_protobuf(obj))),)
+
+    def bookmark_frame(self, resource: ResourceType, rv: int, *, initial_events_end: bool = False) -> bytes:
+        meta: dict[str, object] = {"resourceVersion": str(rv)}
+        if initial_events_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return wire.watch_frame(b"BOOKMARK", self._envelope(wire.object_meta(meta)))
+
+    def error_frame(self, error: StatusError) -> bytes:
+        return wire.watch_frame(b"ERROR", wire.status_body(error.to_status()))
+
+    def error_body(self, error: StatusError) -> bytes:
+        return wire.status_body(error.to_status())
+
+
+METADATA_JSON = {v: MetadataJson(v) for v in ("v1", "v1beta1")}
+METADATA_PROTOBUF = {v: MetadataProtobuf(v) for v in ("v1", "v1beta1")}
