@@ -16,6 +16,9 @@ import orjson
 class StatusError(Exception):
     """An API error that carries its own ``Status`` body."""
 
+    # The media type of ``body()``; a client that negotiated protobuf gets its Status in protobuf.
+    content_type = "application/json"
+
     def __init__(
         self,
         code: int,

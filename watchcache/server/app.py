@@ -1,10 +1,12 @@
 """The API handler: health, cached reads, and everything else to the upstream.
 
 A request is served from the cache when it is a get/list/watch of a cached resource
-(no subresource) whose answer the cache can produce in a representation the client
-prefers; anything else — writes, discovery, subresources, uncached resources, Table
-output for kubectl, consistent reads the cache cannot prove fresh — goes to
-``ctx.upstream.forward``.
+(no subresource) and the representation kube-apiserver would choose for its Accept header
+is one the cache writes (``server/negotiation.py``): full objects in JSON, or
+PartialObjectMetadata(List) in JSON or protobuf. Anything else — writes, discovery,
+subresources, uncached resources, Table output for kubectl, YAML, full objects only in
+protobuf, consistent reads the cache cannot prove fresh — goes to ``ctx.upstream.forward``,
+counted by reason (``PassReason``). An Accept header kube would refuse gets kube's 406 here.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from watchcache import apierrors
+from watchcache.cache.encoding import Encoding
 from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.http import Request, Response
+from watchcache.server.negotiation import JSON, KUBE, SIM, NotAcceptable, PassReason, choose, render_error
 from watchcache.server.options import parse_bool, parse_list_options
 from watchcache.server.reads import serve_get, serve_list
 from watchcache.server.routing import InvalidPath, RequestInfo, parse_request_info
@@ -30,25 +34,7 @@ log = logging.getLogger("watchcache.server")
 _TEXT = "text/plain; charset=utf-8"
 _READ_VERBS = frozenset({"get", "list", "watch"})
 _EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
-
-
-def accepts_json(accept: str | None) -> bool:
-    """True if the Accept header admits plain JSON (we serve neither protobuf nor Table)."""
-    if not accept:
-        return True
-    for media_range in accept.split(","):
-        media, *params = (p.strip() for p in media_range.split(";"))
-        if media in ("*/*", "application/*", "application/json") and not any(p.startswith("as=") for p in params):
-            return True
-    return False
-
-
-def prefers_table(accept: str | None) -> bool:
-    """kubectl asks for server-side Table output first; only the upstream can render it."""
-    if not accept:
-        return False
-    first = accept.split(",", 1)[0]
-    return "as=Table" in first
+_NEGOTIATED_MAX = 1024
 
 
 class ApiHandler:
@@ -60,8 +46,11 @@ class ApiHandler:
         self.admission: list[Callable[[Request], None]] = []
         # More /readyz checks, each (passed, "[+]name ok" line): e.g. the other workers' sync.
         self.readiness_checks: list[Callable[[], tuple[bool, str]]] = []
-        # True in front of a real apiserver; the simulated cluster has no Table renderer.
-        self.forward_tables = forward_tables
+        # In front of a real apiserver, negotiate as it does and pass through what the cache cannot
+        # write (Table, YAML, full protobuf); the simulated cluster negotiates only what it writes.
+        self.endpoint = KUBE if forward_tables else SIM
+        # Accept headers are few and repeated: (accept, verb, group) -> decision, memoized.
+        self._negotiated: dict[tuple[str | None, str, str], Encoding | PassReason] = {}
         self.passed_through: dict[str, int] = {}
         # Cached reads being answered now (watches included until they end); shutdown waits for them.
         self.inflight = 0
@@ -165,54 +154,69 @@ class ApiHandler:
             raise apierrors.bad_request(str(e)) from None
         verb = info.verb.upper()
         resource = self.ctx.registry.get(info.group, info.version, info.resource) if info.is_resource_request else None
-        reason = self._uncached_reason(request, info)
-        if reason is None:
+        decision = self._decide(request, info)
+        if isinstance(decision, NotAcceptable):
+            if self.ctx.gate is not None:
+                await self.ctx.gate.check(request, info, peercert=request.peercert)
+            if decision.media in (None, JSON) or not self.endpoint.passes_through:
+                raise decision
+            decision = PassReason.MEDIA_TYPE  # kube writes this 406 in YAML or protobuf: let it
+        if isinstance(decision, Encoding):
             if self.ctx.gate is not None:
                 # Before any cached byte, and before a follower replica is built for it: 401/403
                 # as the upstream would answer (once per watch).
                 await self.ctx.gate.check(request, info, peercert=request.peercert)
             if not self._cache_for(resource):
-                reason = "uncached-resource"
-        if reason is None:
+                decision = PassReason.UNCACHED_RESOURCE
+        if isinstance(decision, Encoding):
             if info.verb == "watch" and self.watchers() >= self.ctx.config.max_watchers:
                 self.rejected["watchers"] = self.rejected.get("watchers", 0) + 1
                 raise apierrors.too_many_requests("too many watches open on this server, please try again later", 1)
             self.inflight += 1
             try:
-                await self._serve_cached(request, response, info)
+                await self._serve_cached(request, response, info, decision)
                 return verb, resource
             except PassThrough as p:
-                reason = p.reason
+                decision = p.reason
+            except apierrors.StatusError as e:
+                raise render_error(e, request.headers.get("accept"), self.endpoint) from None
             finally:
                 self.inflight -= 1
+        reason = decision.value
         self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
         await self.ctx.upstream.forward(request, response, info if info.is_resource_request else None)
         return verb, resource
 
-    def _uncached_reason(self, request: Request, info: RequestInfo) -> str | None:
-        """Why the cache will not answer this request (None: it will)."""
+    def _decide(self, request: Request, info: RequestInfo) -> Encoding | PassReason | NotAcceptable:
+        """How the cache answers this request (an encoding), why it does not, or kube's 406 for it."""
         if not info.is_resource_request:
-            return "non-resource"
+            return PassReason.NON_RESOURCE
         gate = self.ctx.gate
         if (gate is None or gate.impersonate is None) and any(
             name.startswith("impersonate-") for name in request.headers
         ):
             # kubectl --as: the upstream decides what the impersonated user sees (unless this
             # server is the upstream: the simulated cluster's gate resolves impersonation itself).
-            return "impersonation"
+            return PassReason.IMPERSONATION
         if info.verb not in _READ_VERBS:
-            return "write"
+            return PassReason.WRITE
         if info.subresource:
-            return "subresource"
+            return PassReason.SUBRESOURCE
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
         if resource is None or (resource not in self.ctx.cachers and self.ctx.on_demand is None):
-            return "uncached-resource"
+            return PassReason.UNCACHED_RESOURCE
         accept = request.headers.get("accept")
-        if self.forward_tables and prefers_table(accept):
-            return "table"
-        if not accepts_json(accept):
-            return "media-type"
-        return None
+        key = (accept, info.verb, resource.group)
+        decision = self._negotiated.get(key)
+        if decision is None:
+            try:
+                decision = choose(accept, self.endpoint, info.verb, resource)
+            except NotAcceptable as e:
+                return e
+            if len(self._negotiated) >= _NEGOTIATED_MAX:
+                self._negotiated.clear()  # bounded whatever headers clients invent
+            self._negotiated[key] = decision
+        return decision
 
     def _cache_for(self, resource: ResourceType | None) -> bool:
         """True when a cache of ``resource`` is here, or has just been made (a follower of its owner).
@@ -226,7 +230,7 @@ class ApiHandler:
             self.ctx.on_demand is not None and self.ctx.on_demand(resource) is not None
         )
 
-    async def _serve_cached(self, request: Request, response: Response, info: RequestInfo) -> None:
+    async def _serve_cached(self, request: Request, response: Response, info: RequestInfo, encoding: Encoding) -> None:
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
         assert resource is not None
         if info.namespace and not resource.namespaced:
@@ -235,8 +239,8 @@ class ApiHandler:
         cacher.last_used = cacher.clock()
         opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
         if info.verb == "watch":
-            await serve_watch(self.ctx, cacher, info, opts, response)
+            await serve_watch(self.ctx, cacher, info, opts, response, encoding)
         elif info.verb == "get":
-            await serve_get(self.ctx, cacher, info, opts, response)
+            await serve_get(self.ctx, cacher, info, opts, response, encoding)
         else:
-            await serve_list(self.ctx, cacher, info, opts, response)
+            await serve_list(self.ctx, cacher, info, opts, response, encoding)

@@ -16,6 +16,7 @@ from watchcache.watchers.flush import FlushScheduler
 if TYPE_CHECKING:
     from watchcache.auth import Gate
     from watchcache.metrics import Metrics
+    from watchcache.server.negotiation import PassReason
 
 
 class Upstream(Protocol):
@@ -32,7 +33,7 @@ class Upstream(Protocol):
 class PassThrough(Exception):
     """Raised by a cached read that must be answered by the upstream instead."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: PassReason) -> None:
         super().__init__(reason)
         self.reason = reason
 

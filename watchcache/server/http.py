@@ -643,7 +643,7 @@ class HttpProtocol(asyncio.Protocol):
                     self._close()  # a truncated stream must not look complete
             else:
                 extra = () if err.retry_after is None else (("Retry-After", str(err.retry_after)),)
-                response.send(err.code, err.body(), headers=extra)
+                response.send(err.code, err.body(), content_type=err.content_type, headers=extra)
         except Exception:
             logger.exception("handler failed for %s %s", request.method, request.path)
             if response._started:

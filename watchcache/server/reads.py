@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from watchcache import apierrors
+from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.listing import ListScope, list_page
 from watchcache.cache.object import object_key
 from watchcache.cache.predicate import SelectionPredicate
@@ -18,6 +19,7 @@ from watchcache.dispatch.cacher import Cacher
 from watchcache.selectors import SelectorError
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.http import Response
+from watchcache.server.negotiation import PassReason
 from watchcache.server.routing import RequestInfo
 
 CONTINUE_TOO_OLD = (
@@ -50,7 +52,7 @@ async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> None:
         if ctx.metrics is not None:
             ctx.metrics.waited(cacher.resource, time.monotonic() - started)
         if not fresh:
-            raise PassThrough("consistent read not provably fresh")
+            raise PassThrough(PassReason.CONSISTENT_READ)
         return
     if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE):
         wanted = plan.rv
@@ -107,7 +109,14 @@ def parse_predicate(cacher: Cacher, namespace: str, opts: ListOptions) -> Select
         raise apierrors.bad_request(str(e)) from None
 
 
-async def serve_get(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: ListOptions, response: Response) -> None:
+async def serve_get(
+    ctx: ApiContext,
+    cacher: Cacher,
+    info: RequestInfo,
+    opts: ListOptions,
+    response: Response,
+    encoding: Encoding = FULL_JSON,
+) -> None:
     plan = plan_get(opts.resource_version)
     await ensure_ready(ctx, cacher)
     await wait_fresh(ctx, cacher, plan)
@@ -115,10 +124,17 @@ async def serve_get(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: Li
     obj = cacher.cache.get(object_key(info.namespace if resource.namespaced else "", info.name))
     if obj is None:
         raise apierrors.not_found(resource.group, resource.resource, info.name)
-    response.send(200, (resource.typed_prefix, obj.body))
+    response.send(200, encoding.object_parts(resource, obj), content_type=encoding.content_type)
 
 
-async def serve_list(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: ListOptions, response: Response) -> None:
+async def serve_list(
+    ctx: ApiContext,
+    cacher: Cacher,
+    info: RequestInfo,
+    opts: ListOptions,
+    response: Response,
+    encoding: Encoding = FULL_JSON,
+) -> None:
     plan = plan_list(opts, ctx.codec)
     predicate = parse_predicate(cacher, info.namespace, opts)
     await ensure_ready(ctx, cacher)
@@ -142,27 +158,9 @@ async def serve_list(ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: L
     cacher.lists += 1
     cacher.list_fetched += scanned
     cacher.list_returned += len(page_items)
-    meta = b'{"resourceVersion":"' + str(snapshot.rv).encode() + b'"'
+    token = None
     if next_start is not None:
         token = ctx.codec.encode(snapshot.rv, next_start, cacher.cache.group_size(snapshot.rv))
-        meta += b',"continue":"' + token.encode() + b'"'
-        if remaining is not None:
-            meta += b',"remainingItemCount":' + str(remaining).encode()
-    meta += b"}"
-    parts: list[bytes] = [
-        b'{"kind":"'
-        + resource.list_kind.encode()
-        + b'","apiVersion":"'
-        + resource.api_version.encode()
-        + b'","metadata":'
-        + meta
-        + b',"items":['
-    ]
-    sep = b"{"
-    for obj in page_items:
-        parts.append(sep)
-        parts.append(obj.body)
-        sep = b",{"
-    parts.append(b"]}")
+    parts = encoding.list_parts(resource, page_items, snapshot.rv, token, remaining)
     # The parts are immutable cached bytes: the snapshot stays consistent while they are written.
-    await response.send_stream(200, parts)
+    await response.send_stream(200, parts, content_type=encoding.content_type)

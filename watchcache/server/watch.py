@@ -14,12 +14,14 @@ import time
 from typing import TYPE_CHECKING
 
 from watchcache import apierrors
-from watchcache.cache.events import ADDED, error_frame, frame_head, frame_tail
+from watchcache.cache.encoding import FULL_JSON, Encoding
+from watchcache.cache.events import ADDED, frame_head, frame_tail
 from watchcache.cache.semantics import ListOptions, Mode, plan_watch
 from watchcache.cache.store import ResourceVersionTooOld
 from watchcache.dispatch.cacher import Cacher
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.http import ConnectionClosed, Response
+from watchcache.server.negotiation import PassReason
 from watchcache.server.reads import ensure_ready, parse_predicate, reach_rv
 from watchcache.server.routing import RequestInfo
 from watchcache.watchers.flush import FlushScheduler
@@ -29,7 +31,6 @@ if TYPE_CHECKING:
     from watchcache.metrics import Metrics
 
 _TAIL = frame_tail()
-
 
 # One flush writes at most this much, so a watcher with a large backlog (initial events of
 # a big list) never copies it all into the transport buffer at once.
@@ -108,7 +109,7 @@ class HttpWatchStream:
             events = self.cacher.cache.events_since(watcher.resume_rv, watcher.predicate)
         except ResourceVersionTooOld as e:
             self.cacher.watchers_expired += 1
-            self.response.write_chunk([error_frame(apierrors.resource_expired(str(e)).body())])
+            self.response.write_chunk([watcher.encoding.error_frame(apierrors.resource_expired(str(e)))])
             watcher.close(CloseReason.EXPIRED)
             return
         if watcher.catch_up(events):
@@ -144,7 +145,12 @@ def _watch_timeout(ctx: ApiContext, opts: ListOptions) -> float:
 
 
 async def serve_watch(
-    ctx: ApiContext, cacher: Cacher, info: RequestInfo, opts: ListOptions, response: Response
+    ctx: ApiContext,
+    cacher: Cacher,
+    info: RequestInfo,
+    opts: ListOptions,
+    response: Response,
+    encoding: Encoding = FULL_JSON,
 ) -> None:
     cacher.watch_requests += 1
     plan = plan_watch(opts)
@@ -158,7 +164,7 @@ async def serve_watch(
 
     error: apierrors.StatusError | None = None
     if plan.mode is Mode.MOST_RECENT and not await ctx.upstream.ensure_fresh(cacher):
-        raise PassThrough("consistent watch start not provably fresh")
+        raise PassThrough(PassReason.CONSISTENT_READ)
     if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT) and not await reach_rv(ctx, cacher, plan.rv):
         # A watch from an rv this cache has not reached (e.g. listed on another worker or replica
         # that is ahead) must not start before it: a resync in between would hand it changes it
@@ -166,10 +172,10 @@ async def serve_watch(
         error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
     resource = cacher.resource
-    response.start_chunked(200)
+    response.start_chunked(200, content_type=encoding.watch_content_type)
     if error is not None:
         # Once a watch is accepted, kube reports errors as an ERROR event, then ends it.
-        response.write_chunk([error_frame(error.body())])
+        response.write_chunk([encoding.error_frame(error)])
         response.end_chunked()
         return
 
@@ -187,7 +193,7 @@ async def serve_watch(
         try:
             backlog = cache.events_since(plan.rv, predicate)
         except ResourceVersionTooOld as e:
-            response.write_chunk([error_frame(apierrors.resource_expired(str(e)).body())])
+            response.write_chunk([encoding.error_frame(apierrors.resource_expired(str(e)))])
             response.end_chunked()
             return
     else:
@@ -201,22 +207,34 @@ async def serve_watch(
         deadline=cacher.clock() + timeout,
         bookmark_interval=ctx.config.bookmark_interval,
         max_pending_bytes=ctx.config.watch_max_pending_bytes,
+        encoding=encoding,
     )
     stream.watcher = watcher
     if plan.initial_events:
-        head = frame_head(ADDED) + resource.typed_prefix
         parts: list[bytes] = []
         matches = predicate.matches
-        for obj in (
+        objects = (
             snapshot.iter_range("", None)
             if predicate.namespace is None
             else snapshot.iter_range(predicate.namespace + "/", predicate.namespace + "0")
-        ):
-            if matches(obj):
-                parts.append(head)
-                parts.append(obj.body)
-                parts.append(_TAIL)
-        watcher.deliver_initial(parts, start_rv, len(parts) // 3)
+        )
+        count = 0
+        if encoding is FULL_JSON:
+            # Inlined: the object bytes themselves, between a shared head and tail.
+            head = frame_head(ADDED) + resource.typed_prefix
+            for obj in objects:
+                if matches(obj):
+                    parts.append(head)
+                    parts.append(obj.body)
+                    parts.append(_TAIL)
+                    count += 1
+        else:
+            initial_parts = encoding.initial_parts
+            for obj in objects:
+                if matches(obj):
+                    parts.extend(initial_parts(resource, obj))
+                    count += 1
+        watcher.deliver_initial(parts, start_rv, count)
         if plan.initial_events_end_bookmark:
             watcher.bookmark(start_rv, initial_events_end=True)
     for event in backlog:

@@ -1,0 +1,319 @@
+"""Content negotiation of a cached read, by kube-apiserver's rules.
+
+kube-apiserver answers an ``Accept`` header in two layers, and so does this module:
+
+1. the router (go-restful) keeps the route only if some media range, parameters
+   stripped, is ``*/*`` or exactly a media type the route produces; otherwise
+   ``406 "406: Not Acceptable\\n\\nAvailable representations: ..."`` (with empty details);
+2. the handler (``negotiation.NegotiateMediaTypeOptions``) walks the media ranges in
+   goautoneg's order (by q, then concrete before wildcard) and, for each, the server's
+   serializers in order (json, yaml, protobuf); the first (range, serializer) whose
+   parameters the endpoint allows wins: ``as``/``g``/``v`` ask for a conversion
+   (``PartialObjectMetadata``, ``PartialObjectMetadataList`` or ``Table`` of
+   ``meta.k8s.io`` ``v1``/``v1beta1``), ``stream`` must be ``watch`` on a serializer that
+   streams, ``sv`` must be ``v1``; unknown parameters are ignored. Nothing allowed:
+   ``406 "only the following media types are accepted: ..."``.
+
+The outcome is kube's choice, whether or not the cache can produce it: the handler then
+serves it from the cache or passes the request through (``Negotiated.pass_reason``).
+Quirks are kept on purpose (``q=0`` still accepts; ``application/*`` passes layer 2
+but not layer 1; media types are case-sensitive), because clients see kube's answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from watchcache.apierrors import StatusError
+from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF, Encoding
+from watchcache.kubeproto import wire
+from watchcache.resources import ResourceType
+
+JSON = "application/json"
+YAML = "application/yaml"
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+STREAM_TYPES = (JSON + ";stream=watch", PROTOBUF + ";stream=watch")
+
+META_GROUP = "meta.k8s.io"
+META_VERSIONS = ("v1", "v1beta1")
+METADATA = "PartialObjectMetadata"
+METADATA_LIST = "PartialObjectMetadataList"
+TABLE = "Table"
+
+
+class PassReason(enum.StrEnum):
+    """Why a request goes to the upstream instead of the cache: a small fixed set (a metric label)."""
+
+    NON_RESOURCE = "non-resource"
+    IMPERSONATION = "impersonation"
+    WRITE = "write"
+    SUBRESOURCE = "subresource"
+    UNCACHED_RESOURCE = "uncached-resource"
+    TABLE = "table"
+    PROTOBUF = "protobuf"
+    MEDIA_TYPE = "media-type"
+    CONSISTENT_READ = "consistent-read"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What the server behind this handler negotiates: its serializers, in preference order."""
+
+    media_types: tuple[str, ...]
+    # A TableConvertor: kube-apiserver has one for every resource; the simulated cluster none.
+    table: bool
+    # Full objects in protobuf (the simulated cluster has no schemas: metadata only).
+    full_protobuf: bool
+    # An upstream answers what the cache cannot produce (else this server answers 406 itself).
+    passes_through: bool
+
+
+# A kube-apiserver: the proxy negotiates as it would, then serves what the cache can produce.
+KUBE = Endpoint((JSON, YAML, PROTOBUF), table=True, full_protobuf=True, passes_through=True)
+# The simulated cluster (and the proxy on its embedded one): only what the cache can produce.
+SIM = Endpoint((JSON, PROTOBUF), table=False, full_protobuf=False, passes_through=False)
+
+
+@dataclass(frozen=True, slots=True)
+class MediaRange:
+    type: str
+    subtype: str
+    q: float
+    params: tuple[tuple[str, str], ...]
+
+
+def parse_accept(header: str) -> list[MediaRange]:
+    """The media ranges of ``header`` in the order kube tries them (goautoneg ``ParseAccept``).
+
+    Malformed ranges are skipped, ``q`` is parsed (0 on error) but never excludes a range, and
+    the sort is goautoneg's comparison applied as an insertion sort, which is what Go's
+    ``sort.Sort`` does for the few ranges a real header has.
+    """
+    out: list[MediaRange] = []
+    for part in header.split(","):
+        part = part.strip(" ")
+        if not part:
+            continue
+        media, _, rest = part.partition(";")
+        main, slash, sub = media.partition("/")
+        main = main.strip(" ")
+        if not slash:
+            if main != "*":
+                continue
+            sub = "*"
+        elif "/" in sub:
+            continue
+        q = 1.0
+        params: list[tuple[str, str]] = []
+        if rest:
+            for item in rest.split(";"):
+                key, eq, value = item.partition("=")
+                if not eq or "=" in value:
+                    continue
+                key = key.strip(" ")
+                if key == "q":
+                    try:
+                        q = float(value)
+                    except ValueError:
+                        q = 0.0
+                else:
+                    params.append((key, value.strip(" ")))
+        out.append(MediaRange(main, sub.strip(" "), q, tuple(params)))
+    for i in range(1, len(out)):
+        j = i
+        while j > 0 and _before(out[j], out[j - 1]):
+            out[j], out[j - 1] = out[j - 1], out[j]
+            j -= 1
+    return out
+
+
+def _before(a: MediaRange, b: MediaRange) -> bool:
+    # goautoneg's Less, quirks included (a concrete type sorts before a wildcard even at lower q).
+    if a.q > b.q:
+        return True
+    if a.type != "*" and b.type == "*":
+        return True
+    return a.subtype != "*" and b.subtype == "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Negotiated:
+    """kube's choice for a request: a media type and, for a conversion, the target kind and version."""
+
+    media_type: str
+    kind: str = ""  # "" (the object itself), PartialObjectMetadata(List) or Table
+    version: str = ""  # of meta.k8s.io, for a conversion
+
+    @property
+    def metadata(self) -> bool:
+        return self.kind in (METADATA, METADATA_LIST)
+
+
+class EncodedStatus(StatusError):
+    """A Status written as kube writes errors for the request's Accept header.
+
+    kube negotiates an error's encoding without conversions: protobuf for a client whose first
+    acceptable plain type is protobuf, pretty-printed JSON when nothing is acceptable
+    (``media`` None), compact JSON otherwise.
+    """
+
+    def __init__(self, err: StatusError, media: str | None) -> None:
+        super().__init__(err.code, err.reason, err.message, details=err.details, list_continue=err.list_continue)
+        self.retry_after = err.retry_after
+        self.media = media
+        self.content_type = PROTOBUF if media == PROTOBUF else JSON
+
+    def body(self) -> bytes:
+        if self.media == PROTOBUF:
+            return wire.status_body(self.to_status())
+        if self.media is None:
+            return orjson.dumps(self.to_status(), option=orjson.OPT_INDENT_2)
+        return orjson.dumps(self.to_status()) + b"\n"
+
+
+class NotAcceptable(EncodedStatus):
+    """406 with the body kube-apiserver writes (``router``: go-restful's, which has empty details)."""
+
+    def __init__(self, message: str, *, router: bool, media: str | None) -> None:
+        super().__init__(StatusError(406, "NotAcceptable", message), media)
+        self.router = router
+
+    def to_status(self) -> dict[str, Any]:
+        status = super().to_status()
+        if self.router:
+            # go-restful's errors become a generic server response, which carries empty details.
+            status = {**{k: v for k, v in status.items() if k != "code"}, "details": {}, "code": self.code}
+        return status
+
+
+def _allowed(
+    endpoint: Endpoint, media_type: str, params: tuple[tuple[str, str], ...], *, restricted: bool
+) -> Negotiated | None:
+    """kube's ``acceptMediaTypeOptions`` + the endpoint's ``AllowsMediaTypeTransform``."""
+    kind = group = version = None
+    for key, value in params:
+        if key == "as":
+            kind = value
+        elif key == "g":
+            group = value
+        elif key == "v":
+            version = value
+        elif key == "stream" and value and (media_type == YAML or value != "watch"):
+            return None
+        elif key == "sv" and value and (restricted or value != "v1"):
+            return None
+    if kind is None and group is None and version is None:
+        if media_type == PROTOBUF and not endpoint.full_protobuf and not restricted:
+            return None
+        return Negotiated(media_type)
+    if restricted or group != META_GROUP or version not in META_VERSIONS:
+        return None
+    if kind == TABLE:
+        if not endpoint.table or media_type == PROTOBUF:
+            return None
+    elif kind not in (METADATA, METADATA_LIST):
+        return None
+    return Negotiated(media_type, kind or "", version or "")
+
+
+def _negotiate(header: str, endpoint: Endpoint, *, restricted: bool = False) -> Negotiated | None:
+    if not header:
+        return Negotiated(endpoint.media_types[0])
+    for clause in parse_accept(header):
+        for media_type in endpoint.media_types:
+            main, _, sub = media_type.partition("/")
+            if (clause.type == "*" and clause.subtype == "*") or (clause.type == main and clause.subtype in (sub, "*")):
+                chosen = _allowed(endpoint, media_type, clause.params, restricted=restricted)
+                if chosen is not None:
+                    return chosen
+    return None
+
+
+def _router_accepts(header: str, produces: tuple[str, ...]) -> bool:
+    for item in header.split(","):
+        media = item.split(";", 1)[0].strip(" ")
+        if media == "*/*" or media in produces:
+            return True
+    return False
+
+
+def error_encoding(header: str, endpoint: Endpoint = KUBE) -> str | None:
+    """The media type kube writes an error Status in for this Accept (no conversions allowed), or None:
+    then kube falls back to pretty-printed JSON."""
+    chosen = _negotiate(header, endpoint, restricted=True)
+    return None if chosen is None else chosen.media_type
+
+
+def negotiate(header: str | None, endpoint: Endpoint, *, collection: bool) -> Negotiated:
+    """kube's choice for a read with this Accept header; raises ``NotAcceptable`` (406) as kube does.
+
+    ``collection``: a LIST/WATCH route (which also produces the ``;stream=watch`` types) rather
+    than a single object's GET route.
+    """
+    header = header or ""
+    produces = endpoint.media_types + (STREAM_TYPES if collection else ())
+    if header and not _router_accepts(header, produces):
+        message = "406: Not Acceptable\n\nAvailable representations: " + ", ".join(produces)
+        raise NotAcceptable(message, router=True, media=error_encoding(header, endpoint))
+    chosen = _negotiate(header, endpoint)
+    if chosen is None:
+        message = "only the following media types are accepted: " + ", ".join(endpoint.media_types)
+        raise NotAcceptable(message, router=False, media=error_encoding(header, endpoint))
+    return chosen
+
+
+def render_error(err: StatusError, header: str | None, endpoint: Endpoint) -> StatusError:
+    """``err`` in the encoding kube would write it in for this Accept header."""
+    if isinstance(err, EncodedStatus):
+        return err
+    media = error_encoding(header, endpoint) if header else JSON
+    if media in (JSON, YAML):  # YAML: the cache writes no YAML; JSON is what every client decodes
+        return err
+    return EncodedStatus(err, media)
+
+
+def _go_type(resource: ResourceType, is_list: bool) -> str:
+    """The internal Go type kube names in conversion errors (built-in kinds)."""
+    package = "core" if resource.group in ("", "events.k8s.io") else resource.group.split(".")[0]
+    return f"*{package}.{resource.kind}{'List' if is_list else ''}"
+
+
+def choose(header: str | None, endpoint: Endpoint, verb: str, resource: ResourceType) -> Encoding | PassReason:
+    """How a cached read (``verb`` get, list or watch) is answered: an encoding, or why it goes upstream.
+
+    Raises ``NotAcceptable`` where kube would answer 406 itself, before reading anything.
+    """
+    chosen = negotiate(header, endpoint, collection=verb != "get")
+    if chosen.media_type == PROTOBUF and not chosen.kind:
+        # Full objects in protobuf need each kind's schema, which only the upstream has. A client
+        # that also accepts something the cache can write gets that (JSON for client-go's default
+        # "protobuf, json"), as a server without a protobuf serializer would answer it.
+        fallback = _negotiate(header or "", dataclasses.replace(endpoint, full_protobuf=False))
+        if fallback is None:
+            return PassReason.PROTOBUF
+        chosen = fallback
+    if chosen.media_type == YAML:
+        return PassReason.MEDIA_TYPE
+    if chosen.kind == TABLE:
+        return PassReason.TABLE
+    if not chosen.kind:
+        return FULL_JSON
+    wanted = METADATA_LIST if verb == "list" else METADATA
+    if chosen.kind != wanted:
+        # kube answers these after reading (406 for built-in kinds, 500 for custom resources, an
+        # empty 200 for a watch): the upstream's answer is the exact one.
+        if endpoint.passes_through:
+            return PassReason.MEDIA_TYPE
+        if chosen.kind == METADATA_LIST:
+            message = (
+                f"you requested {METADATA_LIST}, but the requested object is not a list ({_go_type(resource, False)})"
+            )
+        else:
+            message = f"you requested {METADATA}, but the requested object is a list ({_go_type(resource, True)})"
+        raise NotAcceptable(message, router=False, media=error_encoding(header or "", endpoint))
+    return (METADATA_PROTOBUF if chosen.media_type == PROTOBUF else METADATA_JSON)[chosen.version]
