@@ -203,9 +203,12 @@ def _allowed(
             group = value
         elif key == "v":
             version = value
-        elif key == "stream" and value and (media_type == YAML or value != "watch"):
-            return None
-        elif key == "sv" and value and (restricted or value != "v1"):
+        elif value and (
+            # only watch streams, and only on a serializer that streams (not yaml)
+            (key == "stream" and (media_type == YAML or value != "watch"))
+            # a server version other than meta's (refused outright for errors)
+            or (key == "sv" and (restricted or value != "v1"))
+        ):
             return None
     if kind is None and group is None and version is None:
         if media_type == PROTOBUF and not endpoint.full_protobuf and not restricted:
