@@ -1,0 +1,352 @@
+"""A client-go-style metadata client for the e2e tests, over raw HTTP(S), in JSON or protobuf.
+
+``Target`` is a server (the proxy, or the reference kube-apiserver with TLS and a token);
+``fetch`` sends one request with an exact Accept header; ``decode`` turns a JSON or
+protobuf answer into kube's JSON shape (protobuf decoded with the runtime and our own
+``meta.proto``, standing in for client-go's generated code); ``MetadataInformer`` does what
+client-go's reflector does for a metadata informer: a paged LIST, then a WATCH from the
+list's resourceVersion with bookmarks, relisting on 410, counting decode errors and relists.
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+import json
+import socket
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from watchcache.kubeproto import meta_pb2
+
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+META_LIST_PB = (
+    "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+)
+META_PB = (
+    "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,"
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
+META_LIST_JSON = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+META_JSON = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
+
+@dataclass
+class Target:
+    url: str
+    token: str | None = None
+    ca_file: str | None = None
+
+    def connect(self, timeout: float) -> http.client.HTTPConnection:
+        parts = urlsplit(self.url)
+        assert parts.hostname is not None and parts.port is not None
+        if parts.scheme == "https":
+            ctx = ssl.create_default_context(cafile=self.ca_file)
+            return http.client.HTTPSConnection(parts.hostname, parts.port, context=ctx, timeout=timeout)
+        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+
+    def headers(self, accept: str | None) -> dict[str, str]:
+        out = {"User-Agent": "watchcache-e2e"}
+        if accept is not None:
+            out["Accept"] = accept
+        if self.token:
+            out["Authorization"] = f"Bearer {self.token}"
+        return out
+
+
+@dataclass
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+
+    def decoded(self) -> Any:
+        return decode(self.content_type, self.body)
+
+
+def query(path: str, **params: Any) -> str:
+    params = {k: ("true" if v is True else v) for k, v in params.items() if v is not None}
+    return f"{path}?{urlencode(params)}" if params else path
+
+
+def fetch(target: Target, path: str, accept: str | None, *, method: str = "GET", body: Any = None) -> Answer:
+    conn = target.connect(10.0)
+    try:
+        headers = target.headers(accept)
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        return Answer(resp.status, resp.getheader("Content-Type") or "", resp.read())
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------ protobuf -> kube's JSON shape
+
+
+def _time(t: meta_pb2.Time) -> str:
+    return datetime.datetime.fromtimestamp(t.seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def object_meta(om: meta_pb2.ObjectMeta) -> dict[str, Any]:
+    """ObjectMeta as kube writes it in JSON (empty fields omitted)."""
+    out: dict[str, Any] = {}
+    for name in ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion"):
+        if getattr(om, name):
+            out[name] = getattr(om, name)
+    if om.generation:
+        out["generation"] = om.generation
+    if om.creationTimestamp.seconds:
+        out["creationTimestamp"] = _time(om.creationTimestamp)
+    if om.HasField("deletionTimestamp"):
+        out["deletionTimestamp"] = _time(om.deletionTimestamp)
+    if om.HasField("deletionGracePeriodSeconds"):
+        out["deletionGracePeriodSeconds"] = om.deletionGracePeriodSeconds
+    if om.labels:
+        out["labels"] = dict(om.labels)
+    if om.annotations:
+        out["annotations"] = dict(om.annotations)
+    if om.ownerReferences:
+        refs = []
+        for r in om.ownerReferences:
+            ref: dict[str, Any] = {"apiVersion": r.apiVersion, "kind": r.kind, "name": r.name, "uid": r.uid}
+            for flag in ("controller", "blockOwnerDeletion"):
+                if r.HasField(flag):
+                    ref[flag] = getattr(r, flag)
+            refs.append(ref)
+        out["ownerReferences"] = refs
+    if om.finalizers:
+        out["finalizers"] = list(om.finalizers)
+    if om.managedFields:
+        entries = []
+        for e in om.managedFields:
+            entry: dict[str, Any] = {"manager": e.manager, "operation": e.operation, "apiVersion": e.apiVersion}
+            if e.HasField("time"):
+                entry["time"] = _time(e.time)
+            entry["fieldsType"] = e.fieldsType
+            if e.HasField("fieldsV1"):
+                entry["fieldsV1"] = json.loads(e.fieldsV1.Raw)
+            if e.subresource:
+                entry["subresource"] = e.subresource
+            entries.append(entry)
+        out["managedFields"] = entries
+    return out
+
+
+def _list_meta(lm: meta_pb2.ListMeta) -> dict[str, Any]:
+    out: dict[str, Any] = {"resourceVersion": lm.resourceVersion}
+    if getattr(lm, "continue"):
+        out["continue"] = getattr(lm, "continue")
+    if lm.HasField("remainingItemCount"):
+        out["remainingItemCount"] = lm.remainingItemCount
+    return out
+
+
+def decode_protobuf(body: bytes) -> dict[str, Any]:
+    """A ``k8s\\0`` + Unknown body (PartialObjectMetadata(List) or Status) in kube's JSON shape."""
+    if not body.startswith(b"k8s\x00"):
+        raise ValueError(f"no protobuf magic: {body[:16]!r}")
+    unknown = meta_pb2.Unknown.FromString(body[4:])
+    kind, api_version = unknown.typeMeta.kind, unknown.typeMeta.apiVersion
+    if kind == "PartialObjectMetadata":
+        pom = meta_pb2.PartialObjectMetadata.FromString(unknown.raw)
+        return {"kind": kind, "apiVersion": api_version, "metadata": object_meta(pom.metadata)}
+    if kind == "PartialObjectMetadataList":
+        lst = meta_pb2.PartialObjectMetadataList.FromString(unknown.raw)
+        item_version = api_version
+        return {
+            "kind": kind,
+            "apiVersion": api_version,
+            "metadata": _list_meta(lst.metadata),
+            "items": [
+                {"kind": "PartialObjectMetadata", "apiVersion": item_version, "metadata": object_meta(i.metadata)}
+                for i in lst.items
+            ],
+        }
+    if kind == "Status":
+        st = meta_pb2.Status.FromString(unknown.raw)
+        out: dict[str, Any] = {"kind": "Status", "apiVersion": api_version, "metadata": {}, "status": st.status}
+        out.update({"message": st.message, "reason": st.reason, "code": st.code})
+        if st.HasField("details"):
+            out["details"] = {k: v for k, v in (("name", st.details.name), ("kind", st.details.kind)) if v}
+        return out
+    raise ValueError(f"unexpected kind {api_version}/{kind}")
+
+
+def decode(content_type: str, body: bytes) -> Any:
+    if content_type.startswith(PROTOBUF):
+        return decode_protobuf(body)
+    return json.loads(body)
+
+
+# ------------------------------------------------------------------ watch streams
+
+
+class WatchReader:
+    """A watch response read event by event, in JSON lines or length-prefixed protobuf frames."""
+
+    def __init__(self, target: Target, path: str, accept: str | None, *, timeout: float = 10.0) -> None:
+        self.conn = target.connect(timeout)
+        self.conn.connect()
+        self.sock: socket.socket = self.conn.sock
+        self.conn.request("GET", path, headers=target.headers(accept))
+        self.resp = self.conn.getresponse()
+        self.status = self.resp.status
+        self.content_type = self.resp.getheader("Content-Type") or ""
+        self.protobuf = self.content_type.startswith(PROTOBUF)
+
+    def raw(self, timeout: float) -> bytes | None:
+        """The next frame's bytes (a JSON line or a protobuf WatchEvent), None at the end."""
+        self.sock.settimeout(max(timeout, 0.01))
+        if not self.protobuf:
+            line = self.resp.readline()
+            return line or None
+        head = self.resp.read(4)
+        if not head:
+            return None
+        if len(head) < 4:
+            raise ValueError("truncated frame length")
+        size = int.from_bytes(head, "big")
+        frame = self.resp.read(size)
+        if len(frame) < size:
+            raise ValueError("truncated frame")
+        return head + frame
+
+    def next(self, timeout: float = 10.0) -> tuple[str, dict[str, Any]] | None:
+        raw = self.raw(timeout)
+        if raw is None:
+            return None
+        return decode_event(raw, self.protobuf)
+
+    def close(self) -> None:
+        self.resp.close()
+        self.conn.close()
+        self.sock.close()
+
+    def __enter__(self) -> WatchReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def decode_event(raw: bytes, protobuf: bool) -> tuple[str, dict[str, Any]]:
+    if not protobuf:
+        event = json.loads(raw)
+        return event["type"], event["object"]
+    event = meta_pb2.WatchEvent.FromString(raw[4:])
+    return event.type, decode_protobuf(event.object.raw)
+
+
+# ------------------------------------------------------------------ the informer
+
+
+@dataclass
+class MetadataInformer:
+    """client-go's reflector for a metadata informer: paged LIST, then WATCH from its rv, relist on 410."""
+
+    target: Target
+    path: str
+    protobuf: bool = True
+    page: int = 50
+    store: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rv: str = ""
+    relists: int = 0
+    decode_errors: list[str] = field(default_factory=list)
+    bookmarks: int = 0
+    events: int = 0
+    watches: int = 0
+
+    def list(self) -> None:
+        self.relists += 1
+        accept = META_LIST_PB if self.protobuf else META_LIST_JSON
+        store: dict[str, dict[str, Any]] = {}
+        token: str | None = None
+        while True:
+            answer = fetch(
+                self.target,
+                query(
+                    self.path, limit=self.page, resourceVersion="0" if token is None else None, **{"continue": token}
+                ),
+                accept,
+            )
+            assert answer.status == 200, (answer.status, answer.body[:300])
+            try:
+                doc = answer.decoded()
+                if doc["kind"] != "PartialObjectMetadataList":
+                    raise ValueError(f"LIST answered {doc['kind']}")
+            except Exception as e:
+                self.decode_errors.append(f"list: {e!r}")
+                raise
+            for item in doc["items"]:
+                store[_key(item["metadata"])] = item["metadata"]
+            token = doc["metadata"].get("continue")
+            if not token:
+                self.rv = doc["metadata"]["resourceVersion"]
+                break
+        self.store = store
+
+    def watch_once(self, seconds: float) -> str:
+        """One watch from ``rv`` for about ``seconds``; returns how it ended ("timeout", "closed", "expired")."""
+        self.watches += 1
+        accept = META_PB if self.protobuf else META_JSON
+        path = query(
+            self.path, watch=1, resourceVersion=self.rv, allowWatchBookmarks=True, timeoutSeconds=max(1, int(seconds))
+        )
+        deadline = time.monotonic() + seconds + 5
+        with WatchReader(self.target, path, accept) as stream:
+            assert stream.status == 200, stream.status
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "timeout"
+                try:
+                    raw = stream.raw(left)
+                except TimeoutError:
+                    return "timeout"
+                if raw is None:
+                    return "closed"
+                try:
+                    kind, obj = decode_event(raw, stream.protobuf)
+                    if kind != "ERROR" and obj.get("kind") != "PartialObjectMetadata":
+                        raise ValueError(f'no kind "{obj.get("kind")}" is registered for PartialObjectMetadata')
+                except Exception as e:
+                    self.decode_errors.append(f"watch: {e!r}")
+                    return "decode-error"
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        return "expired"
+                    self.decode_errors.append(f"watch ERROR: {obj}")
+                    return "error"
+                meta = obj["metadata"]
+                self.rv = meta["resourceVersion"]
+                if kind == "BOOKMARK":
+                    self.bookmarks += 1
+                    continue
+                self.events += 1
+                if kind == "DELETED":
+                    self.store.pop(_key(meta), None)
+                else:
+                    self.store[_key(meta)] = meta
+
+    def run(self, seconds: float, watch_seconds: float = 5.0) -> None:
+        """LIST, then WATCH (resuming from the last rv) for ``seconds``; relist only on 410, as client-go."""
+        self.list()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            ended = self.watch_once(min(watch_seconds, max(1.0, deadline - time.monotonic())))
+            if ended == "expired":
+                self.list()
+            elif ended in ("decode-error", "error"):
+                self.list()  # client-go relists after a watch it cannot decode
+
+
+def _key(meta: dict[str, Any]) -> str:
+    return f"{meta.get('namespace', '')}/{meta['name']}"
