@@ -139,7 +139,7 @@ def test_a_metadata_watch_sees_every_change_as_partial_object_metadata(quiet: St
             ("DELETED", {"team": "blue"}, {"a": "1"}),
         ]
         assert {o["kind"] for _, o in events} == {"PartialObjectMetadata"}
-        deleted = [o for t, o in events if t == "DELETED"][0]
+        deleted = next(o for t, o in events if t == "DELETED")
         current = hk.get_ok(quiet.proxy.url, path_cm)
         assert deleted["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]
         # periodic bookmarks (--bookmark-interval 1) are PartialObjectMetadata too, as kube sends them
@@ -226,7 +226,10 @@ def test_odd_accept_headers_get_kubes_406_and_what_cannot_be_cached_is_passed_th
     assert answer.status == 406
     assert answer.decoded()["message"].startswith("only the following media types are accepted: application/json")
 
-    kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+    kubectl = (
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,"
+        "application/json"
+    )
     assert fetch(target, PODS, kubectl).status == 200  # the sim has no Table: it answers the JSON list
     fetch(target, PODS, "application/yaml")
     fetch(target, PODS, "application/vnd.kubernetes.protobuf")  # full objects in protobuf: only the upstream
