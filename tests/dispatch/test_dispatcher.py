@@ -243,3 +243,51 @@ def test_due_bookmarks_share_one_frame_and_are_rescheduled():
     assert ws[0].pending[0] is ws[1].pending[0]
     assert d.send_due_bookmarks(9.0, 21) == 0
     assert d.send_due_bookmarks(10.0, 21) == 2
+
+
+# ---------------------------------------------------------------- encodings
+
+
+def test_watchers_of_one_predicate_but_other_encodings_never_share_frames():
+    from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF
+
+    d = Dispatcher(PODS)
+    encodings = [FULL_JSON, METADATA_JSON["v1"], METADATA_PROTOBUF["v1"]]
+    by_encoding = {e: [watcher("ns1", encoding=e), watcher("ns1", encoding=e)] for e in encodings}
+    for ws in by_encoding.values():
+        for w in ws:
+            d.add(w, 0.0)
+    assert len(d.groups) == 3
+    c = cache()
+    d.dispatch(c.apply([(MODIFIED, pod("a", "ns1", 11, labels={"x": "y"}))]))
+    frames = {e: ws[0].pending[0] for e, ws in by_encoding.items()}
+    for e, ws in by_encoding.items():
+        assert ws[1].pending[0] is frames[e]  # built once, shared within the encoding
+    assert orjson.loads(frames[FULL_JSON])["object"]["kind"] == "Pod"
+    meta = orjson.loads(frames[METADATA_JSON["v1"]])["object"]
+    assert meta["kind"] == "PartialObjectMetadata" and "spec" not in meta
+    assert frames[METADATA_PROTOBUF["v1"]][4:].startswith(b"\n\x08MODIFIED")
+    # bookmarks: one frame per encoding, each in its encoding
+    d2 = Dispatcher(PODS)
+    ws = [watcher(allow_bookmarks=True, bookmark_interval=1.0, encoding=e) for e in encodings for _ in range(2)]
+    for w in ws:
+        d2.add(w, 0.0)
+    assert d2.send_due_bookmarks(1.0, 30) == 6
+    assert ws[0].pending[0] is ws[1].pending[0] and ws[2].pending[0] is ws[3].pending[0]
+    assert orjson.loads(ws[2].pending[0])["object"] == {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": "30"},
+    }
+    assert ws[4].pending[0][4:].startswith(b"\n\x08BOOKMARK")
+
+
+def test_a_lagging_metadata_watcher_catches_up_in_its_encoding():
+    from watchcache.cache.encoding import METADATA_JSON
+
+    c = cache()
+    w = watcher(start_rv=10, encoding=METADATA_JSON["v1"], max_pending_bytes=10)
+    events = c.apply([(MODIFIED, pod("a", "ns1", 11))])
+    assert w.catch_up(events)
+    assert orjson.loads(w.pending[0])["object"]["kind"] == "PartialObjectMetadata"
+    assert w.frame_for(events[0]) is w.pending[0]
