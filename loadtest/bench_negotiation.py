@@ -178,7 +178,9 @@ def kube_sizes(count: int) -> dict[str, Any]:
                 "GET", path, accept="application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
             ),
             "metadata_protobuf": kube.call(
-                "GET", path, accept="application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+                "GET",
+                path,
+                accept="application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
             ),
         }
         items = orjson.loads(bodies["full_json"])["items"]
