@@ -9,6 +9,9 @@ Three measurements on the sim's pods (~3 KB, the shapes of ``watchcache.sim.fixt
   is measured on kube's own encoder;
 * ``encode``: CPU per object to derive the metadata (once per object in the proxy): the JSON
   span (a parse of the object) and the protobuf ObjectMeta (a parse and a protobuf encode);
+* ``dispatch``: in-process fan-out of pod MODIFIED events to K cluster-wide watchers of one
+  encoding (the dispatcher and watchers, no sockets): ns per delivery, so full JSON and the
+  metadata encodings can be compared (each metadata frame is built once per event, then shared);
 * ``decode``: a client decoding the same PartialObjectMetadataList of N items in JSON
   (stdlib ``json`` and ``orjson``) and in protobuf (the ``protobuf`` runtime, upb, with our
   ``meta.proto``): a stand-in for client-go's decoders (Go is faster at both; the ratio is what
@@ -37,9 +40,13 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from watchcache.cache.encoding import METADATA_JSON, METADATA_PROTOBUF
+from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF, Encoding
 from watchcache.cache.metadata import metadata_json, metadata_protobuf
 from watchcache.cache.object import CachedObject, encode_object
+from watchcache.cache.predicate import SelectionPredicate
+from watchcache.cache.store import CacheConfig, ResourceCache
+from watchcache.dispatch.dispatcher import Dispatcher
+from watchcache.watchers.watcher import Watcher
 from watchcache.kubeproto import meta_pb2
 from watchcache.resources import PODS
 from watchcache.sim.fixtures import make_pod
@@ -130,6 +137,54 @@ def decode_cost(objs: list[CachedObject]) -> dict[str, Any]:
     }
 
 
+class _Sink:
+    def wake(self, watcher: Watcher) -> None:
+        pass
+
+    def closed(self, watcher: Watcher, reason: str) -> None:
+        pass
+
+    def lagging(self, watcher: Watcher) -> None:
+        pass
+
+
+def dispatch_cost(encoding: Encoding, watchers: int, events: int, batch: int = 5, repeat: int = 5) -> dict[str, float]:
+    """ns per delivery and µs per event (fresh events each round: frames and metadata are built)."""
+    base = sim_pods(1000)
+    best = float("inf")
+    for _ in range(repeat):
+        cache = ResourceCache(PODS, CacheConfig(), lambda: 0.0)
+        cache.replace(base, 1000)
+        d = Dispatcher(PODS)
+        ws = []
+        for _ in range(watchers):
+            w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 1000, _Sink(), encoding=encoding)
+            w.max_pending_bytes = 1 << 40
+            d.add(w, 0.0)
+            ws.append(w)
+        rv = 1001
+        spent = 0.0
+        for b in range(events // batch):
+            changes = []
+            for j in range(batch):
+                obj = base[(b * batch + j) % len(base)]
+                body = orjson.loads(b"{" + obj.body)
+                body["metadata"]["resourceVersion"] = str(rv)
+                changes.append(("MODIFIED", encode_object(PODS, body)))
+                rv += 1
+            applied = cache.apply(changes)
+            t0 = time.perf_counter()
+            d.dispatch(applied)
+            spent += time.perf_counter() - t0
+            for w in ws:
+                w.take()
+        best = min(best, spent)
+    return {
+        "ns_per_delivery": round(best / (events * watchers) * 1e9, 1),
+        "us_per_event": round(best / events * 1e6, 1),
+    }
+
+
 # ------------------------------------------------------------------ the reference apiserver
 
 
@@ -212,6 +267,16 @@ def main() -> None:
         "sim_pod_bytes": sizes(objs),
         "encode_once_per_object": encode_cost(args.objects),
         "client_decode_metadata_list": decode_cost(objs),
+        # full JSON measured first and last: the spread between the two is the machine's noise
+        "dispatch_1000_watchers": {
+            label: dispatch_cost(enc, 1000, 500)
+            for label, enc in (
+                ("json", FULL_JSON),
+                ("metadata-json", METADATA_JSON["v1"]),
+                ("metadata-protobuf", METADATA_PROTOBUF["v1"]),
+                ("json (again)", FULL_JSON),
+            )
+        },
     }
     if os.environ.get("KUBE_REFERENCE_URL") and args.kube_pods:
         out["kube_apiserver_pods"] = kube_sizes(args.kube_pods)
