@@ -46,10 +46,10 @@ from watchcache.cache.object import CachedObject, encode_object
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig, ResourceCache
 from watchcache.dispatch.dispatcher import Dispatcher
-from watchcache.watchers.watcher import Watcher
 from watchcache.kubeproto import meta_pb2
 from watchcache.resources import PODS
 from watchcache.sim.fixtures import make_pod
+from watchcache.watchers.watcher import Watcher
 
 
 def sim_pods(n: int) -> list[CachedObject]:
