@@ -10,7 +10,7 @@ state exactly, no decode error, no relist.
 
 Needs the reference apiserver (``shared/tools/kube-reference``); skipped without it.
 Objects live in namespace ``negotiation`` and CRD ``widgets.negotiation.example.com``,
-created here and deleted at the end.
+created here and deleted at the end (the namespace too).
 """
 
 from __future__ import annotations
@@ -103,9 +103,13 @@ def _wait_established(kube: Target) -> None:
 
 
 def _cleanup(kube: Target) -> None:
-    for path in (CONFIGMAPS, WIDGETS):
-        fetch(kube, query(path, labelSelector=LABEL), None, method="DELETE")
+    for path in (CONFIGMAPS, WIDGETS):  # the whole namespace is this test's
+        fetch(kube, path, None, method="DELETE")
     fetch(kube, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}", None, method="DELETE")
+    # The namespace: without kube-controller-manager nothing finalizes it, so the test does.
+    fetch(kube, f"/api/v1/namespaces/{NS}", None, method="DELETE")
+    finalize = {"metadata": {"name": NS}, "spec": {"finalizers": []}}
+    fetch(kube, f"/api/v1/namespaces/{NS}/finalize", None, method="PUT", body=finalize)
 
 
 @pytest.fixture(scope="module")
