@@ -15,6 +15,7 @@ import http.client
 import json
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -263,6 +264,8 @@ class MetadataInformer:
     bookmarks: int = 0
     events: int = 0
     watches: int = 0
+    # Set to end ``run`` after the current watch (which the server ends within its timeoutSeconds).
+    stop: threading.Event = field(default_factory=threading.Event)
 
     def list(self) -> None:
         self.relists += 1
@@ -337,15 +340,23 @@ class MetadataInformer:
                     self.store[_key(meta)] = meta
 
     def run(self, seconds: float, watch_seconds: float = 5.0) -> None:
-        """LIST, then WATCH (resuming from the last rv) for ``seconds``; relist only on 410, as client-go."""
+        """LIST, then WATCH (resuming from the last rv) until ``stop`` or ``seconds``; relist only
+        on 410 or a watch it cannot decode, as client-go."""
         self.list()
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        while not self.stop.is_set() and time.monotonic() < deadline:
             ended = self.watch_once(min(watch_seconds, max(1.0, deadline - time.monotonic())))
-            if ended == "expired":
+            if ended in ("expired", "decode-error", "error"):
                 self.list()
-            elif ended in ("decode-error", "error"):
-                self.list()  # client-go relists after a watch it cannot decode
+
+    def wait_for(self, key: str, timeout: float) -> bool:
+        """Until ``key`` (namespace/name) is in the store."""
+        deadline = time.monotonic() + timeout
+        while key not in self.store:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
 
 def _key(meta: dict[str, Any]) -> str:

@@ -252,18 +252,25 @@ def churning() -> Iterator[Stack]:
 def test_metadata_informers_sync_without_decode_errors_or_relists_over_churn(churning: Stack) -> None:
     target = Target(churning.proxy.url)
     informers = [MetadataInformer(target, "/api/v1/pods", protobuf=p, page=40) for p in (True, False)]
-    threads = [threading.Thread(target=i.run, args=(8.0, 3.0)) for i in informers]
+    threads = [threading.Thread(target=i.run, args=(60.0, 3.0)) for i in informers]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(60)
+    try:
+        time.sleep(6.0)  # the sim churns pods at 60 writes/s meanwhile
+        # A last write, through the proxy: once it is in a store, every earlier event is.
+        pod = hk.pod("informer-final", "ns-0")
+        assert hk.request(churning.proxy.url, "POST", "/api/v1/namespaces/ns-0/pods", pod).status == 201
+        for informer in informers:
+            assert informer.wait_for("ns-0/informer-final", 30)
+    finally:
+        for informer in informers:
+            informer.stop.set()
+        for t in threads:
+            t.join(30)
     for informer in informers:
         assert informer.decode_errors == []
         assert informer.relists == 1, "a metadata informer relisted"
         assert informer.events > 100 and informer.watches >= 2 and informer.bookmarks > 0
         # the store equals the proxy's state at the informer's last rv, exactly
-        time.sleep(0.1)
         exact = hk.get_ok(churning.proxy.url, "/api/v1/pods", resourceVersion=informer.rv, resourceVersionMatch="Exact")
-        assert informer.store == {
-            f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["metadata"] for o in exact["items"]
-        }
+        assert informer.store == {hk.key_of(o): o["metadata"] for o in exact["items"]}

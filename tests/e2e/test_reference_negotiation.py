@@ -9,8 +9,8 @@ Then client-go-style metadata informers through the proxy over churn: the apiser
 state exactly, no decode error, no relist.
 
 Needs the reference apiserver (``shared/tools/kube-reference``); skipped without it.
-Objects live in namespace ``negotiation`` and CRD ``widgets.negotiation.example.com``,
-created here and deleted at the end (the namespace too).
+Objects live in namespace ``negotiation-<xdist worker>`` and CRD
+``widgets.<worker>.negotiation.example.com``, created here and deleted at the end (the namespace too).
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ pytestmark = pytest.mark.skipif(
     reason="no reference kube-apiserver: see shared/tools/kube-reference/README.md",
 )
 
-NS = "negotiation"
-GROUP = "negotiation.example.com"
+# Per pytest-xdist worker: each worker that runs tests of this module has its own fixture.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+NS = f"negotiation-{_WORKER}"
+GROUP = f"{_WORKER}.negotiation.example.com"
 CRD_NAME = f"widgets.{GROUP}"
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
 WIDGETS = f"/apis/{GROUP}/v1/namespaces/{NS}/widgets"
@@ -365,11 +367,11 @@ def test_watch_refusals_are_the_apiservers(ref: Ref, accept: str) -> None:
         assert got.body == b""
 
 
-def _churn(kube: Target, seconds: float, stop: threading.Event) -> int:
-    writes = 0
+def _churn(kube: Target, seconds: float) -> None:
+    """Creates, updates and deletes for ``seconds``, then one last create: ``churn-final``."""
     deadline = time.monotonic() + seconds
     i = 0
-    while time.monotonic() < deadline and not stop.is_set():
+    while time.monotonic() < deadline:
         name = f"churn-{i % 40}"
         if i % 3 == 0:
             fetch(kube, CONFIGMAPS, None, method="POST", body={"metadata": {"name": name, "labels": {LABEL: "1"}}})
@@ -377,36 +379,37 @@ def _churn(kube: Target, seconds: float, stop: threading.Event) -> int:
             conn = kube.connect(10)
             try:
                 headers = {**kube.headers(None), "Content-Type": "application/merge-patch+json"}
-                conn.request(
-                    "PATCH",
-                    f"{CONFIGMAPS}/{name}",
-                    body=b'{"metadata":{"annotations":{"n":"%d"}}}' % i,
-                    headers=headers,
-                )
+                patch = b'{"metadata":{"annotations":{"n":"%d"}}}' % i
+                conn.request("PATCH", f"{CONFIGMAPS}/{name}", body=patch, headers=headers)
                 conn.getresponse().read()
             finally:
                 conn.close()
         else:
             fetch(kube, f"{CONFIGMAPS}/churn-{(i * 7) % 40}", None, method="DELETE")
-        writes += 1
         i += 1
-    return writes
+    final = {"metadata": {"name": "churn-final", "labels": {LABEL: "1"}}}
+    _ok(fetch(kube, CONFIGMAPS, None, method="POST", body=final), 201)
 
 
 @pytest.mark.parametrize("protobuf", [True, False], ids=["protobuf", "json"])
 def test_metadata_informers_through_the_proxy_match_the_apiserver(ref: Ref, protobuf: bool) -> None:
+    fetch(ref.kube, f"{CONFIGMAPS}/churn-final", None, method="DELETE")
     informer = MetadataInformer(ref.proxy, CONFIGMAPS, protobuf=protobuf, page=3)
     control = MetadataInformer(ref.kube, CONFIGMAPS, protobuf=protobuf, page=3)  # the same code against kube
-    stop = threading.Event()
-    writer = threading.Thread(target=_churn, args=(ref.kube, 6.0, stop))
-    runners = [threading.Thread(target=i.run, args=(10.0, 3.0)) for i in (informer, control)]
+    runners = [threading.Thread(target=i.run, args=(60.0, 2.0)) for i in (informer, control)]
     for t in runners:
         t.start()
-    time.sleep(0.5)
-    writer.start()
-    writer.join(30)
-    for t in runners:
-        t.join(60)
+    try:
+        time.sleep(0.5)
+        _churn(ref.kube, 6.0)
+        # Events arrive in order: once the last write is in a store, every earlier one is.
+        for inf in (control, informer):
+            assert inf.wait_for(f"{NS}/churn-final", 30), inf
+    finally:
+        for inf in (informer, control):
+            inf.stop.set()
+        for t in runners:
+            t.join(30)
     truth = {
         f"{NS}/{i['metadata']['name']}": i["metadata"]
         for i in fetch(ref.kube, CONFIGMAPS, META_LIST_JSON).decoded()["items"]
