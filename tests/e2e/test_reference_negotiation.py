@@ -226,6 +226,27 @@ def test_get(ref: Ref, path: str, accept: str | None) -> None:
     _same(ref, query(path, resourceVersion="0"), accept, list_body=False)
 
 
+@pytest.mark.parametrize(
+    "accept",
+    [
+        META_PB,
+        "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/vnd.kubernetes.protobuf",
+        "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+    ],
+    ids=["json-error", "protobuf-error", "pretty-json-error"],
+)
+@pytest.mark.parametrize("path", [f"{CONFIGMAPS}/missing", f"{WIDGETS}/missing"], ids=["configmap", "widget"])
+def test_errors_are_encoded_as_the_apiserver_encodes_them(ref: Ref, path: str, accept: str) -> None:
+    path = query(path, resourceVersion="0")
+    want, got = fetch(ref.kube, path, accept), fetch(ref.proxy, path, accept)
+    assert (got.status, got.content_type) == (want.status, want.content_type)
+    assert got.status == 404
+    if got.content_type.startswith("application/vnd.kubernetes.protobuf"):
+        assert got.body == want.body  # the same Status, byte for byte
+    else:
+        assert got.decoded() == want.decoded()
+
+
 @pytest.mark.parametrize("accept", [h for h in HEADERS if h not in DIFFERS])
 @pytest.mark.parametrize("path", [CONFIGMAPS, WIDGETS], ids=["configmaps", "widgets"])
 def test_list_first_page(ref: Ref, path: str, accept: str | None) -> None:
