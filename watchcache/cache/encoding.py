@@ -50,7 +50,6 @@ class Encoding:
     name = "json"
     content_type = JSON
     watch_content_type = JSON
-    metadata = False
 
     def __repr__(self) -> str:
         return f"Encoding({self.name})"
@@ -113,8 +112,6 @@ FULL_JSON = Encoding()
 class MetadataJson(Encoding):
     """PartialObjectMetadata(List) in JSON: ``{"kind":"PartialObjectMetadata",...,"metadata":{...}}``."""
 
-    metadata = True
-
     def __init__(self, version: str) -> None:
         self.name = f"metadata-json-{version}"
         api_version = f"meta.k8s.io/{version}".encode()
@@ -158,7 +155,6 @@ class MetadataJson(Encoding):
 class MetadataProtobuf(Encoding):
     """PartialObjectMetadata(List) in protobuf: ``k8s\\0`` + Unknown; watch frames length-prefixed."""
 
-    metadata = True
     content_type = PROTOBUF
     watch_content_type = PROTOBUF + ";stream=watch"
 

@@ -150,8 +150,9 @@ def parse_accept(header: str) -> list[MediaRange]:
                     continue
                 key = key.strip(" ")
                 if key == "q":
+                    # Go's ParseFloat: no surrounding space, and an error reads as 0
                     try:
-                        q = float(value)
+                        q = float(value) if value == value.strip() else 0.0
                     except ValueError:
                         q = 0.0
                 else:
@@ -181,10 +182,6 @@ class Negotiated:
     media_type: str
     kind: str = ""  # "" (the object itself), PartialObjectMetadata(List) or Table
     version: str = ""  # of meta.k8s.io, for a conversion
-
-    @property
-    def metadata(self) -> bool:
-        return self.kind in (METADATA, METADATA_LIST)
 
 
 class EncodedStatus(StatusError):
