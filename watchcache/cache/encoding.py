@@ -102,9 +102,6 @@ class Encoding:
     def error_frame(self, error: StatusError) -> bytes:
         return frame_head("ERROR") + error.body() + _EVENT_TAIL
 
-    def error_body(self, error: StatusError) -> bytes:
-        return error.body()
-
 
 FULL_JSON = Encoding()
 
@@ -208,9 +205,6 @@ class MetadataProtobuf(Encoding):
 
     def error_frame(self, error: StatusError) -> bytes:
         return wire.watch_frame(b"ERROR", wire.status_body(error.to_status()))
-
-    def error_body(self, error: StatusError) -> bytes:
-        return wire.status_body(error.to_status())
 
 
 METADATA_JSON = {v: MetadataJson(v) for v in ("v1", "v1beta1")}
