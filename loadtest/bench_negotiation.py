@@ -173,9 +173,9 @@ def dispatch_cost(encoding: Encoding, watchers: int, events: int, batch: int = 5
                 changes.append(("MODIFIED", encode_object(PODS, body)))
                 rv += 1
             applied = cache.apply(changes)
-            t0 = time.perf_counter()
+            t0 = time.process_time()  # CPU: waiting for a shared core does not count
             d.dispatch(applied)
-            spent += time.perf_counter() - t0
+            spent += time.process_time() - t0
             for w in ws:
                 w.take()
         best = min(best, spent)
