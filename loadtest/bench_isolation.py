@@ -21,7 +21,7 @@ from watchcache.cache.events import MODIFIED, WatchEvent
 from watchcache.cache.object import encode_object
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.dispatch.cacher import Cacher
-from watchcache.dispatch.dispatcher import WatcherGroup, predicate_key
+from watchcache.dispatch.dispatcher import WatcherGroup, group_key
 from watchcache.resources import PODS
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import Watcher
@@ -95,7 +95,7 @@ def flush_pass() -> tuple[float, float]:
 
 def group_deliver() -> tuple[float, float]:
     predicate = SelectionPredicate.parse(PODS, None, "", "")
-    group = WatcherGroup(predicate_key(predicate), predicate)
+    group = WatcherGroup(group_key(predicate), predicate)
     for _ in range(N):
         group.watchers[Watcher(PODS, predicate, 0, Sink(), max_pending_bytes=1 << 40)] = None
     obj = encode_object(PODS, {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "5"}})

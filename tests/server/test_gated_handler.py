@@ -95,7 +95,7 @@ async def _read_that_passes_through_builds_no_follower() -> None:
     await send(h, "/api/v1/namespaces/ns-1/configmaps", "alice-token", Accept=table)
     await send(h, "/api/v1/namespaces/ns-1/configmaps", "alice-token", Accept="application/vnd.kubernetes.protobuf")
     assert followers.built == []
-    assert h.passed_through == {"table": 1, "media-type": 1}
+    assert h.passed_through == {"table": 1, "protobuf": 1}
 
 
 @pytest.mark.parametrize("path", ["/metrics", "/debug/cache", "/debug/shards"])
