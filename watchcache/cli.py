@@ -13,6 +13,7 @@ from watchcache.cache.store import CacheConfig
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
 from watchcache.server.http import HttpLimits
+from watchcache.server.tunnel import TunnelLimits
 from watchcache.service import RunOptions, ShardOptions, SimOptions, parse_listen, run
 from watchcache.shard.supervisor import Supervisor
 from watchcache.upstream.config import UpstreamConfigError, from_flags, from_kubeconfig, in_cluster
@@ -22,6 +23,7 @@ _CACHE = CacheConfig()
 _HTTP = HttpLimits()
 _SERVE = ServeConfig()
 _REFLECTOR = ReflectorConfig()
+_TUNNELS = TunnelLimits()
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -224,6 +226,26 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
         help="seconds of silence (no event, no bookmark) after which an upstream watch is re-established "
         "(default %(default)s)",
     )
+    g.add_argument(
+        "--tunnel-idle-timeout",
+        type=float,
+        default=_TUNNELS.idle_timeout,
+        help="seconds without a byte either way after which an exec/attach/port-forward tunnel is closed "
+        "(default %(default)s: 4 h, the kubelet's --streaming-connection-idle-timeout)",
+    )
+    g.add_argument(
+        "--tunnel-max-duration",
+        type=float,
+        default=_TUNNELS.max_duration,
+        help="seconds after which a tunnel is closed whatever it does (default %(default)s: 24 h)",
+    )
+    g.add_argument(
+        "--max-tunnels",
+        type=int,
+        default=_TUNNELS.max_tunnels,
+        help="exec/attach/port-forward tunnels open at once per worker; more get 429 with Retry-After "
+        "(default %(default)s)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -352,6 +374,11 @@ def options_from(args: argparse.Namespace, prefix: str, upstream: object = None)
         continue_key=key,
         upstream=upstream,  # type: ignore[arg-type]
         reflector=ReflectorConfig(stall_timeout=g.get("stall_timeout", _REFLECTOR.stall_timeout)),
+        tunnels=TunnelLimits(
+            idle_timeout=g.get("tunnel_idle_timeout", _TUNNELS.idle_timeout),
+            max_duration=g.get("tunnel_max_duration", _TUNNELS.max_duration),
+            max_tunnels=g.get("max_tunnels", _TUNNELS.max_tunnels),
+        ),
         auth=auth_options(args, upstream_is_tls=getattr(upstream, "is_tls", False)) if "authentication" in g else None,
         identity=identity_options(args) if "client_cert_passthrough" in g else None,
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 import aiohttp
 import grpc
 import orjson
+from prometheus_client.registry import Collector
 
 from watchcache.auth import AuthOptions, Gate
 from watchcache.auth.authn import CertAuthenticator
@@ -34,6 +35,7 @@ from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig, Upstream
 from watchcache.server.http import HttpLimits, Request, start_server
 from watchcache.server.tls import ServingCert
+from watchcache.server.tunnel import TunnelCollector, TunnelLimits, Tunnels
 from watchcache.shard.follow_pb2 import MetricsRequest
 from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_server
 from watchcache.shard.follower import Followers
@@ -118,6 +120,8 @@ class RunOptions:
     tls: tuple[str, str, str | None] | None = None
     # How pass-through requests of client-certificate users reach the upstream (None: refused).
     identity: IdentityOptions | None = None
+    # Connection upgrades passed through to the upstream (exec, attach, port-forward).
+    tunnels: TunnelLimits = field(default_factory=TunnelLimits)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -143,6 +147,8 @@ class Wiring:
     owner_service: OwnerService | None = None
     # Trusted by the TLS listener besides --client-ca-file: the sim's request-header CA.
     requestheader_ca_file: str | None = None
+    # More metric collectors of this mode's components (e.g. the tunnels').
+    collectors: list[Collector] = field(default_factory=list)
 
 
 def _context(
@@ -262,7 +268,8 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     registry = ResourceRegistry(tuple(provisional))
     cachers = {t: Cacher(t, options.cache) for t in provisional if _owns(shard, t)}
     consistent = ConsistentReads(client, fresh_wait=options.serve.fresh_wait)
-    ctx = _context(options, registry, cachers, ProxyUpstream(client, consistent, identity))
+    tunnels = Tunnels(client, options.tunnels, identity)
+    ctx = _context(options, registry, cachers, ProxyUpstream(client, consistent, identity, tunnels))
     if options.auth is not None:
         ctx.gate = Gate.for_upstream(client, options.auth)
         log.info("authentication: delegated (TokenReview and SubjectAccessReview against the upstream)")
@@ -274,8 +281,14 @@ async def wire_proxy(options: RunOptions) -> Wiring:
             options.port,
         )
     ctx.discovered = False
-    wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True), [], [client.close], consistent)
+    wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True, forward_upgrades=True), [], [client.close], consistent)
     wiring.housekeeping.append(client.reload_certificates)
+    wiring.collectors.append(TunnelCollector(tunnels))
+
+    async def close_tunnels() -> None:
+        tunnels.close_all()
+
+    wiring.cleanup.insert(0, close_tunnels)
     if shard is not None:
         followers = Followers(
             ctx.cachers,
@@ -447,6 +460,8 @@ async def _serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Aw
             identity=getattr(wiring.ctx.upstream, "identity", None),
         )
     )
+    for collector in wiring.collectors:
+        metrics.registry.register(collector)
     wiring.handler.routes["/metrics"] = _metrics_route(metrics, shard, wiring)
     cert = ServingCert(*options.tls, requestheader_ca_file=wiring.requestheader_ca_file) if options.tls else None
     if cert is not None:

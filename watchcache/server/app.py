@@ -37,8 +37,15 @@ _EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 _NEGOTIATED_MAX = 1024
 
 
+def long_running(request: Request) -> bool:
+    """Requests that may last hours and so hold no ``--max-requests-inflight`` slot (kube-apiserver's
+    long-running check): watches (capped by ``--max-watchers``) and connection upgrades — exec,
+    attach, port-forward, proxy — (tunnels, capped by ``--max-tunnels``)."""
+    return request.upgrade is not None or parse_bool(request.query_value("watch")) or "/watch/" in request.path
+
+
 class ApiHandler:
-    def __init__(self, ctx: ApiContext, *, forward_tables: bool = False) -> None:
+    def __init__(self, ctx: ApiContext, *, forward_tables: bool = False, forward_upgrades: bool = False) -> None:
         self.ctx = ctx
         # Local endpoints added by the process assembly (``/metrics``, ``/debug/shards``).
         self.routes: dict[str, Callable[[], Awaitable[bytes]]] = {}
@@ -51,6 +58,9 @@ class ApiHandler:
         self.endpoint = KUBE if forward_tables else SIM
         # Accept headers are few and repeated: (accept, verb, group) -> decision, memoized.
         self._negotiated: dict[tuple[str | None, str, str], Encoding | PassReason] = {}
+        # True in front of a real apiserver: every upgrade request is the upstream's to answer
+        # (a tunnel, or kube's own answer), even on a path the cache serves.
+        self.forward_upgrades = forward_upgrades
         self.passed_through: dict[str, int] = {}
         # Cached reads being answered now (watches included until they end); shutdown waits for them.
         self.inflight = 0
@@ -87,9 +97,8 @@ class ApiHandler:
         return orjson.dumps({"resources": out, "passed_through": self.passed_through})
 
     async def __call__(self, request: Request, response: Response) -> None:
-        # Watches are long-running (limited by --max-watchers); health and metrics are never
-        # refused, so probes and scrapes still see an overloaded server.
-        exempt = request.path in _EXEMPT or parse_bool(request.query_value("watch")) or "/watch/" in request.path
+        # Health and metrics are never refused, so probes and scrapes still see an overloaded server.
+        exempt = request.path in _EXEMPT or long_running(request)
         if not exempt:
             if self.active >= self.ctx.config.max_requests_inflight:
                 self.rejected["inflight"] = self.rejected.get("inflight", 0) + 1
@@ -189,6 +198,8 @@ class ApiHandler:
 
     def _decide(self, request: Request, info: RequestInfo) -> Encoding | PassReason | NotAcceptable:
         """How the cache answers this request (an encoding), why it does not, or kube's 406 for it."""
+        if request.upgrade is not None and self.forward_upgrades:
+            return PassReason.UPGRADE
         if not info.is_resource_request:
             return PassReason.NON_RESOURCE
         gate = self.ctx.gate

@@ -8,7 +8,10 @@ pause/resume signal (see :mod:`watchcache.server.flowcontrol`).
 Connection rules enforced here, so handlers never see them: strict in-order
 answers to pipelined requests, request-smuggling defences (CL+TE, duplicate
 Content-Length, non-chunked Transfer-Encoding), head/body size limits, slowloris
-and keep-alive timeouts, and Kubernetes ``Status`` bodies for every error.
+and keep-alive timeouts, and Kubernetes ``Status`` bodies for every error. An upgrade
+request (``Connection: Upgrade``) is the last request of its connection: its handler
+either hands the connection over with ``Response.switch_protocols`` or answers and the
+connection closes.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ class Request:
     # The verified client certificate of a TLS connection (``SSLObject.getpeercert()``), if any,
     # plus ``x509sha256``: the hex SHA-256 of its DER encoding.
     peercert: dict[str, Any] | None = None
+    # The protocol an upgrade request asks for (``Connection: Upgrade`` + ``Upgrade: websocket``),
+    # else None. Its answer is either ``Response.switch_protocols`` or a response after which the
+    # connection closes (the bytes after its head belong to the protocol it asked for).
+    upgrade: str | None = None
 
     def query_value(self, name: str) -> str | None:
         """First value of a query parameter, as most list/watch options are single-valued."""
@@ -367,6 +374,35 @@ class Response:
         """Drop the connection now, discarding buffered output (e.g. a watcher over its cap)."""
         self._proto._abort()
 
+    def switch_protocols(self, head: bytes, protocol: asyncio.Protocol) -> tuple[asyncio.Transport, bytes]:
+        """Answer an upgrade request with ``head`` (a whole ``101 Switching Protocols`` head,
+        written as given) and hand the connection to ``protocol``.
+
+        From now on the transport's callbacks (data, EOF, flow control, loss) go to
+        ``protocol``, and its bytes are no longer HTTP. Returns the transport and the bytes
+        the client sent after its request head, which belong to the new protocol. The
+        response is complete: the connection closes when the handler returns. Raises
+        :class:`ConnectionClosed` if the client is already gone.
+        """
+        proto = self._proto
+        if self._started:
+            raise RuntimeError("response already started")
+        if proto._early is None:
+            raise RuntimeError("switch_protocols() on a request that did not ask to upgrade")
+        if proto._closing:
+            raise ConnectionClosed("connection closed")
+        early, proto._early = bytes(proto._early), None
+        self.status = 101
+        self._started = self._finished = True
+        proto._switched = protocol
+        transport = proto._transport
+        transport.write(head)
+        if proto._flow.paused:
+            protocol.pause_writing()
+        proto._read_paused = False
+        transport.resume_reading()
+        return transport, early
+
 
 Handler = Callable[[Request, Response], Awaitable[None]]
 
@@ -385,6 +421,7 @@ class HttpProtocol(asyncio.Protocol):
         "_content_length",
         "_continue_pending",
         "_dead",
+        "_early",
         "_flow",
         "_handler",
         "_head_raw",
@@ -406,6 +443,7 @@ class HttpProtocol(asyncio.Protocol):
         "_remote",
         "_request",
         "_server_line",
+        "_switched",
         "_task",
         "_transport",
         "_url",
@@ -435,6 +473,10 @@ class HttpProtocol(asyncio.Protocol):
         self._in_message = False
         self._continue_pending = False
         self._head_raw = 0
+        # After an upgrade request's head: the bytes that followed it, until it is answered.
+        self._early: bytearray | None = None
+        # After ``Response.switch_protocols``: where the connection's bytes and events go.
+        self._switched: asyncio.Protocol | None = None
         self._reset_message()
 
     def _reset_message(self) -> None:
@@ -470,6 +512,8 @@ class HttpProtocol(asyncio.Protocol):
         self._cancel_timers()
         self._flow.connection_lost()
         self._queue.clear()
+        if self._switched is not None:
+            self._switched.connection_lost(exc)
         active = self._active
         if active is not None and active._close_cbs:
             cbs, active._close_cbs = active._close_cbs, None
@@ -481,11 +525,30 @@ class HttpProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._flow.pause_writing()
+        if self._switched is not None:
+            self._switched.pause_writing()
 
     def resume_writing(self) -> None:
         self._flow.resume_writing()
+        if self._switched is not None:
+            self._switched.resume_writing()
+
+    def eof_received(self) -> bool | None:
+        if self._switched is not None:
+            return self._switched.eof_received()
+        return None
 
     def data_received(self, data: bytes) -> None:
+        if self._switched is not None:
+            self._switched.data_received(data)
+            return
+        if self._early is not None:
+            # Reading is paused until the upgrade is answered, but a TLS transport may still
+            # hand over what it had already decrypted: it belongs to the new protocol too.
+            self._early += data
+            if len(self._early) > self._limits.max_header_bytes:
+                self._abort()
+            return
         if self._dead:
             return
         was_in_head = self._in_head
@@ -499,8 +562,10 @@ class HttpProtocol(asyncio.Protocol):
                 logger.error("HTTP parser callback failed", exc_info=err)
                 self._fail(_ProtocolError(400, "BadRequest", "malformed HTTP request"))
             return
-        except httptools.HttpParserUpgrade:
-            self._fail(_ProtocolError(400, "BadRequest", "protocol upgrades are not supported"))
+        except httptools.HttpParserUpgrade as exc:
+            # An upgrade request is complete (and queued, with reading stopped): what follows
+            # its head is not HTTP, and waits for the request's answer.
+            self._early = bytearray(data[exc.args[0] :])
             return
         except httptools.HttpParserError as exc:
             self._fail(_ProtocolError(400, "BadRequest", f"malformed HTTP request: {exc}"))
@@ -548,11 +613,17 @@ class HttpProtocol(asyncio.Protocol):
             self._header_timer.cancel()
             self._header_timer = None
         parser = self._parser
-        if parser.should_upgrade():
-            raise _ProtocolError(400, "BadRequest", "protocol upgrades are not supported")
         headers = self._headers
         length = self._content_length
         te = headers.get("transfer-encoding")
+        upgrade = None
+        if parser.should_upgrade():
+            upgrade = headers.get("upgrade")
+            if not upgrade:  # llhttp reads CONNECT as an upgrade: the bytes after it are a tunnel
+                raise _ProtocolError(400, "BadRequest", "the CONNECT method is not supported")
+            if te is not None or length:
+                # llhttp hands a body after an upgrade head over as the new protocol's bytes.
+                raise _ProtocolError(400, "BadRequest", "a protocol upgrade request cannot carry a body")
         if te is not None:
             if length is not None:
                 raise _ProtocolError(400, "BadRequest", "both Content-Length and Transfer-Encoding present")
@@ -567,8 +638,11 @@ class HttpProtocol(asyncio.Protocol):
         except ValueError:
             raise _ProtocolError(400, "BadRequest", "invalid request target") from None
         method = parser.get_method().decode("ascii")
-        self._request = Request(method, raw, path, query, headers, b"", version, self._remote, self._peercert)
-        self._keep_alive = parser.should_keep_alive()
+        self._request = Request(
+            method, raw, path, query, headers, b"", version, self._remote, self._peercert, upgrade=upgrade
+        )
+        # An upgrade request is the connection's last: it switches, or closes after its answer.
+        self._keep_alive = parser.should_keep_alive() and upgrade is None
         if version == "1.1" and (te is not None or length) and headers.get("expect", "").lower() == "100-continue":
             if self._active is None and not self._queue:
                 self._transport.write(_CONTINUE)

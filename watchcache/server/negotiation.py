@@ -91,6 +91,7 @@ class PassReason(enum.StrEnum):
     PROTOBUF = "protobuf"
     MEDIA_TYPE = "media-type"
     CONSISTENT_READ = "consistent-read"
+    UPGRADE = "upgrade"
 
 
 @dataclass(frozen=True)

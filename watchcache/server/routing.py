@@ -91,9 +91,8 @@ def parse_request_info(method: str, raw_path: str, watch_param: bool) -> Request
             rest = rest[2:]
     resource = rest[0]
     name = rest[1] if len(rest) >= 2 else ""
+    # Segments after the subresource are its own (``services/name/proxy/any/path``), as kube reads them.
     subresource = rest[2] if len(rest) >= 3 else ""
-    if len(rest) > 3:
-        raise InvalidPath("too many path segments")
     if resource == "namespaces" and namespace and name == namespace and len(rest) >= 2:
         # /api/v1/namespaces/{name}[/status]: the namespace object itself.
         namespace = ""

@@ -67,6 +67,9 @@ class UpstreamClient:
         self.tokens = TokenSource(config)
         self.session: aiohttp.ClientSession | None = None
         self.passthrough: dict[Route, aiohttp.ClientSession] = {}
+        # The TLS context of each pass-through route (None: plain http), for the tunnels'
+        # connections, which are not aiohttp's.
+        self.passthrough_ssl: dict[Route, ssl.SSLContext | None] = {}
         # The front-proxy client certificate, reloaded by ``reload_certificates`` when it rotates.
         self.front_proxy_cert: ClientCertificate | None = None
 
@@ -89,6 +92,7 @@ class UpstreamClient:
             contexts[Route.FRONT_PROXY] = ctx
         if options.mode == "impersonate":
             contexts[Route.PROXY] = self.config.ssl_context()
+        self.passthrough_ssl = contexts
         for route, ctx in contexts.items():
             connector = aiohttp.TCPConnector(ssl=ctx or False, limit=0)
             self.passthrough[route] = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
@@ -97,7 +101,11 @@ class UpstreamClient:
         """The session for ``route`` and the headers it adds (the proxy's token on ``PROXY``)."""
         session = self.passthrough.get(route)
         assert session is not None, f"no pass-through session for {route.value} (start() not called?)"
-        return session, self.tokens.headers() if route is Route.PROXY else {}
+        return session, self.route_headers(route)
+
+    def route_headers(self, route: Route) -> dict[str, str]:
+        """The headers a pass-through route adds: the proxy's token on ``PROXY``, else none."""
+        return self.tokens.headers() if route is Route.PROXY else {}
 
     def reload_certificates(self) -> None:
         """Housekeeping: pick up a rotated front-proxy client certificate for new connections."""

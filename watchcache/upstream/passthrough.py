@@ -7,18 +7,25 @@ connection that carries no identity of the proxy's; a certificate user through t
 front-proxy certificate (or impersonation), or refused — so the upstream authorises the
 client, not the proxy. Response bodies are streamed chunk by chunk with flow control
 (``kubectl logs -f``, large lists).
+
+``prepare`` is the one place that decides how a request goes upstream on its client's
+behalf (route, header lines, TLS identity of the connection): the streamed pass-through
+here and the connection-upgrade tunnels (``server/tunnel.py``) both use it.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import aiohttp
 
 from watchcache import apierrors
 from watchcache.server.http import ConnectionClosed, Request, Response
 from watchcache.upstream.client import UpstreamClient
-from watchcache.upstream.identity import PassthroughIdentity
+from watchcache.upstream.identity import PassthroughIdentity, Route
 
 log = logging.getLogger("watchcache.upstream.passthrough")
 
@@ -41,23 +48,47 @@ _HOP_BY_HOP = frozenset(
 _RESPONSE_DROP = _HOP_BY_HOP | {"date", "server", "content-type", "cache-control"}
 
 
-async def forward(
-    client: UpstreamClient, request: Request, response: Response, identity: PassthroughIdentity | None = None
-) -> None:
-    identity = identity or PassthroughIdentity()
+@dataclass(frozen=True, slots=True)
+class Forwarding:
+    """How one request goes to the upstream on its client's behalf."""
+
+    route: Route
+    # The client's header lines minus this hop's own, the identity's, and X-Forwarded-For.
+    headers: list[tuple[str, str]]
+    # The TLS context of the route's connections (None: plain http): no certificate of the
+    # proxy's on ``CLIENT``, the front-proxy certificate on ``FRONT_PROXY``.
+    ssl: ssl.SSLContext | None
+
+
+def prepare(client: UpstreamClient, request: Request, identity: PassthroughIdentity) -> Forwarding:
+    """Who ``request`` goes out as: the same for pass-through and tunnels. Raises the 403 of a
+    client that cannot be presented as itself."""
     route, lines = identity.outgoing(request, ((k, v) for k, v in request.headers.items() if k not in _HOP_BY_HOP))
-    session, own = client.passthrough_session(route)
-    headers = [*lines, *own.items()]
+    headers = [*lines, *client.route_headers(route).items()]
     forwarded = request.remote.rsplit(":", 1)[0].strip("[]")
     if forwarded:
         prior = request.headers.get("x-forwarded-for")
         headers = [(k, v) for k, v in headers if k != "x-forwarded-for"]
         headers.append(("x-forwarded-for", f"{prior}, {forwarded}" if prior else forwarded))
+    return Forwarding(route, headers, client.passthrough_ssl.get(route))
+
+
+def response_headers(lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The upstream's header lines to pass back: hop-by-hop ones and those this server writes dropped."""
+    return [(k, v) for k, v in lines if k.lower() not in _RESPONSE_DROP]
+
+
+async def forward(
+    client: UpstreamClient, request: Request, response: Response, identity: PassthroughIdentity | None = None
+) -> None:
+    identity = identity or PassthroughIdentity()
+    forwarding = prepare(client, request, identity)
+    session, _ = client.passthrough_session(forwarding.route)
     try:
         upstream = await session.request(
             request.method,
             client.url(request.raw_path.decode("latin-1")),
-            headers=headers,
+            headers=forwarding.headers,
             data=request.body or None,
             allow_redirects=False,
             server_hostname=client.config.tls_server_name,
@@ -72,7 +103,7 @@ async def forward(
         explained = identity.explain(request, upstream.status)
         if explained is not None:
             raise explained
-        extra = [(k, v) for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP]
+        extra = response_headers(upstream.headers.items())
         content_type = upstream.headers.get("Content-Type", "application/json")
         if upstream.status in (204, 304) or request.method == "HEAD":
             response.send(upstream.status, b"", content_type=content_type, headers=extra)

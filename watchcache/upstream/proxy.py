@@ -1,10 +1,11 @@
-"""The upstream as the proxy sees it: consistent-read proofs and pass-through."""
+"""The upstream as the proxy sees it: consistent-read proofs, pass-through and upgrade tunnels."""
 
 from __future__ import annotations
 
 from watchcache.dispatch.cacher import Cacher
 from watchcache.server.http import Request, Response
 from watchcache.server.routing import RequestInfo
+from watchcache.server.tunnel import Tunnels
 from watchcache.upstream import passthrough
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.consistency import ConsistentReads
@@ -13,14 +14,22 @@ from watchcache.upstream.identity import PassthroughIdentity
 
 class ProxyUpstream:
     def __init__(
-        self, client: UpstreamClient, consistent: ConsistentReads, identity: PassthroughIdentity | None = None
+        self,
+        client: UpstreamClient,
+        consistent: ConsistentReads,
+        identity: PassthroughIdentity | None = None,
+        tunnels: Tunnels | None = None,
     ) -> None:
         self.client = client
         self.consistent = consistent
         self.identity = identity or PassthroughIdentity()
+        self.tunnels = tunnels if tunnels is not None else Tunnels(client, identity=self.identity)
 
     async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
         return await self.consistent.ensure_fresh(cacher, target)
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
-        await passthrough.forward(self.client, request, response, self.identity)
+        if request.upgrade is not None:
+            await self.tunnels.forward(request, response)
+        else:
+            await passthrough.forward(self.client, request, response, self.identity)
