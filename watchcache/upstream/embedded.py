@@ -20,8 +20,10 @@ from watchcache.resources import ResourceType
 from watchcache.server.discovery import Discovery
 from watchcache.server.http import Request, Response
 from watchcache.server.routing import RequestInfo
+from watchcache.sim import streams
 from watchcache.sim.auth import REVIEW_PATHS, SELF_SUBJECT_REVIEW_PATH, handle_review, self_subject_review
 from watchcache.sim.cluster import SimCluster
+from watchcache.sim.commands import PodFiles
 from watchcache.sim.faults import FaultInjector
 from watchcache.sim.policy import Policy
 from watchcache.sim.writes import handle_write
@@ -40,6 +42,8 @@ class SimUpstream:
         # and the policy enforced on writes too (the read path has its own gate).
         self.policy: Policy | None = None
         self.gate: Gate | None = None
+        # What ``kubectl cp`` wrote into the pods (exec sessions run tar on it).
+        self.files = PodFiles()
 
     async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
         # Writes apply to the caches synchronously: the cache is always the newest state, and
@@ -81,6 +85,9 @@ class SimUpstream:
         resource = self.cluster.registry.get(info.group, info.version, info.resource)
         if resource is None or (info.namespace and not resource.namespaced):
             raise apierrors.path_not_found()
+        if resource.group == "" and resource.resource == "pods" and info.subresource in streams.SUBRESOURCES:
+            await self._stream(request, response, info, resource)
+            return
         if info.verb not in _WRITES or info.subresource:
             raise apierrors.method_not_supported(resource.group, resource.resource, info.verb)
         if self.gate is not None:
@@ -90,6 +97,17 @@ class SimUpstream:
             self.cluster, request.method, resource, info.namespace, info.name, content_type, request.body
         )
         response.send(status, body)
+
+    async def _stream(self, request: Request, response: Response, info: RequestInfo, pods: ResourceType) -> None:
+        """exec, attach, port-forward: what the pod's kubelet would serve behind kube-apiserver."""
+        if request.method not in ("GET", "POST"):
+            raise apierrors.method_not_supported(pods.group, f"pods/{info.subresource}", info.verb)
+        if self.gate is not None:
+            await self.gate.check(request, info, peercert=request.peercert)
+        obj = self.cluster.get(pods, info.namespace, info.name)
+        if obj is None:
+            raise apierrors.not_found(pods.group, pods.resource, info.name)
+        await streams.serve(self.files, request, response, info, orjson.loads(b"{" + obj.body))
 
     def compact(self) -> int:
         """Compact every resource's history to now and end every watch, as an etcd compaction
