@@ -42,6 +42,8 @@ SEGMENTS = [
     "x" * 300,
     "",
     "deployments",
+    "exec",
+    "portforward",
 ]
 BASES = [
     "/api/v1/pods",
@@ -158,14 +160,18 @@ def test_generated_requests_get_status_errors_never_5xx_and_the_server_survives(
                 ["application/json", "application/merge-patch+json", "application/json-patch+json", "text/plain", ""]
             ),
             body=st.one_of(st.binary(max_size=200), st.just(b'{"metadata":{"name":"fz"}}'), st.just(b"[]")),
+            # Connection upgrades (no Sec-WebSocket-Key: never switched, so http.client can read the answer).
+            upgrade=st.sampled_from(["", "", "", "websocket", "SPDY/3.1", "h2c"]),
         )
-        def one(method, base, segments, raw_segment, params, accept, content_type, body):
+        def one(method, base, segments, raw_segment, params, accept, content_type, body, upgrade):
             attempts.append(1)
             path = base or "/" + "/".join([*segments, quote(raw_segment, safe="")])
             query = "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
             if params.get("watch") not in (None, "0", "false", ""):
                 query += "&timeoutSeconds=1"
             headers = {k: v for k, v in (("Accept", accept), ("Content-Type", content_type)) if v}
+            if upgrade:
+                headers.update({"Connection": "Upgrade", "Upgrade": upgrade})
             status, data = client.send(method, path + ("?" + query if query else ""), headers, body)
             assert_no_server_error(status, data, f"{method} {path}?{query}")
 
@@ -180,6 +186,7 @@ def test_generated_requests_get_status_errors_never_5xx_and_the_server_survives(
             b"X: " + b"a" * 70_000 + b"\r\n",
             b"Transfer-Encoding: gzip\r\n",
             b"\x00\xff\r\n",
+            b"Connection: Upgrade\r\nUpgrade: websocket\r\n",
         ]
         host, port = proc.host_port.split(":")
         for i in range(RAW):
