@@ -62,6 +62,8 @@ class FakeUpstream:
     flood_written: int = 0
     sink_connections: int = 0
     echoed: int = 0
+    # Where to listen: loopback, or an address kube-apiserver may proxy to (not loopback).
+    host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -69,10 +71,10 @@ class FakeUpstream:
         self.thread.start()
         self.server = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(5)
         self.port = self.server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{self.host}:{self.port}"
 
     async def _start(self) -> asyncio.Server:
-        return await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return await asyncio.start_server(self._serve, self.host, 0)
 
     def stop(self) -> None:
         if not self.thread.is_alive():

@@ -276,7 +276,7 @@ class CacheCollector(Collector):
         rejected = CounterMetricFamily(
             "watchcache_rejected_requests", "Requests refused with 429 by a limit", labels=["limit"]
         )
-        for limit in ("inflight", "watchers"):
+        for limit in ("inflight", "watchers", "tunnels"):
             rejected.add_metric([limit], self.rejected.get(limit, 0))
         yield rejected
         if self.auth is not None:

@@ -284,6 +284,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True, forward_upgrades=True), [], [client.close], consistent)
     wiring.housekeeping.append(client.reload_certificates)
     wiring.collectors.append(TunnelCollector(tunnels))
+    tunnels.rejected = wiring.handler.rejected
 
     async def close_tunnels() -> None:
         tunnels.close_all()

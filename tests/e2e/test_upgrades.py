@@ -230,6 +230,7 @@ def test_the_tunnel_cap_answers_429_and_tunnels_hold_no_inflight_slot(fake) -> N
         second.close()
         _, samples = scrape(proc.url)
         assert total(samples, "watchcache_tunnels_total", protocol="spdy", outcome="rejected") == 1
+        assert total(samples, "watchcache_rejected_requests_total", limit="tunnels") == 1
         assert total(samples, "watchcache_tunnels_total", protocol="spdy", outcome="switched") == 2
         assert total(samples, "watchcache_tunnels_total", protocol="websocket", outcome="switched") == 1
     finally:

@@ -171,7 +171,8 @@ class WebSocket:
         )
         self.subprotocol: str | None = None
         self.accepted = False
-        while not self.accepted and self.rejected is None:
+        self._refused = False  # a refusal's whole body has arrived
+        while not self.accepted and not self._refused:
             self._pump(timeout)
 
     def _pump(self, timeout: float) -> None:
@@ -186,13 +187,11 @@ class WebSocket:
             elif isinstance(event, RejectConnection):
                 headers = {k.decode().lower(): v.decode() for k, v in event.headers}
                 self.rejected = (event.status_code, headers, b"")
-                if not event.has_body:
-                    return
+                self._refused = not event.has_body
             elif isinstance(event, RejectData):
                 assert self.rejected is not None
                 self.rejected = (self.rejected[0], self.rejected[1], self.rejected[2] + event.data)
-                if not event.body_finished:
-                    self._pump(timeout)
+                self._refused = event.body_finished
             elif isinstance(event, Message):
                 key = "b" if isinstance(event, BytesMessage) else "t"
                 partial[key] = partial.get(key, b"" if key == "b" else "") + event.data

@@ -92,6 +92,8 @@ class Tunnels:
         self.ends: dict[str, int] = {}
         self.bytes_to_upstream = 0
         self.bytes_to_client = 0
+        # The handler's rejections by limit (watchcache_rejected_requests_total{limit="tunnels"}).
+        self.rejected: dict[str, int] = {}
 
     def _count(self, protocol: str, outcome: str) -> None:
         key = (protocol, outcome)
@@ -103,6 +105,7 @@ class Tunnels:
         protocol = protocol_label(request.upgrade)
         if sum(self.open.values()) >= self.limits.max_tunnels:
             self._count(protocol, REJECTED)
+            self.rejected["tunnels"] = self.rejected.get("tunnels", 0) + 1
             raise apierrors.too_many_requests("too many connection upgrades open on this server, try again later", 1)
         if not request.raw_path.startswith(b"/"):
             raise apierrors.bad_request("an upgrade request needs an origin-form target (a path)")
