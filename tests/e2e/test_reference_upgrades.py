@@ -17,6 +17,7 @@ import ssl
 import subprocess
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,9 @@ pytestmark = pytest.mark.skipif(
     reason="no reference kube-apiserver (KUBE_REFERENCE_KUBECONFIG unset): see shared/tools/kube-reference/README.md",
 )
 
-NAMESPACE = "upgrades"  # this branch's namespace in the shared reference cluster
+# This branch's namespace in the shared reference cluster; one per test process (xdist workers
+# each run the module's fixture, and one's teardown must not delete another's pod).
+NAMESPACE = f"upgrades-{uuid.uuid4().hex[:6]}"
 POD = "exec-target"
 WS_KEY = {"Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
 
