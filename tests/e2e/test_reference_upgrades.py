@@ -106,8 +106,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     ref.call("PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{POD}/status", {"status": status},
              "application/merge-patch+json")  # fmt: skip
     pki = make_pki(tmp_path_factory.mktemp("pki"))
+    # Certificate users (signed by the reference's CA) are presented upstream with the front-proxy certificate.
     proxy = start("serve", "--kubeconfig", env["KUBE_REFERENCE_KUBECONFIG"], "--workers", "1",
-                  "--tls-cert-file", str(pki["srv.crt"]), "--tls-private-key-file", str(pki["srv.key"]))  # fmt: skip
+                  "--tls-cert-file", str(pki["srv.crt"]), "--tls-private-key-file", str(pki["srv.key"]),
+                  "--client-ca-file", env["KUBE_REFERENCE_CA"], "--client-cert-passthrough", "front-proxy",
+                  "--proxy-client-cert-file", env["KUBE_REFERENCE_FRONT_PROXY_CERT"],
+                  "--proxy-client-key-file", env["KUBE_REFERENCE_FRONT_PROXY_KEY"])  # fmt: skip
     try:
         yield Setup(ref, proxy, ssl.create_default_context(cafile=str(pki["ca.crt"])), str(pki["ca.crt"]), ip)
     finally:
@@ -163,6 +167,24 @@ def test_kubes_refusals_of_exec_attach_and_portforward_come_back_unchanged(setup
         direct, through = both(setup, path, protocol, token, method=method)
         assert direct == through, path
         assert direct[0] == code and message in direct[2]["message"], (path, direct)
+
+
+@pytest.mark.parametrize("protocol,method", [("websocket", "GET"), ("SPDY/3.1", "POST")])
+def test_a_certificate_users_upgrade_goes_out_as_that_user(setup: Setup, protocol, method) -> None:
+    """Tunnels share pass-through's identity: a client-certificate user reaches kube as itself
+    (here through the front-proxy certificate), so kube's 403 names that user, direct or not."""
+    env = os.environ
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{POD}/exec?command=true&stdout=true"
+    headers = dict(WS_KEY) if protocol == "websocket" else {}
+    answers = []
+    for url, ca in ((setup.ref.url, setup.ref.ca), (setup.proxy.url, setup.proxy_ca)):
+        ctx = ssl.create_default_context(cafile=ca)
+        ctx.load_cert_chain(env["KUBE_REFERENCE_CLIENT_CERT"], env["KUBE_REFERENCE_CLIENT_KEY"])
+        up = raw_upgrade(url, path, protocol, method=method, headers=headers, context=ctx)
+        answers.append((up.head.status, json.loads(up.body())))
+        up.close()
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 403 and 'User "cert-user" cannot' in answers[0][1]["message"], answers[0]
 
 
 def test_an_upgrade_on_a_plain_get_is_answered_as_kube_answers_it(setup: Setup) -> None:
