@@ -235,3 +235,17 @@ def test_the_tunnel_cap_answers_429_and_tunnels_hold_no_inflight_slot(fake) -> N
         assert total(samples, "watchcache_tunnels_total", protocol="websocket", outcome="switched") == 1
     finally:
         proc.stop()
+
+
+def test_sigterm_cuts_open_tunnels_and_the_proxy_exits_promptly(fake) -> None:
+    proc = proxy(fake)
+    up = raw_upgrade(proc.url, "/spdy/echo")
+    assert up.head.status == 101
+    up.sock.sendall(b"x")
+    assert up.recv_exactly(1) == b"x"
+    started = time.monotonic()
+    assert proc.stop(timeout=15) == 0
+    assert time.monotonic() - started < 10
+    assert up.recv_until_closed(timeout=5) == b""  # the client sees its tunnel end
+    up.close()
+    assert "Traceback" not in "".join(proc.log)

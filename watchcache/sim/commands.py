@@ -220,7 +220,7 @@ async def _sh(args: list[str], proc: Process) -> int:
     if len(args) < 2 or args[0] != "-c":
         await proc.write_stderr(b"sh: the simulated cluster runs only 'sh -c SCRIPT'\n")
         return 2
-    lexer = shlex.shlex(args[1], posix=True, punctuation_chars=";&|>")
+    lexer = shlex.shlex(args[1], posix=True, punctuation_chars=";&|<>")
     lexer.whitespace_split = True
     try:
         tokens = list(lexer)
@@ -248,12 +248,12 @@ async def _sh(args: list[str], proc: Process) -> int:
 
 async def _sh_one(command: list[str], proc: Process) -> int:
     """One simple command of a script, optionally with ``>&2``."""
-    if any(t in ("|", "||", "&", ">", ">>", ">&") for t in command[:-2]) or command[-1] in ("|", "&", ">"):
-        await proc.write_stderr(b"sh: pipes and redirections other than >&2 are not supported here\n")
-        return 2
     to_stderr = command[-2:] == [">&", "2"]
     if to_stderr:
         command = command[:-2]
+    if not command or any(t and t[0] in "|&<>" for t in command):
+        await proc.write_stderr(b"sh: pipes and redirections other than >&2 are not supported here\n")
+        return 2
     sub = Process(
         proc.namespace,
         proc.pod,
