@@ -71,6 +71,9 @@ def test_spdy_tunnel_relays_both_ways_with_early_bytes_and_the_clients_identity(
     assert head.get("x-forwarded-for") == "127.0.0.1"
     assert head.get("connection") == "Upgrade" and head.get("upgrade") == "SPDY/3.1"
     assert head.get("host") == f"127.0.0.1:{fake.port}"
+    # Counted as a request with code 101, but as long-running: no latency observation.
+    wait_for(lambda: metric(front, "apiserver_request_total", verb="POST", code="101") == 1)
+    assert metric(front, "apiserver_request_duration_seconds_count", verb="POST") == 0
 
 
 def test_half_close_is_passed_on_and_the_answer_still_arrives(fake, front) -> None:

@@ -123,7 +123,8 @@ class ApiHandler:
             metrics.request(verb, resource, e.code, None)
             raise
         else:
-            long_running = verb == "WATCH" or response.status == 0
+            # Watches and tunnels (101) last as long as their clients: no latency to observe.
+            long_running = verb == "WATCH" or response.status in (0, 101)
             metrics.request(verb, resource, response.status, None if long_running else time.monotonic() - started)
 
     async def _handle(self, request: Request, response: Response) -> tuple[str, ResourceType | None]:
