@@ -10,9 +10,9 @@ from pathlib import Path
 
 from watchcache.auth.options import add_auth_flags, add_identity_flags, auth_options, identity_options
 from watchcache.cache.store import CacheConfig
+from watchcache.http.protocol import HttpLimits
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
-from watchcache.server.http import HttpLimits
 from watchcache.server.tunnel import TunnelLimits
 from watchcache.service import RunOptions, ShardOptions, SimOptions, parse_listen, run
 from watchcache.shard.supervisor import Supervisor

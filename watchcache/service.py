@@ -29,12 +29,12 @@ from watchcache.auth.requestheader import RequestHeaderAuthenticator, RequestHea
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
+from watchcache.http.protocol import HttpLimits, Request, start_server
+from watchcache.http.tls import ServingCert
 from watchcache.metrics import CacheCollector, Metrics, merge_workers, render
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig, Upstream
-from watchcache.server.http import HttpLimits, Request, start_server
-from watchcache.server.tls import ServingCert
 from watchcache.server.tunnel import TunnelCollector, TunnelLimits, Tunnels
 from watchcache.shard.follow_pb2 import MetricsRequest
 from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_server

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from watchcache.server.http import Request
-from watchcache.server.routing import RequestInfo, parse_request_info
+from watchcache.http.protocol import Request
+from watchcache.http.routing import RequestInfo, parse_request_info
 
 
 class Clock:

@@ -21,7 +21,7 @@ from watchcache.auth import (
 )
 from watchcache.auth.authz import go_quote
 from watchcache.auth.review import ACCESS_REVIEW_PATH, ReviewError
-from watchcache.server.routing import parse_request_info
+from watchcache.http.routing import parse_request_info
 
 ALICE = UserInfo("alice", "u-1", ("devs", "system:authenticated"), {"scopes": ("a",)})
 

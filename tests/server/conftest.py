@@ -11,7 +11,7 @@ from typing import Any, TypeVar, cast
 import pytest
 import uvloop
 
-from watchcache.server.http import Handler, HttpLimits, start_server
+from watchcache.http.protocol import Handler, HttpLimits, start_server
 
 T = TypeVar("T")
 

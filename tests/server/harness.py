@@ -13,11 +13,11 @@ from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
+from watchcache.http.protocol import Request
+from watchcache.http.routing import RequestInfo
 from watchcache.resources import PODS, ResourceRegistry
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig
-from watchcache.server.http import Request
-from watchcache.server.routing import RequestInfo
 from watchcache.watchers.flush import FlushScheduler
 
 __all__ = ["ADDED", "DELETED", "MODIFIED", "Harness"]

@@ -15,10 +15,10 @@ from watchcache.auth import Gate
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
+from watchcache.http.protocol import Request
 from watchcache.resources import CONFIGMAPS, PODS, ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext
-from watchcache.server.http import Request
 from watchcache.sim.auth import LocalReviewClient
 from watchcache.sim.policy import load_policy
 from watchcache.watchers.flush import FlushScheduler

@@ -16,7 +16,7 @@ import pytest
 
 from tests.server.conftest import ServerThread
 from watchcache import apierrors
-from watchcache.server.http import ConnectionClosed, HttpLimits, Request, Response
+from watchcache.http.protocol import ConnectionClosed, HttpLimits, Request, Response
 
 Serve = Callable[..., ServerThread]
 GET = b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n"

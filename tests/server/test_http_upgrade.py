@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 from tests.server.conftest import ServerThread
 from tests.server.test_http import GET, Reply, Serve, at_eof, exchange, read_reply
-from watchcache.server.http import ConnectionClosed, Request, Response
+from watchcache.http.protocol import ConnectionClosed, Request, Response
 
 UPGRADE = b"GET /echo HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n"
 SWITCHED = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"

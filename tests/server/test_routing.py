@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from watchcache.server.routing import parse_request_info
+from watchcache.http.routing import parse_request_info
 
 
 def test_segments_after_a_subresource_belong_to_it() -> None:

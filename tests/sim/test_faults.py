@@ -3,7 +3,7 @@ import asyncio
 import pytest
 
 from watchcache import apierrors
-from watchcache.server.http import Request
+from watchcache.http.protocol import Request
 from watchcache.sim.faults import FaultInjector
 from watchcache.watchers.flush import FlushScheduler
 

@@ -54,8 +54,8 @@ from watchcache.auth.review import (
 )
 
 if TYPE_CHECKING:
-    from watchcache.server.http import Request
-    from watchcache.server.routing import RequestInfo
+    from watchcache.http.protocol import Request
+    from watchcache.http.routing import RequestInfo
     from watchcache.upstream.client import UpstreamClient
 
 __all__ = [

@@ -33,7 +33,7 @@ from watchcache.selectors.errors import SelectorError
 from watchcache.selectors.fields import parse_field_selector
 
 if TYPE_CHECKING:
-    from watchcache.server.routing import RequestInfo
+    from watchcache.http.routing import RequestInfo
 
 log = logging.getLogger("watchcache.auth")
 

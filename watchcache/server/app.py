@@ -20,13 +20,13 @@ import orjson
 
 from watchcache import apierrors
 from watchcache.cache.encoding import Encoding
+from watchcache.http.protocol import Request, Response
+from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext, PassThrough
-from watchcache.server.http import Request, Response
 from watchcache.server.negotiation import JSON, KUBE, SIM, NotAcceptable, PassReason, choose, render_error
 from watchcache.server.options import parse_bool, parse_list_options
 from watchcache.server.reads import serve_get, serve_list
-from watchcache.server.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.server.watch import serve_watch
 
 log = logging.getLogger("watchcache.server")

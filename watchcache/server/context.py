@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.dispatch.cacher import Cacher
+from watchcache.http.protocol import Request, Response
+from watchcache.http.routing import RequestInfo
 from watchcache.resources import ResourceRegistry, ResourceType
-from watchcache.server.http import Request, Response
-from watchcache.server.routing import RequestInfo
 from watchcache.watchers.flush import FlushScheduler
 
 if TYPE_CHECKING:

@@ -16,11 +16,11 @@ from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import ListOptions, Mode, ReadPlan, plan_get, plan_list
 from watchcache.cache.store import ResourceVersionTooNew, ResourceVersionTooOld, Snapshot
 from watchcache.dispatch.cacher import Cacher
+from watchcache.http.protocol import Response
+from watchcache.http.routing import RequestInfo
 from watchcache.selectors import SelectorError
 from watchcache.server.context import ApiContext, PassThrough
-from watchcache.server.http import Response
 from watchcache.server.negotiation import PassReason
-from watchcache.server.routing import RequestInfo
 
 CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new list "

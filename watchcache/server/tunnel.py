@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from watchcache import apierrors
-from watchcache.server.http import ConnectionClosed, Request, Response
+from watchcache.http.protocol import ConnectionClosed, Request, Response
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.identity import PassthroughIdentity
 from watchcache.upstream.passthrough import prepare, response_headers

@@ -19,11 +19,11 @@ from watchcache.cache.events import ADDED, frame_head, frame_tail
 from watchcache.cache.semantics import ListOptions, Mode, plan_watch
 from watchcache.cache.store import ResourceVersionTooOld
 from watchcache.dispatch.cacher import Cacher
+from watchcache.http.protocol import ConnectionClosed, Response
+from watchcache.http.routing import RequestInfo
 from watchcache.server.context import ApiContext, PassThrough
-from watchcache.server.http import ConnectionClosed, Response
 from watchcache.server.negotiation import PassReason
 from watchcache.server.reads import ensure_ready, parse_predicate, reach_rv
-from watchcache.server.routing import RequestInfo
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason, Watcher
 

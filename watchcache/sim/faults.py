@@ -20,7 +20,7 @@ from collections.abc import Callable
 import orjson
 
 from watchcache import apierrors
-from watchcache.server.http import Request, Response
+from watchcache.http.protocol import Request, Response
 from watchcache.watchers.flush import FlushScheduler
 
 Handler = Callable[[Request, Response], object]

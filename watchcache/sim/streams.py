@@ -26,10 +26,10 @@ from typing import Any
 import orjson
 
 from watchcache import apierrors
-from watchcache.server.flowcontrol import ConnectionClosed
-from watchcache.server.http import Request, Response
+from watchcache.http.flowcontrol import ConnectionClosed
+from watchcache.http.protocol import Request, Response
+from watchcache.http.routing import RequestInfo
 from watchcache.server.options import parse_bool
-from watchcache.server.routing import RequestInfo
 from watchcache.sim.commands import NotFound, PodFiles, Process, run
 from watchcache.sim.websocket import WebSocket, choose_subprotocol
 

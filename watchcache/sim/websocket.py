@@ -17,8 +17,8 @@ from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMes
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
 
 from watchcache import apierrors
-from watchcache.server.flowcontrol import ConnectionClosed, FlowControl
-from watchcache.server.http import Request, Response
+from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
+from watchcache.http.protocol import Request, Response
 
 _MAX_QUEUED = 1 << 20
 

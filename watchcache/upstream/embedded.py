@@ -16,10 +16,10 @@ from watchcache import apierrors
 from watchcache.auth import ANONYMOUS, Gate
 from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
+from watchcache.http.protocol import Request, Response
+from watchcache.http.routing import RequestInfo
 from watchcache.resources import ResourceType
 from watchcache.server.discovery import Discovery
-from watchcache.server.http import Request, Response
-from watchcache.server.routing import RequestInfo
 from watchcache.sim import streams
 from watchcache.sim.auth import REVIEW_PATHS, SELF_SUBJECT_REVIEW_PATH, handle_review, self_subject_review
 from watchcache.sim.cluster import SimCluster

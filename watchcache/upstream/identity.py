@@ -41,7 +41,7 @@ from watchcache.auth.authz import go_quote
 from watchcache.auth.requestheader import RequestHeaderNames
 
 if TYPE_CHECKING:
-    from watchcache.server.http import Request
+    from watchcache.http.protocol import Request
     from watchcache.upstream.client import UpstreamClient
 
 log = logging.getLogger("watchcache.upstream.identity")

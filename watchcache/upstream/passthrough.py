@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from watchcache import apierrors
-from watchcache.server.http import ConnectionClosed, Request, Response
+from watchcache.http.protocol import ConnectionClosed, Request, Response
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.identity import PassthroughIdentity, Route
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from watchcache.dispatch.cacher import Cacher
-from watchcache.server.http import Request, Response
-from watchcache.server.routing import RequestInfo
+from watchcache.http.protocol import Request, Response
+from watchcache.http.routing import RequestInfo
 from watchcache.server.tunnel import Tunnels
 from watchcache.upstream import passthrough
 from watchcache.upstream.client import UpstreamClient

@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, unquote
 import httptools
 
 from watchcache import apierrors
-from watchcache.server.flowcontrol import ConnectionClosed, FlowControl
+from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
 
 __all__ = [
     "ConnectionClosed",
