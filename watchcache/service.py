@@ -35,6 +35,7 @@ from watchcache.metrics import CacheCollector, Metrics, merge_workers, render
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig, Upstream
+from watchcache.server.proxy import ProxyUpstream
 from watchcache.server.tunnel import TunnelCollector, TunnelLimits, Tunnels
 from watchcache.shard.follow_pb2 import MetricsRequest
 from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_server
@@ -53,7 +54,6 @@ from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
 from watchcache.upstream.embedded import EmbeddedUpstream, SimUpstream
 from watchcache.upstream.identity import IdentityOptions, PassthroughIdentity
-from watchcache.upstream.proxy import ProxyUpstream
 from watchcache.upstream.reflector import Reflector, ReflectorConfig
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason

@@ -31,9 +31,9 @@ from prometheus_client.registry import Collector
 
 from watchcache import apierrors
 from watchcache.http.protocol import ConnectionClosed, Request, Response
+from watchcache.server.passthrough import prepare, response_headers
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.identity import PassthroughIdentity
-from watchcache.upstream.passthrough import prepare, response_headers
 
 log = logging.getLogger("watchcache.server.tunnel")
 

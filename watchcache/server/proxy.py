@@ -5,8 +5,8 @@ from __future__ import annotations
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.protocol import Request, Response
 from watchcache.http.routing import RequestInfo
+from watchcache.server import passthrough
 from watchcache.server.tunnel import Tunnels
-from watchcache.upstream import passthrough
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.identity import PassthroughIdentity
