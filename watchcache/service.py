@@ -45,6 +45,7 @@ from watchcache.shard.ownership import owner_of
 from watchcache.sim.auth import LocalReviewClient
 from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import SimCluster
+from watchcache.sim.embedded import EmbeddedUpstream, SimUpstream
 from watchcache.sim.faults import FaultInjector
 from watchcache.sim.impersonation import impersonate
 from watchcache.sim.policy import load_policy
@@ -52,7 +53,6 @@ from watchcache.upstream.client import UpstreamClient, UpstreamError
 from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
-from watchcache.upstream.embedded import EmbeddedUpstream, SimUpstream
 from watchcache.upstream.identity import IdentityOptions, PassthroughIdentity
 from watchcache.upstream.reflector import Reflector, ReflectorConfig
 from watchcache.watchers.flush import FlushScheduler

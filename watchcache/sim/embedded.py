@@ -19,11 +19,11 @@ from watchcache.dispatch.cacher import Cacher
 from watchcache.http.protocol import Request, Response
 from watchcache.http.routing import RequestInfo
 from watchcache.resources import ResourceType
-from watchcache.server.discovery import Discovery
 from watchcache.sim import streams
 from watchcache.sim.auth import REVIEW_PATHS, SELF_SUBJECT_REVIEW_PATH, handle_review, self_subject_review
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.commands import PodFiles
+from watchcache.sim.discovery import Discovery
 from watchcache.sim.faults import FaultInjector
 from watchcache.sim.policy import Policy
 from watchcache.sim.writes import handle_write
