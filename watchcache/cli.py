@@ -14,7 +14,7 @@ from watchcache.http.protocol import HttpLimits
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
-from watchcache.service import RunOptions, ShardOptions, SimOptions, parse_listen, run
+from watchcache.service.lifecycle import RunOptions, ShardOptions, SimOptions, parse_listen, run
 from watchcache.shard.supervisor import Supervisor
 from watchcache.upstream.config import UpstreamConfigError, from_flags, from_kubeconfig, in_cluster
 from watchcache.upstream.reflector import ReflectorConfig
