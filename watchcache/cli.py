@@ -3,249 +3,128 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
 import sys
 from pathlib import Path
 
-from watchcache.auth.options import add_auth_flags, add_identity_flags, auth_options, identity_options
+from watchcache.auth.options import add_auth_flags, add_identity_flags
 from watchcache.cache.store import CacheConfig
 from watchcache.http.protocol import HttpLimits
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
-from watchcache.service.lifecycle import RunOptions, ShardOptions, SimOptions, parse_listen, run
+from watchcache.service.options import RunOptions, parse_listen, worker_count
+from watchcache.service.proxy import run_proxy
 from watchcache.shard.supervisor import Supervisor
-from watchcache.upstream.config import UpstreamConfigError, from_flags, from_kubeconfig, in_cluster
+from watchcache.sim.options import SimOptions
+from watchcache.upstream.config import UpstreamConfig, UpstreamConfigError, from_flags, from_kubeconfig, in_cluster
 from watchcache.upstream.reflector import ReflectorConfig
 
 _CACHE = CacheConfig()
 _HTTP = HttpLimits()
 _SERVE = ServeConfig()
 _REFLECTOR = ReflectorConfig()
+_SIM = SimOptions()
 _TUNNELS = TunnelLimits()
 
 
+def _flag(p: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, default: object, text: str) -> None:
+    """A flag whose type and shown default are its option object's default."""
+    p.add_argument(name, type=type(default), default=default, help=f"{text} (default %(default)s)")
+
+
+# One flag per statement, its help wrapped by hand: a table of flags reads better than one argument a line.
+# fmt: off
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--listen",
-        default="127.0.0.1:8080",
-        metavar="HOST:PORT",
-        help="address to serve the Kubernetes API on (default %(default)s; port 0 picks a free one)",
-    )
-    p.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="default %(default)s"
-    )
-    p.add_argument(
-        "--log-format",
-        default="text",
-        choices=["text", "json"],
-        help="text, or JSON lines for log pipelines (default %(default)s)",
-    )
-    p.add_argument(
-        "--history-max-events",
-        type=int,
-        default=_CACHE.history_max_events,
-        help="events kept per resource for watch resumption and exact reads (default %(default)s)",
-    )
-    p.add_argument(
-        "--history-max-age",
-        type=float,
-        default=_CACHE.history_max_age,
-        help="seconds of history kept per resource (default %(default)s, etcd's compaction interval)",
-    )
-    p.add_argument(
-        "--bookmark-interval",
-        type=float,
-        default=_SERVE.bookmark_interval,
-        help="seconds between BOOKMARK events for watchers that allow them (default %(default)s)",
-    )
-    p.add_argument(
-        "--fresh-wait",
-        type=float,
-        default=_SERVE.fresh_wait,
-        help="seconds a read waits for a resourceVersion (or for a consistent-read proof) before 504 or "
-        "pass-through (default %(default)s)",
-    )
-    p.add_argument(
-        "--min-request-timeout",
-        type=float,
-        default=_SERVE.min_request_timeout,
-        help="watches without timeoutSeconds end after [N, 2N) seconds (default %(default)s)",
-    )
-    p.add_argument(
-        "--max-limit", type=int, default=0, help="clamp LIST page sizes to this many items (default: no clamp)"
-    )
-    p.add_argument(
-        "--max-watch-buffer-bytes",
-        type=int,
-        default=_SERVE.watch_max_pending_bytes,
-        help="unsent event bytes per watcher before it is treated as slow: its buffer is dropped and it is "
-        "caught up from history once it reads again, or ended with 410 if history moved on (default %(default)s)",
-    )
-    p.add_argument(
-        "--watch-flush-interval",
-        type=float,
-        default=_SERVE.watch_flush_interval,
-        help="write watch streams at most once per this many seconds: events closer together share one "
-        "write per watcher, at up to this much added latency (0: write on every loop pass; default %(default)s)",
-    )
-    p.add_argument(
-        "--delivery-sample",
-        type=int,
-        default=_SERVE.delivery_sample,
-        help="observe watch delivery latency on one flush in N (0: never; the only per-flush metric cost) "
-        "(default %(default)s)",
-    )
-    p.add_argument(
-        "--max-requests-inflight",
-        type=int,
-        default=_SERVE.max_requests_inflight,
-        help="non-watch requests handled at once per worker; more get 429 with Retry-After (default %(default)s)",
-    )
-    p.add_argument(
-        "--max-watchers",
-        type=int,
-        default=_SERVE.max_watchers,
-        help="watches open at once per worker; more get 429 with Retry-After (default %(default)s)",
-    )
-    p.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=_HTTP.max_header_bytes,
-        help="request line and headers larger than this get 431 (default %(default)s)",
-    )
-    p.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=_HTTP.max_body_bytes,
-        help="request bodies larger than this get 413 (default %(default)s, kube-apiserver's limit)",
-    )
-    p.add_argument(
-        "--header-timeout",
-        type=float,
-        default=_HTTP.header_timeout,
-        help="seconds a client has to send a complete request head (slowloris defence) (default %(default)s)",
-    )
-    p.add_argument(
-        "--keepalive-timeout",
-        type=float,
-        default=_HTTP.keepalive_timeout,
-        help="seconds an idle keep-alive connection is kept (default %(default)s)",
-    )
-    p.add_argument(
-        "--tls-cert-file",
-        help="serve HTTPS with this certificate (PEM; reloaded when it changes). Needed in front of a real cluster: "
-        "kubectl and client-go send no bearer token or client certificate to an http:// server",
-    )
+    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="address to serve the Kubernetes "
+                   "API on (default %(default)s; port 0 picks a free one)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="default %(default)s")
+    p.add_argument("--log-format", default="text", choices=["text", "json"], help="text, or JSON lines for log "
+                   "pipelines (default %(default)s)")
+    c, s, h = _CACHE, _SERVE, _HTTP
+    _flag(p, "--history-max-events", c.history_max_events, "events kept per resource for watch resumption and exact "
+          "reads")
+    p.add_argument("--history-max-age", type=float, default=c.history_max_age, help="seconds of history kept per "
+                   "resource (default %(default)s, etcd's compaction interval)")
+    _flag(p, "--bookmark-interval", s.bookmark_interval, "seconds between BOOKMARK events for watchers that allow them")
+    _flag(p, "--fresh-wait", s.fresh_wait, "seconds a read waits for a resourceVersion (or for a consistent-read "
+          "proof) before 504 or pass-through")
+    _flag(p, "--min-request-timeout", s.min_request_timeout, "watches without timeoutSeconds end after [N, 2N) seconds")
+    p.add_argument("--max-limit", type=int, default=s.max_limit, help="clamp LIST page sizes to this many items "
+                   "(default: no clamp)")
+    _flag(p, "--max-watch-buffer-bytes", s.watch_max_pending_bytes, "unsent event bytes per watcher before it is "
+          "treated as slow: its buffer is dropped and it is caught up from history once it reads again, or ended "
+          "with 410 if history moved on")
+    p.add_argument("--watch-flush-interval", type=float, default=s.watch_flush_interval, help="write watch streams at "
+                   "most once per this many seconds: events closer together share one write per watcher, at up to "
+                   "this much added latency (0: write on every loop pass; default %(default)s)")
+    _flag(p, "--delivery-sample", s.delivery_sample, "observe watch delivery latency on one flush in N (0: never; "
+          "the only per-flush metric cost)")
+    _flag(p, "--max-requests-inflight", s.max_requests_inflight, "non-watch requests handled at once per worker; "
+          "more get 429 with Retry-After")
+    _flag(p, "--max-watchers", s.max_watchers, "watches open at once per worker; more get 429 with Retry-After")
+    _flag(p, "--max-header-bytes", h.max_header_bytes, "request line and headers larger than this get 431")
+    p.add_argument("--max-body-bytes", type=int, default=h.max_body_bytes, help="request bodies larger than this get "
+                   "413 (default %(default)s, kube-apiserver's limit)")
+    _flag(p, "--header-timeout", h.header_timeout, "seconds a client has to send a complete request head (slowloris "
+          "defence)")
+    _flag(p, "--keepalive-timeout", h.keepalive_timeout, "seconds an idle keep-alive connection is kept")
+    p.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM; reloaded when it changes). "
+                   "Needed in front of a real cluster: kubectl and client-go send no bearer token or client "
+                   "certificate to an http:// server")
     p.add_argument("--tls-private-key-file", help="the key of --tls-cert-file")
-    p.add_argument(
-        "--client-ca-file",
-        help="accept client certificates signed by this CA (user = CN, groups = O), as kube-apiserver does; "
-        "their pass-through requests need --client-cert-passthrough (else 403)",
-    )
-    p.add_argument(
-        "--continue-token-key-file",
-        type=Path,
-        help="file with the key that signs continue tokens; share it between replicas (default: random per process)",
-    )
+    p.add_argument("--client-ca-file", help="accept client certificates signed by this CA (user = CN, groups = O), "
+                   "as kube-apiserver does; their pass-through requests need --client-cert-passthrough (else 403)")
+    p.add_argument("--continue-token-key-file", type=Path, help="file with the key that signs continue tokens; share "
+                   "it between replicas (default: random per process)")
 
 
 def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    p.add_argument(f"--{prefix}objects", type=int, default=0, help="pods to create at start (default %(default)s)")
-    p.add_argument(
-        f"--{prefix}namespaces",
-        type=int,
-        default=1,
-        help="namespaces ns-0..ns-N-1 to spread them over (default %(default)s)",
-    )
-    p.add_argument(f"--{prefix}nodes", type=int, default=10, help="nodes to schedule pods on (default %(default)s)")
-    p.add_argument(
-        f"--{prefix}churn",
-        type=float,
-        default=0.0,
-        metavar="EVENTS_PER_S",
-        help="writes per second: pod updates, creates and deletes (default %(default)s)",
-    )
-    p.add_argument(
-        f"--{prefix}seed", type=int, default=0, help="random seed for generated objects (default %(default)s)"
-    )
-    p.add_argument(
-        f"--{prefix}policy-file",
-        default=None,
-        help="users, tokens and RBAC-like rules (YAML; see watchcache/sim/policy-example.yaml): the simulated "
-        "cluster answers TokenReview/SubjectAccessReview and enforces them (default: no authentication)",
-    )
-    p.add_argument(
-        f"--{prefix}state-file",
-        default=None,
-        help="journal every commit to this file and replay it at start, so the cluster survives restarts "
-        "(default: in memory only)",
-    )
+    _flag(p, f"--{prefix}objects", _SIM.objects, "pods to create at start")
+    _flag(p, f"--{prefix}namespaces", _SIM.namespaces, "namespaces ns-0..ns-N-1 to spread them over")
+    _flag(p, f"--{prefix}nodes", _SIM.nodes, "nodes to schedule pods on")
+    p.add_argument(f"--{prefix}churn", type=float, default=_SIM.churn, metavar="EVENTS_PER_S",
+                   help="writes per second: pod updates, creates and deletes (default %(default)s)")
+    _flag(p, f"--{prefix}seed", _SIM.seed, "random seed for generated objects")
+    p.add_argument(f"--{prefix}policy-file", help="users, tokens and RBAC-like rules (YAML; see watchcache/sim/"
+                   "policy-example.yaml): the simulated cluster answers TokenReview/SubjectAccessReview and enforces "
+                   "them (default: no authentication)")
+    p.add_argument(f"--{prefix}state-file", help="journal every commit to this file and replay it at start, so the "
+                   "cluster survives restarts (default: in memory only)")
 
 
 def _upstream_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("upstream (a kube-apiserver; none: an embedded simulated cluster)")
     g.add_argument("--kubeconfig", help="kubeconfig file for the upstream")
     g.add_argument("--context", help="kubeconfig context (default: current-context)")
-    g.add_argument(
-        "--in-cluster", action="store_true", help="use the pod's service account and KUBERNETES_SERVICE_HOST"
-    )
+    g.add_argument("--in-cluster", action="store_true", help="use the pod's service account and "
+                   "KUBERNETES_SERVICE_HOST")
     g.add_argument("--upstream", metavar="URL", help="upstream apiserver URL, e.g. https://10.0.0.1:6443")
     g.add_argument("--token-file", help="bearer token file for --upstream (re-read as it rotates)")
     g.add_argument("--client-certificate", help="client certificate file for --upstream")
     g.add_argument("--client-key", help="client key file for --upstream")
     g.add_argument("--certificate-authority", help="CA bundle to verify the upstream's certificate")
-    g.add_argument(
-        "--insecure-skip-tls-verify",
-        action="store_true",
-        help="do not verify the upstream's certificate (never in production)",
-    )
-    g.add_argument(
-        "--resources",
-        default="",
-        help="comma-separated resources to cache, e.g. pods,configmaps,apps/v1/deployments "
-        "(default: pods, nodes, namespaces, services, configmaps, serviceaccounts, endpoints, apps workloads, "
-        "endpointslices; the embedded cluster: all it has)",
-    )
+    g.add_argument("--insecure-skip-tls-verify", action="store_true", help="do not verify the upstream's "
+                   "certificate (never in production)")
+    g.add_argument("--resources", default="", help="comma-separated resources to cache, e.g. pods,configmaps,"
+                   "apps/v1/deployments (default: pods, nodes, namespaces, services, configmaps, serviceaccounts, "
+                   "endpoints, apps workloads, endpointslices; the embedded cluster: all it has)")
     add_auth_flags(g)
     add_identity_flags(g)
-    g.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="worker processes sharing the port, each owning part of the cache (default: the CPUs the "
-        "container may use, from its cgroup CPU limit; 1 without an upstream flag)",
-    )
-    g.add_argument("--worker-id", type=int, default=None, help=argparse.SUPPRESS)
-    g.add_argument("--shard-dir", default=None, help=argparse.SUPPRESS)
-    g.add_argument(
-        "--stall-timeout",
-        type=float,
-        default=_REFLECTOR.stall_timeout,
-        help="seconds of silence (no event, no bookmark) after which an upstream watch is re-established "
-        "(default %(default)s)",
-    )
-    g.add_argument(
-        "--tunnel-idle-timeout",
-        type=float,
-        default=_TUNNELS.idle_timeout,
-        help="seconds without a byte either way after which an exec/attach/port-forward tunnel is closed "
-        "(default %(default)s: 4 h, the kubelet's --streaming-connection-idle-timeout)",
-    )
-    g.add_argument(
-        "--tunnel-max-duration",
-        type=float,
-        default=_TUNNELS.max_duration,
-        help="seconds after which a tunnel is closed whatever it does (default %(default)s: 24 h)",
-    )
-    g.add_argument(
-        "--max-tunnels",
-        type=int,
-        default=_TUNNELS.max_tunnels,
-        help="exec/attach/port-forward tunnels open at once per worker; more get 429 with Retry-After "
-        "(default %(default)s)",
-    )
+    g.add_argument("--workers", type=int, help="worker processes sharing the port, each owning part of the cache "
+                   "(default: the CPUs the container may use, from its cgroup CPU limit; 1 without an upstream flag)")
+    g.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)
+    g.add_argument("--shard-dir", help=argparse.SUPPRESS)
+    _flag(g, "--stall-timeout", _REFLECTOR.stall_timeout, "seconds of silence (no event, no bookmark) after which "
+          "an upstream watch is re-established")
+    g.add_argument("--tunnel-idle-timeout", type=float, default=_TUNNELS.idle_timeout, help="seconds without a "
+                   "byte either way after which an exec/attach/port-forward tunnel is closed (default %(default)s: "
+                   "4 h, the kubelet's --streaming-connection-idle-timeout)")
+    g.add_argument("--tunnel-max-duration", type=float, default=_TUNNELS.max_duration, help="seconds after which a "
+                   "tunnel is closed whatever it does (default %(default)s: 24 h)")
+    _flag(g, "--max-tunnels", _TUNNELS.max_tunnels, "exec/attach/port-forward tunnels open at once per worker; more "
+          "get 429 with Retry-After")
+# fmt: on
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -260,26 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(sim)
     _sim_flags(sim)
-    sim.add_argument(
-        "--requestheader-client-ca-file",
-        metavar="FILE",
-        help="believe X-Remote-User/-Group/-Extra-* headers on requests whose client certificate this CA signed "
-        "(a front proxy, e.g. watchcache serve --proxy-client-cert-file), as kube-apiserver's flag of that name; "
-        "needs --tls-cert-file and --policy-file",
-    )
-    sim.add_argument(
-        "--anonymous-auth",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="with --policy-file: requests without credentials are system:anonymous rather than 401 "
-        "(default %(default)s, as kube-apiserver)",
-    )
-    sim.add_argument(
-        "--requestheader-allowed-names",
-        default="",
-        metavar="CN,...",
-        help="common names a front-proxy certificate may have (default: any the CA signed)",
-    )
+    sim.add_argument("--requestheader-client-ca-file", metavar="FILE", help="believe X-Remote-User/-Group/-Extra-* "
+                     "headers on requests whose client certificate this CA signed (a front proxy, e.g. watchcache "
+                     "serve --proxy-client-cert-file), as kube-apiserver's flag of that name; needs --tls-cert-file "
+                     "and --policy-file")
+    sim.add_argument("--anonymous-auth", action=argparse.BooleanOptionalAction, default=_SIM.anonymous,
+                     help="with --policy-file: requests without credentials are system:anonymous rather than 401 "
+                     "(default %(default)s, as kube-apiserver)")
+    sim.add_argument("--requestheader-allowed-names", default="", metavar="CN,...", help="common names a "
+                     "front-proxy certificate may have (default: any the CA signed)")
     serve = sub.add_parser(
         "serve",
         help="run the watch cache",
@@ -313,13 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _upstream(args: argparse.Namespace) -> tuple[str, object]:
+def _upstream(args: argparse.Namespace) -> UpstreamConfig | None:
+    """The apiserver the flags name; None: the embedded simulated cluster."""
     if args.kubeconfig:
-        return "proxy", from_kubeconfig(args.kubeconfig, args.context)
+        return from_kubeconfig(args.kubeconfig, args.context)
     if args.in_cluster:
-        return "proxy", in_cluster()
+        return in_cluster()
     if args.upstream:
-        return "proxy", from_flags(
+        return from_flags(
             args.upstream,
             token_file=args.token_file,
             client_certificate=args.client_certificate,
@@ -327,99 +196,7 @@ def _upstream(args: argparse.Namespace) -> tuple[str, object]:
             certificate_authority=args.certificate_authority,
             insecure_skip_tls_verify=args.insecure_skip_tls_verify,
         )
-    return "embedded", None
-
-
-def options_from(args: argparse.Namespace, prefix: str, upstream: object = None) -> RunOptions:
-    host, port = parse_listen(args.listen)
-    g = vars(args)
-    key = args.continue_token_key_file.read_bytes().strip() if args.continue_token_key_file else b""
-    return RunOptions(
-        host=host,
-        port=port,
-        serve=ServeConfig(
-            fresh_wait=args.fresh_wait,
-            bookmark_interval=args.bookmark_interval,
-            min_request_timeout=args.min_request_timeout,
-            max_limit=args.max_limit,
-            watch_max_pending_bytes=args.max_watch_buffer_bytes,
-            max_requests_inflight=args.max_requests_inflight,
-            delivery_sample=args.delivery_sample,
-            watch_flush_interval=args.watch_flush_interval,
-            max_watchers=args.max_watchers,
-        ),
-        http=HttpLimits(
-            max_header_bytes=args.max_header_bytes,
-            max_body_bytes=args.max_body_bytes,
-            header_timeout=args.header_timeout,
-            keepalive_timeout=args.keepalive_timeout,
-        ),
-        tls=_tls(args),
-        cache=CacheConfig(history_max_events=args.history_max_events, history_max_age=args.history_max_age),
-        sim=SimOptions(
-            objects=g[f"{prefix}objects"],
-            namespaces=g[f"{prefix}namespaces"],
-            nodes=g[f"{prefix}nodes"],
-            churn=g[f"{prefix}churn"],
-            seed=g[f"{prefix}seed"],
-            state_file=g[f"{prefix}state_file"],
-            policy_file=g[f"{prefix}policy_file"],
-            anonymous=g.get("anonymous_auth", True) if args.command == "sim" else True,
-            requestheader_ca_file=g.get("requestheader_client_ca_file"),
-            requestheader_allowed_names=tuple(
-                n.strip() for n in g.get("requestheader_allowed_names", "").split(",") if n.strip()
-            ),
-        ),
-        resources=tuple(r.strip() for r in g.get("resources", "").split(",") if r.strip()),
-        continue_key=key,
-        upstream=upstream,  # type: ignore[arg-type]
-        reflector=ReflectorConfig(stall_timeout=g.get("stall_timeout", _REFLECTOR.stall_timeout)),
-        tunnels=TunnelLimits(
-            idle_timeout=g.get("tunnel_idle_timeout", _TUNNELS.idle_timeout),
-            max_duration=g.get("tunnel_max_duration", _TUNNELS.max_duration),
-            max_tunnels=g.get("max_tunnels", _TUNNELS.max_tunnels),
-        ),
-        auth=auth_options(args, upstream_is_tls=getattr(upstream, "is_tls", False)) if "authentication" in g else None,
-        identity=identity_options(args) if "client_cert_passthrough" in g else None,
-    )
-
-
-def effective_cpus() -> int:
-    """CPUs this process may use: the cgroup CPU limit (a container's), else its affinity mask."""
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if quota != "max":
-            return max(1, round(int(quota) / int(period)))
-    except (OSError, ValueError):
-        pass
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def _tls(args: argparse.Namespace) -> tuple[str, str, str | None] | None:
-    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
-        raise ValueError("--tls-cert-file and --tls-private-key-file go together")
-    if args.client_ca_file and not args.tls_cert_file:
-        raise ValueError("--client-ca-file needs --tls-cert-file")
-    return (args.tls_cert_file, args.tls_private_key_file, args.client_ca_file) if args.tls_cert_file else None
-
-
-def _without(argv: list[str], flags: set[str]) -> list[str]:
-    """``argv`` minus the given ``--flag value`` / ``--flag=value`` options (the supervisor sets them per worker)."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        name = arg.split("=", 1)[0]
-        if name in flags:
-            skip = "=" not in arg
-            continue
-        out.append(arg)
-    return out
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,24 +208,24 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_demo(args)
         if args.command == "sim":
-            run(options_from(args, ""), "sim")
+            from watchcache.sim.wiring import run_sim
+
+            run_sim(RunOptions.from_args(args), SimOptions.from_args(args))
+            return 0
+        upstream = _upstream(args)
+        workers = worker_count(args.workers, upstream is not None)
+        if workers > 1 and args.worker_id is None:
+            host, port = parse_listen(args.listen)
+            serve_args = list(sys.argv[2:] if argv is None else argv[1:])
+            key = str(args.continue_token_key_file) if args.continue_token_key_file else None
+            return Supervisor(serve_args, workers, host, port, continue_key_file=key).run()
+        options = RunOptions.from_args(args, upstream, workers)
+        if upstream is None:
+            from watchcache.sim.wiring import run_embedded
+
+            run_embedded(options, SimOptions.from_args(args, "sim_"))
         else:
-            mode, upstream = _upstream(args)
-            workers = args.workers if args.workers is not None else effective_cpus() if mode == "proxy" else 1
-            if workers < 1:
-                raise ValueError("--workers must be at least 1")
-            if workers > 1 and mode != "proxy":
-                raise ValueError("--workers > 1 needs an upstream (--upstream, --kubeconfig or --in-cluster)")
-            if workers > 1 and args.worker_id is None:
-                host, port = parse_listen(args.listen)
-                raw = list(sys.argv[2:] if argv is None else argv[1:])
-                worker_args = _without(raw, {"--listen", "--workers", "--continue-token-key-file"})
-                key = str(args.continue_token_key_file) if args.continue_token_key_file else None
-                return Supervisor(worker_args, workers, host, port, continue_key_file=key).run()
-            options = options_from(args, "sim_", upstream)
-            if args.worker_id is not None:
-                options = dataclasses.replace(options, shard=ShardOptions(args.worker_id, workers, args.shard_dir))
-            run(options, mode)
+            run_proxy(options)
     except (ValueError, UpstreamConfigError, OSError) as e:
         print(f"watchcache: {e}", file=sys.stderr)
         return 2

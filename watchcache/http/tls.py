@@ -9,8 +9,31 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+from dataclasses import dataclass
 
 log = logging.getLogger("watchcache.server.tls")
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """The serving certificate's files, and the CA of client certificates to accept (if any)."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.cert_file or not self.key_file:
+            raise ValueError("--tls-cert-file and --tls-private-key-file go together")
+
+    @classmethod
+    def from_files(cls, cert_file: str | None, key_file: str | None, client_ca_file: str | None) -> TlsOptions | None:
+        """From the flags; None serves plain HTTP."""
+        if not cert_file and not key_file:
+            if client_ca_file:
+                raise ValueError("--client-ca-file needs --tls-cert-file")
+            return None
+        return cls(cert_file or "", key_file or "", client_ca_file)
 
 
 class ServingCert:

@@ -28,6 +28,24 @@ log = logging.getLogger("watchcache.shard.supervisor")
 
 # A worker that exits with this code is misconfigured: restarting it would only loop.
 EXIT_CONFIG = 2
+# Flags the supervisor sets per worker; the ones given to ``serve`` are not passed on.
+PER_WORKER_FLAGS = frozenset({"--listen", "--workers", "--continue-token-key-file"})
+
+
+def without_per_worker_flags(argv: list[str]) -> list[str]:
+    """``serve``'s argv minus the ``--flag value`` / ``--flag=value`` options the supervisor sets per worker."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in PER_WORKER_FLAGS:
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return out
 
 
 @dataclass
@@ -44,7 +62,7 @@ class WorkerSlot:
 class Supervisor:
     def __init__(
         self,
-        worker_args: list[str],
+        serve_args: list[str],
         workers: int,
         host: str,
         port: int,
@@ -52,7 +70,7 @@ class Supervisor:
         continue_key_file: str | None = None,
         drain_timeout: float = 10.0,
     ) -> None:
-        self.worker_args = worker_args
+        self.worker_args = without_per_worker_flags(serve_args)
         self.workers = workers
         self.host = host
         self.port = port

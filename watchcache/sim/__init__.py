@@ -1,7 +1,6 @@
-"""``watchcache sim``: a writable in-memory Kubernetes API for demos, tests and load tests."""
+"""``watchcache sim``: a writable in-memory Kubernetes API for demos, tests and load tests.
 
-from watchcache.sim.churn import Churn, populate
-from watchcache.sim.cluster import SimCluster
-from watchcache.sim.writes import handle_write
-
-__all__ = ["Churn", "SimCluster", "handle_write", "populate"]
+It sits on top of the product (it reuses the cache, the server and the process lifecycle);
+nothing in the product imports it but the command line, which dispatches ``watchcache sim``
+and ``watchcache serve`` without an upstream to ``sim.wiring``.
+"""

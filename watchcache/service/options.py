@@ -1,0 +1,162 @@
+"""What one ``watchcache`` process is told to be: its options, their defaults and their checks.
+
+The command line only declares flags; the option objects here (and ``ServeConfig``,
+``CacheConfig``, ``HttpLimits``, ``ReflectorConfig``, ``AuthOptions``, ``TlsOptions``) own the
+defaults the flags show and refuse what cannot work, with the message the user sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from watchcache.auth import AuthOptions
+from watchcache.auth.options import auth_options, identity_options
+from watchcache.cache.store import CacheConfig
+from watchcache.http.protocol import HttpLimits
+from watchcache.http.tls import TlsOptions
+from watchcache.resources import ResourceType
+from watchcache.server.context import ServeConfig
+from watchcache.server.tunnel import TunnelLimits
+from watchcache.shard.ownership import owner_of
+from watchcache.upstream.config import UpstreamConfig
+from watchcache.upstream.identity import IdentityOptions
+from watchcache.upstream.reflector import ReflectorConfig
+
+
+@dataclass(frozen=True)
+class ShardOptions:
+    """This process is worker ``worker_id`` of ``workers`` (set by the supervisor)."""
+
+    worker_id: int
+    workers: int
+    shard_dir: str
+
+    def socket_path(self, worker: int) -> str:
+        """The worker's gRPC socket (its metrics for the others)."""
+        return os.path.join(self.shard_dir, f"w{worker}.sock")
+
+    def follow_socket_path(self, worker: int) -> str:
+        """The worker's follow socket (its caches' replication streams)."""
+        return os.path.join(self.shard_dir, f"w{worker}.follow.sock")
+
+    def marker(self, worker: int, name: str) -> Path:
+        """``w<i>.ready`` / ``w<i>.synced``: files the supervisor and the other workers look for."""
+        return Path(self.shard_dir, f"w{worker}.{name}")
+
+    @property
+    def restarts_file(self) -> Path:
+        """Written by the supervisor: restarts per worker (``watchcache_worker_restarts_total``)."""
+        return Path(self.shard_dir, "restarts.json")
+
+    def owns(self, resource: ResourceType) -> bool:
+        return owner_of(resource.path_id(), self.workers) == self.worker_id
+
+
+def owns(shard: ShardOptions | None, resource: ResourceType) -> bool:
+    """Whether this process reflects ``resource`` itself (always, without workers)."""
+    return shard is None or shard.owns(resource)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    resources: tuple[str, ...] = ()
+    continue_key: bytes = b""
+    upstream: UpstreamConfig | None = None
+    reflector: ReflectorConfig = field(default_factory=ReflectorConfig)
+    shard: ShardOptions | None = None
+    # Delegated authn/authz of cached reads (None: anyone who reaches the port may read the cache).
+    auth: AuthOptions | None = None
+    http: HttpLimits = field(default_factory=HttpLimits)
+    # Serve HTTPS (None: plain HTTP).
+    tls: TlsOptions | None = None
+    # Connection upgrades passed through to the upstream (exec, attach, port-forward).
+    tunnels: TunnelLimits = field(default_factory=TunnelLimits)
+    # How pass-through requests of client-certificate users reach the upstream (None: refused).
+    identity: IdentityOptions | None = None
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, upstream: UpstreamConfig | None = None, workers: int = 1
+    ) -> RunOptions:
+        """The options of ``watchcache sim`` or ``watchcache serve`` (worker of ``workers``) from their flags."""
+        host, port = parse_listen(args.listen)
+        g = vars(args)
+        key = args.continue_token_key_file.read_bytes().strip() if args.continue_token_key_file else b""
+        shard = None
+        if g.get("worker_id") is not None:
+            shard = ShardOptions(args.worker_id, workers, args.shard_dir)
+        return cls(
+            host=host,
+            port=port,
+            serve=ServeConfig(
+                fresh_wait=args.fresh_wait,
+                bookmark_interval=args.bookmark_interval,
+                min_request_timeout=args.min_request_timeout,
+                max_limit=args.max_limit,
+                watch_max_pending_bytes=args.max_watch_buffer_bytes,
+                max_requests_inflight=args.max_requests_inflight,
+                delivery_sample=args.delivery_sample,
+                watch_flush_interval=args.watch_flush_interval,
+                max_watchers=args.max_watchers,
+            ),
+            http=HttpLimits(
+                max_header_bytes=args.max_header_bytes,
+                max_body_bytes=args.max_body_bytes,
+                header_timeout=args.header_timeout,
+                keepalive_timeout=args.keepalive_timeout,
+            ),
+            tls=TlsOptions.from_files(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file),
+            cache=CacheConfig(history_max_events=args.history_max_events, history_max_age=args.history_max_age),
+            resources=tuple(r.strip() for r in g.get("resources", "").split(",") if r.strip()),
+            continue_key=key,
+            upstream=upstream,
+            reflector=ReflectorConfig(stall_timeout=g.get("stall_timeout", ReflectorConfig.stall_timeout)),
+            tunnels=TunnelLimits(
+                idle_timeout=g.get("tunnel_idle_timeout", TunnelLimits.idle_timeout),
+                max_duration=g.get("tunnel_max_duration", TunnelLimits.max_duration),
+                max_tunnels=g.get("max_tunnels", TunnelLimits.max_tunnels),
+            ),
+            auth=auth_options(args, upstream_is_tls=getattr(upstream, "is_tls", False))
+            if "authentication" in g
+            else None,
+            identity=identity_options(args) if "client_cert_passthrough" in g else None,
+            shard=shard,
+        )
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--listen wants HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def effective_cpus() -> int:
+    """CPUs this process may use: the cgroup CPU limit (a container's), else its affinity mask."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            return max(1, round(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def worker_count(requested: int | None, has_upstream: bool) -> int:
+    """``--workers``: by default the CPUs the container may use in front of an apiserver, else 1."""
+    workers = requested if requested is not None else effective_cpus() if has_upstream else 1
+    if workers < 1:
+        raise ValueError("--workers must be at least 1")
+    if workers > 1 and not has_upstream:
+        raise ValueError("--workers > 1 needs an upstream (--upstream, --kubeconfig or --in-cluster)")
+    return workers

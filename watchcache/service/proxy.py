@@ -1,0 +1,151 @@
+"""The proxy in front of a real apiserver: a reflector per owned resource, pass-through for the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+import aiohttp
+
+from watchcache.auth import Gate
+from watchcache.auth.authn import CertAuthenticator
+from watchcache.dispatch.cacher import Cacher
+from watchcache.resources import ResourceRegistry
+from watchcache.server.app import ApiHandler
+from watchcache.server.context import ApiContext
+from watchcache.server.proxy import ProxyUpstream
+from watchcache.server.tunnel import TunnelCollector, Tunnels
+from watchcache.service.lifecycle import Wiring, api_context, run
+from watchcache.service.options import RunOptions, owns
+from watchcache.service.shard import wire_shard
+from watchcache.upstream.client import UpstreamClient, UpstreamError
+from watchcache.upstream.consistency import ConsistentReads
+from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
+from watchcache.upstream.identity import PassthroughIdentity
+from watchcache.upstream.reflector import Reflector
+
+log = logging.getLogger("watchcache")
+
+
+async def wire_proxy(options: RunOptions) -> Wiring:
+    """The proxy in front of a real apiserver: a reflector per resource, pass-through for the rest.
+
+    It listens at once. Cached resources the built-in table knows are registered before
+    discovery answers, so their reads get 429 (not a pass-through) until synced;
+    discovery then confirms each (or drops it) and adds the others. As worker i of W, it
+    reflects only the resources it owns and follows the others from their owners.
+    """
+    assert options.upstream is not None
+    client = UpstreamClient(options.upstream, options.identity)
+    await client.start()
+    log.info("upstream %s", options.upstream.describe())
+    client_ca = options.tls.client_ca_file if options.tls else None
+    identity = PassthroughIdentity(options.identity, CertAuthenticator() if client_ca else None)
+    identity.plain_http = options.tls is None
+    if options.tls is None and (options.upstream.is_tls or options.auth is not None):
+        log.warning(
+            "SERVING PLAIN HTTP in front of %s, which needs credentials: kubectl and client-go (kubeconfig) send no "
+            "bearer token or client certificate to an http:// server, so writes, discovery and every other request "
+            "that passes through reach the upstream anonymously and fail (401), and a token a client does send "
+            "crosses the network in clear. Serve TLS (--tls-cert-file, --tls-private-key-file) and point clients "
+            "at https://",
+            options.upstream.server,
+        )
+    if client_ca:
+        log.info("client-certificate users' pass-through requests: %s", identity.mode)
+    ids = options.resources or DEFAULT_RESOURCES
+    known = ResourceRegistry()
+    provisional = [t for t in (known.by_id(i) for i in ids) if t is not None]
+    registry = ResourceRegistry(tuple(provisional))
+    cachers = {t: Cacher(t, options.cache) for t in provisional if owns(options.shard, t)}
+    consistent = ConsistentReads(client, fresh_wait=options.serve.fresh_wait)
+    tunnels = Tunnels(client, options.tunnels, identity)
+    ctx = api_context(options, registry, cachers, ProxyUpstream(client, consistent, identity, tunnels))
+    if options.auth is not None:
+        ctx.gate = Gate.for_upstream(client, options.auth)
+        log.info("authentication: delegated (TokenReview and SubjectAccessReview against the upstream)")
+    else:
+        log.warning(
+            "AUTHENTICATION IS OFF (--authentication none): anyone who can reach %s:%d can read every cached "
+            "object. Use it only for tests and demos, or behind a network policy that admits trusted clients only.",
+            options.host,
+            options.port,
+        )
+    ctx.discovered = False
+    wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True, forward_upgrades=True), [], [client.close], consistent)
+    wiring.housekeeping.append(client.reload_certificates)
+    wiring.collectors.append(TunnelCollector(tunnels))
+    tunnels.rejected = wiring.handler.rejected
+
+    async def close_tunnels() -> None:
+        tunnels.close_all()
+
+    wiring.cleanup.insert(0, close_tunnels)
+    if options.shard is not None:
+        await wire_shard(wiring, options, options.shard)
+    wiring.tasks = [
+        asyncio.ensure_future(
+            _discover_and_reflect(client, consistent, ctx, options, ids, wiring.reflectors, wiring.housekeeping)
+        )
+    ]
+    if identity.mode == "front-proxy":
+        wiring.tasks.append(asyncio.ensure_future(identity.learn_upstream_names(client)))
+    return wiring
+
+
+async def _discover_and_reflect(
+    client: UpstreamClient,
+    consistent: ConsistentReads,
+    ctx: ApiContext,
+    options: RunOptions,
+    ids: Sequence[str],
+    running: list[Reflector],
+    housekeeping: list[Callable[[], object]],
+) -> None:
+    delay = 0.5
+    while True:
+        try:
+            types = await resolve(client, ids, strict=False)
+            break
+        except (aiohttp.ClientError, OSError, TimeoutError, UpstreamError) as e:
+            # Unreachable, or overloaded (5xx/429): keep trying, loudly, as client-go would.
+            log.warning("upstream discovery failed (%s); retrying in %.0fs", e, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+    resolved = {(t.group, t.version, t.resource): t for t in types}
+    for t in list(ctx.registry.types):
+        confirmed = resolved.get((t.group, t.version, t.resource))
+        if confirmed is None or confirmed.kind != t.kind or confirmed.namespaced != t.namespaced:
+            ctx.cachers.pop(t, None)
+            ctx.registry.remove(t)
+    for t in types:
+        if ctx.registry.get(t.group, t.version, t.resource) is None:
+            ctx.registry.add(t)
+        if owns(options.shard, t) and t not in ctx.cachers:
+            ctx.cachers[t] = Cacher(t, options.cache)
+    owned = [c for t, c in ctx.cachers.items() if owns(options.shard, t)]
+    ctx.discovered = True
+    log.info("caching %s", ", ".join(c.resource.path_id() for c in owned))
+    running.extend(Reflector(client, c, options.reflector) for c in owned)
+    for reflector in running:
+        reflector.after_relist = consistent.advance
+
+    def move_past_barriers() -> None:
+        # While a relist's group rv is still the cache's head, a watch from the rv a LIST returns
+        # would get 410 (see ResourceCache.relist): keep proving progress until the cache moves on.
+        for cacher in owned:
+            if cacher.cache.unresumable_rv == cacher.rv:
+                consistent.advance(cacher)
+
+    housekeeping.append(move_past_barriers)
+    reflectors = [asyncio.ensure_future(r.run()) for r in running]
+    try:
+        await asyncio.gather(*reflectors)
+    finally:
+        for r in reflectors:
+            r.cancel()
+
+
+def run_proxy(options: RunOptions) -> None:
+    run("watchcache serve", options, wire_proxy)

@@ -1,0 +1,108 @@
+"""The simulator's two modes, assembled on the product's process lifecycle.
+
+``watchcache sim`` serves the simulated cluster itself: its storage is the cache the read
+path serves from. ``watchcache serve`` without an upstream runs the proxy fed in-process
+by an embedded simulated cluster (see ``sim.embedded``): one process, for quick demos.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from watchcache.auth import AuthOptions, Gate
+from watchcache.auth.requestheader import RequestHeaderAuthenticator, RequestHeaderNames, ca_subjects
+from watchcache.dispatch.cacher import Cacher
+from watchcache.http.protocol import Request
+from watchcache.resources import ResourceRegistry
+from watchcache.server.app import ApiHandler
+from watchcache.service.lifecycle import Wiring, api_context, run
+from watchcache.service.options import RunOptions
+from watchcache.sim.auth import LocalReviewClient
+from watchcache.sim.churn import Churn, populate
+from watchcache.sim.cluster import SimCluster
+from watchcache.sim.embedded import EmbeddedUpstream, SimUpstream
+from watchcache.sim.faults import FaultInjector
+from watchcache.sim.impersonation import impersonate
+from watchcache.sim.options import SimOptions
+from watchcache.sim.policy import load_policy
+
+log = logging.getLogger("watchcache")
+
+
+def _sim_cluster(options: RunOptions, sim: SimOptions) -> SimCluster:
+    cluster = SimCluster(ResourceRegistry(), options.cache, state_file=sim.state_file)
+    if not cluster.restored:  # a restart from the journal already has its objects
+        populate(cluster, objects=sim.objects, namespaces=sim.namespaces, nodes=sim.nodes, seed=sim.seed)
+    return cluster
+
+
+def _churn_task(cluster: SimCluster, sim: SimOptions) -> list[asyncio.Future[None]]:
+    if sim.churn <= 0:
+        return []
+    return [asyncio.ensure_future(Churn(cluster, sim.churn, seed=sim.seed).run())]
+
+
+async def wire_sim(options: RunOptions, sim: SimOptions) -> Wiring:
+    """The simulated cluster: its storage is the cache the read path serves from."""
+    cluster = _sim_cluster(options, sim)
+    upstream = SimUpstream(cluster)
+    ctx = api_context(options, cluster.registry, cluster.cachers, upstream)
+    upstream.faults = faults = FaultInjector(ctx.flusher)
+    if sim.policy_file:
+        upstream.policy = load_policy(sim.policy_file)
+        auth = AuthOptions(anonymous=sim.anonymous)
+        ctx.gate = upstream.gate = Gate.build(LocalReviewClient(upstream.policy), auth)
+        ctx.gate.impersonate = impersonate
+        log.info("policy %s: requests are authenticated and authorized", sim.policy_file)
+    requestheader_ca = sim.requestheader_ca_file
+    if requestheader_ca:
+        if ctx.gate is None or not options.tls:
+            raise ValueError("--requestheader-client-ca-file needs --policy-file and --tls-cert-file")
+        issuers = ca_subjects(requestheader_ca)
+        client_ca = options.tls.client_ca_file
+        if client_ca and any(s in issuers for s in ca_subjects(client_ca)):
+            raise ValueError("--requestheader-client-ca-file and --client-ca-file must be CAs with different subjects")
+        names = RequestHeaderNames()
+        ctx.gate.requestheader = RequestHeaderAuthenticator(issuers, sim.requestheader_allowed_names, names)
+        log.info("front-proxy authentication: %s from CA %s", ", ".join(names.username), requestheader_ca)
+    handler = ApiHandler(ctx)
+
+    def inject(request: Request) -> None:
+        error = faults.error_for(request)
+        if error is not None:
+            raise error
+
+    handler.admission.append(inject)
+
+    async def close() -> None:
+        cluster.close()
+
+    wiring = Wiring(ctx, handler, _churn_task(cluster, sim), [close], requestheader_ca_file=requestheader_ca)
+    wiring.housekeeping.append(faults.tick)
+    return wiring
+
+
+async def wire_embedded(options: RunOptions, sim: SimOptions) -> Wiring:
+    """The proxy fed in-process by an embedded simulated cluster (see ``sim.embedded``)."""
+    cluster = _sim_cluster(options, sim)
+    registry = cluster.registry.select(list(options.resources)) if options.resources else cluster.registry
+    cachers = {t: Cacher(t, options.cache) for t in registry.types}
+    upstream = EmbeddedUpstream(cluster, cachers)
+    ctx = api_context(options, registry, cachers, upstream)
+    if sim.policy_file:
+        upstream.policy = load_policy(sim.policy_file)
+        upstream.gate = Gate.build(LocalReviewClient(upstream.policy), AuthOptions())
+        if options.auth is not None:
+            ctx.gate = Gate.build(LocalReviewClient(upstream.policy), options.auth)
+    return Wiring(ctx, ApiHandler(ctx), _churn_task(cluster, sim))
+
+
+def run_sim(options: RunOptions, sim: SimOptions) -> None:
+    """``watchcache sim``."""
+    run("watchcache sim", options, lambda o: wire_sim(o, sim))
+
+
+def run_embedded(options: RunOptions, sim: SimOptions) -> None:
+    """``watchcache serve`` with no upstream flag."""
+    run("watchcache serve", options, lambda o: wire_embedded(o, sim))
