@@ -6,11 +6,12 @@ import orjson
 import pytest
 
 from tests.factories import pod
+from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
 from watchcache.upstream.client import UpstreamError, WatchStalled
 from watchcache.upstream.discovery import ResourceResolutionError, parse_resource_id
-from watchcache.upstream.reflector import Backoff, Gone, Reflector, ReflectorConfig
+from watchcache.upstream.reflector import Gone, Reflector, ReflectorConfig
 
 
 def line(kind: str, obj: dict) -> bytes:
@@ -101,15 +102,6 @@ def test_other_error_events_raise_upstream_error():
     with pytest.raises(UpstreamError) as e:
         r._apply([line("ERROR", {"kind": "Status", "code": 500, "message": "boom"})])
     assert e.value.code == 500
-
-
-def test_backoff_grows_with_jitter_and_caps():
-    b = Backoff(1.0, 4.0)
-    delays = [b.next() for _ in range(5)]
-    assert 0.5 <= delays[0] <= 1.0 and 1.0 <= delays[1] <= 2.0
-    assert all(d <= 4.0 for d in delays) and delays[-1] >= 2.0
-    b.reset()
-    assert b.next() <= 1.0
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import aiohttp
 
 from watchcache.auth import Gate
 from watchcache.auth.authn import CertAuthenticator
+from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceRegistry
 from watchcache.server.app import ApiHandler
@@ -103,16 +104,17 @@ async def _discover_and_reflect(
     running: list[Reflector],
     housekeeping: list[Callable[[], object]],
 ) -> None:
-    delay = 0.5
+    backoff = Backoff(0.5, 10.0)
     while True:
         try:
             types = await resolve(client, ids, strict=False)
             break
         except (aiohttp.ClientError, OSError, TimeoutError, UpstreamError) as e:
-            # Unreachable, or overloaded (5xx/429): keep trying, loudly, as client-go would.
-            log.warning("upstream discovery failed (%s); retrying in %.0fs", e, delay)
+            # Unreachable, or overloaded (5xx/429): keep trying, loudly, as client-go would; with
+            # jitter, so that the workers of a group do not all ask again at the same instant.
+            delay = backoff.next()
+            log.warning("upstream discovery failed (%s); retrying in %.1fs", e, delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
     resolved = {(t.group, t.version, t.resource): t for t in types}
     for t in list(ctx.registry.types):
         confirmed = resolved.get((t.group, t.version, t.resource))

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+from watchcache.backoff import Backoff
 from watchcache.cache.object import CachedObject
 from watchcache.cache.store import CacheConfig, ResourceCache
 from watchcache.dispatch.cacher import Cacher
@@ -22,7 +23,6 @@ from watchcache.resources import ResourceType
 from watchcache.shard import follow_pb2 as pb
 from watchcache.shard.convert import changes_from_pb, object_from_pb
 from watchcache.shard.framing import FrameDecoder, encode_frame
-from watchcache.upstream.reflector import Backoff
 
 log = logging.getLogger("watchcache.shard.follower")
 

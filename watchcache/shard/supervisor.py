@@ -1,7 +1,8 @@
 """The supervisor: start W workers on one port, restart the ones that die, stop them all.
 
 In gunicorn's arbiter's manner: signal handlers only queue the signal; one loop dispatches
-``handle_<signal>``, reaps children and restarts them with backoff. Workers bind the public
+``handle_<signal>``, reaps children and restarts them with backoff (jittered,
+so that workers that died together do not come back in lockstep). Workers bind the public
 port themselves with SO_REUSEPORT; the supervisor holds the port reserved (bound, never
 listening, so it takes no connections) so that port 0 resolves once for everyone and a
 restarting worker can always bind again. Workers are told their id, the worker count, the
@@ -23,6 +24,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from watchcache.backoff import Backoff
 
 log = logging.getLogger("watchcache.shard.supervisor")
 
@@ -54,7 +57,7 @@ class WorkerSlot:
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     restarts: int = 0
-    delay: float = 0.5
+    backoff: Backoff = field(default_factory=lambda: Backoff(0.5, 10.0))
     next_start: float = 0.0
     pids: list[int] = field(default_factory=list)
 
@@ -127,11 +130,11 @@ class Supervisor:
                     log.error("worker %d exited with a configuration error; stopping", slot.id)
                     return EXIT_CONFIG
                 if now - slot.started > 30.0:
-                    slot.delay = 0.5  # it had been running fine: restart at once
+                    slot.backoff.reset()  # it had been running fine: start the schedule again
                 slot.restarts += 1
                 self._write_restarts()
-                slot.next_start = now + (0.0 if slot.restarts == 1 else slot.delay)
-                slot.delay = min(slot.delay * 2, 10.0)
+                delay = slot.backoff.next()
+                slot.next_start = now + (0.0 if slot.restarts == 1 else delay)
                 log.warning("worker %d (pid %d) exited with %s; restart #%d", slot.id, proc.pid, code, slot.restarts)
             if slot.process is None and now >= slot.next_start:
                 self._spawn(slot)

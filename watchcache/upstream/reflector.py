@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
+from watchcache.backoff import Backoff
 from watchcache.cache.events import BOOKMARK, DELETED, ERROR
 from watchcache.cache.object import CachedObject, ObjectError, encode_object, parse_resource_version
 from watchcache.dispatch.cacher import Cacher
@@ -57,23 +58,6 @@ class ReflectorConfig:
 
 class Gone(Exception):
     """The upstream no longer has the history we asked for (410)."""
-
-
-class Backoff:
-    """Exponential with full jitter; reset once a watch has run well."""
-
-    def __init__(self, initial: float, maximum: float) -> None:
-        self.initial = initial
-        self.maximum = maximum
-        self._current = initial
-
-    def next(self) -> float:
-        delay = random.uniform(self._current / 2, self._current)
-        self._current = min(self._current * 2, self.maximum)
-        return delay
-
-    def reset(self) -> None:
-        self._current = self.initial
 
 
 class Reflector:
