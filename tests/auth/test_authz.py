@@ -19,7 +19,6 @@ from watchcache.auth import (
     forbidden,
     name_from_field_selector,
 )
-from watchcache.auth.authz import go_quote
 from watchcache.auth.review import ACCESS_REVIEW_PATH, ReviewError
 from watchcache.http.routing import parse_request_info
 
@@ -202,15 +201,6 @@ def test_forbidden_path_is_kubes_non_resource_403() -> None:
     }
     err = forbidden(UserInfo("a<b>"), NonResourceAttributes("head", "/debug/x&y"), "RBAC: no rule")
     assert err.message == 'forbidden: User "a&lt;b&gt;" cannot head path "/debug/x&amp;y": RBAC: no rule'
-
-
-@pytest.mark.parametrize(
-    ("text", "quoted"),
-    [("alice", '"alice"'), ('a"b', '"a\\"b"'), ("a\\b", '"a\\\\b"'), ("a\nb", '"a\\nb"'), ("\x01", '"\\x01"'),
-     ("é", '"é"'), ("\u200b", '"\\u200b"')],
-)  # fmt: skip
-def test_names_are_quoted_like_go(text: str, quoted: str) -> None:
-    assert go_quote(text) == quoted
 
 
 # ------------------------------------------------------------------ the reviewer

@@ -29,6 +29,7 @@ from watchcache.apierrors import StatusError
 from watchcache.auth.authn import UserInfo
 from watchcache.auth.cache import ReviewCache
 from watchcache.auth.review import ACCESS_REVIEW_PATH, ReviewClient, ReviewError
+from watchcache.quoting import go_quote
 from watchcache.selectors.errors import SelectorError
 from watchcache.selectors.fields import parse_field_selector
 
@@ -130,29 +131,6 @@ Attributes = ResourceAttributes | NonResourceAttributes
 class Decision:
     allowed: bool
     reason: str = ""
-
-
-_GO_ESCAPES = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-               "\t": "\\t", "\v": "\\v"}  # fmt: skip
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` of a string (``strconv.Quote``), as kube's messages print names."""
-    out = ['"']
-    for ch in text:
-        esc = _GO_ESCAPES.get(ch)
-        if esc is not None:
-            out.append(esc)
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) <= 0xFFFF:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
 
 
 # kube's responsewriters sanitizer: no error message may look like HTML.

@@ -20,6 +20,7 @@ from enum import StrEnum
 from string import ascii_letters, ascii_lowercase, digits
 from typing import Any, Final
 
+from watchcache.quoting import go_quote
 from watchcache.selectors.errors import SelectorError
 
 __all__ = [
@@ -159,32 +160,9 @@ def _label_value_errors(value: str) -> list[str]:
     return errs
 
 
-_GO_ESCAPES: Final = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-
-
-def _go_quote(s: str) -> str:
-    """Go's ``%q`` (strconv.Quote), which field errors use for the bad value."""
-    out = ['"']
-    for ch in s:
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif ch.isprintable():
-            out.append(ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif (c := ord(ch)) < 0x80:
-            out.append(f"\\x{c:02x}")
-        elif c < 0x10000:
-            out.append(f"\\u{c:04x}")
-        else:
-            out.append(f"\\U{c:08x}")
-    out.append('"')
-    return "".join(out)
-
-
 def _invalid(path: str, bad_value: str, errs: list[str]) -> str:
     """apimachinery's ``field.Invalid(path, value, detail).Error()``."""
-    return f"{path}: Invalid value: {_go_quote(bad_value)}: {'; '.join(errs)}"
+    return f"{path}: Invalid value: {go_quote(bad_value)}: {'; '.join(errs)}"
 
 
 def _invalid_list(path: str, values: tuple[str, ...], detail: str) -> str:
@@ -232,7 +210,7 @@ class LabelRequirement:
             op = Operator(self.operator)
         except ValueError:
             supported = ", ".join(f'"{o.value}"' for o in _VALID_OPERATORS)
-            errs.append(f"operator: Unsupported value: {_go_quote(str(self.operator))}: supported values: {supported}")
+            errs.append(f"operator: Unsupported value: {go_quote(str(self.operator))}: supported values: {supported}")
             raise SelectorError(_aggregate(errs)) from None
         if op in (Operator.IN, Operator.NOT_IN):
             if not given:

@@ -38,14 +38,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from watchcache import apierrors
 from watchcache.apierrors import StatusError
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.object import CachedObject, encode_object, object_key
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
+from watchcache.quoting import go_quote
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.sim.journal import Journal, load_state
 from watchcache.sim.patches import apply_patch, parse_patch
@@ -291,7 +290,7 @@ class SimCluster:
                 name,
                 "metadata.uid",
                 "FieldValueInvalid",
-                f"Invalid value: {_go_quote(uid)}: field is immutable",
+                f"Invalid value: {go_quote(uid)}: field is immutable",
             )
         for kept in ("uid", "creationTimestamp", "generation"):
             if kept in old_meta:
@@ -417,22 +416,17 @@ def _validate_name(resource: ResourceType, name: str) -> None:
             (
                 "metadata.name",
                 "FieldValueInvalid",
-                f"Invalid value: {_go_quote(name)}: must be no more than {limit} characters",
+                f"Invalid value: {go_quote(name)}: must be no more than {limit} characters",
             )
         )
     if not pattern.fullmatch(name):
-        causes.append(("metadata.name", "FieldValueInvalid", f"Invalid value: {_go_quote(name)}: {msg}"))
+        causes.append(("metadata.name", "FieldValueInvalid", f"Invalid value: {go_quote(name)}: {msg}"))
     if causes:
         raise apierrors.invalid(resource.kind, resource.group, name, causes)
 
 
 def _invalid(resource: ResourceType, name: str, field: str, reason: str, message: str) -> StatusError:
     return apierrors.invalid(resource.kind, resource.group, name, [(field, reason, message)])
-
-
-def _go_quote(value: str) -> str:
-    """Go's ``%q`` for the ASCII the name rules care about (field errors quote the bad value)."""
-    return orjson.dumps(value).decode()
 
 
 def _timestamp(wall: float) -> str:

@@ -37,8 +37,8 @@ import orjson
 
 from watchcache.apierrors import StatusError
 from watchcache.auth.authn import CertAuthenticator, UserInfo
-from watchcache.auth.authz import go_quote
 from watchcache.auth.requestheader import RequestHeaderNames
+from watchcache.quoting import go_quote
 
 if TYPE_CHECKING:
     from watchcache.http.protocol import Request
