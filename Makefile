@@ -34,16 +34,18 @@ sim: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/pytest -q -n 2 $(PYTEST_ARGS)
 
+## lint: ruff, mypy, and the import layering (import-linter contracts in pyproject.toml; docs/architecture.md)
 lint: $(BIN)/.installed
 	$(BIN)/ruff check watchcache tests loadtest
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 fmt: $(BIN)/.installed
 	$(BIN)/ruff check --fix watchcache tests loadtest
 	$(BIN)/ruff format watchcache tests loadtest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
 ## proto: regenerate the protobuf modules (shard stream, kube wire; a test checks they match the .proto files)
 proto: $(BIN)/.installed
