@@ -47,9 +47,9 @@ fmt: $(BIN)/.installed
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
-## proto: regenerate the protobuf modules (shard stream, kube wire; a test checks they match the .proto files)
+## proto: regenerate the protobuf modules with grpcio-tools' protoc (shard stream, kube wire; a test checks they match the .proto files)
 proto: $(BIN)/.installed
-	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. watchcache/shard/follow.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. watchcache/shard/follow.proto
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. watchcache/kubeproto/meta.proto
 
 ## deploy-test: the deployment checks (kustomize renders, schemas, CLI flags, Dockerfile, alerts, dashboard)

@@ -42,7 +42,7 @@ async def until(predicate, timeout: float = 5.0) -> None:
 
 class Pair:
     def __init__(self, tmp: Path, max_buffer: int = owner.MAX_BUFFER) -> None:
-        self.sock = str(tmp / "w0.follow.sock")
+        self.sock = str(tmp / "w0.sock")
         self.owner = Cacher(PODS, CacheConfig(history_max_events=50))
         self.owner.replace([pod(f"p{i}", rv=i + 1) for i in range(5)], 10)
         self.rv = 10
@@ -298,5 +298,39 @@ async def test_a_follower_refuses_a_resume_the_owner_refuses_at_its_window_start
         for cacher in (p.owner, p.follower_cacher):
             with pytest.raises(ResourceVersionTooOld):
                 cacher.cache.events_since(11)
+    finally:
+        await p.stop()
+
+
+@arun
+async def test_a_workers_metrics_are_asked_for_on_its_follow_socket_while_a_follower_streams(tmp_path):
+    """The other workers' /metrics request and a follow stream share the socket; an exposition
+    larger than gRPC's 4 MB default message limit and than one socket read arrives whole."""
+    p = Pair(tmp_path)
+    exposition = b"".join(b'watchcache_x{worker="0",n="%d"} 1\n' % i for i in range(200_000))
+    assert len(exposition) > 4 << 20
+    p.service.metrics_text = lambda: exposition
+    await p.start()
+    try:
+        await until(lambda: p.follower_cacher.ready)
+        replies = await asyncio.gather(*(owner.fetch_metrics(p.sock) for _ in range(3)))
+        assert replies == [exposition] * 3
+        p.write(MODIFIED, "p1", labels={"v": "after"})
+        await until(lambda: p.follower_cacher.rv == p.rv)  # the follow stream goes on
+    finally:
+        await p.stop()
+
+
+@arun
+async def test_a_bad_worker_request_is_refused_and_the_socket_serves_on(tmp_path):
+    p = Pair(tmp_path)
+    await p.start()
+    try:
+        reader, writer = await asyncio.open_unix_connection(p.sock)
+        writer.write(encode_frame(pb.WorkerRequest()))  # neither follow nor metrics
+        assert await asyncio.wait_for(reader.read(), 5.0) == b""  # aborted without a reply
+        writer.close()
+        assert await owner.fetch_metrics(p.sock) == b""
+        await until(lambda: p.follower_cacher.ready)
     finally:
         await p.stop()

@@ -35,12 +35,8 @@ class ShardOptions:
     shard_dir: str
 
     def socket_path(self, worker: int) -> str:
-        """The worker's gRPC socket (its metrics for the others)."""
+        """The worker's socket: the follow streams of the caches it owns, and its metrics for the others."""
         return os.path.join(self.shard_dir, f"w{worker}.sock")
-
-    def follow_socket_path(self, worker: int) -> str:
-        """The worker's follow socket (its caches' replication streams)."""
-        return os.path.join(self.shard_dir, f"w{worker}.follow.sock")
 
     def marker(self, worker: int, name: str) -> Path:
         """``w<i>.ready`` / ``w<i>.synced``: files the supervisor and the other workers look for."""

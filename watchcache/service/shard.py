@@ -1,10 +1,10 @@
 """A worker's part in a process group: follow what others own, serve what it owns, share metrics.
 
 Worker i of W reflects only the resources it owns (``shard.ownership``); the others are
-followed from their owners on first use. Each worker listens on its own sockets in the
-shard directory: the follow stream of the caches it owns, and gRPC for its metrics (a
-scrape of any worker covers all of them). Group readiness: a worker is ready when every
-worker's owned caches have synced, since a request or a probe lands on any of them.
+followed from their owners on first use. Each worker listens on its own unix socket in
+the shard directory: the follow streams of the caches it owns, and its metrics for the
+others (a scrape of any worker covers all of them). Group readiness: a worker is ready
+when every worker's owned caches have synced, since a request or a probe lands on any.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import logging
 import os
 from collections.abc import Callable
 
-import grpc
 import orjson
 
 from watchcache.dispatch.cacher import Cacher
@@ -23,37 +22,30 @@ from watchcache.metrics import merge_workers
 from watchcache.server.context import ApiContext
 from watchcache.service.lifecycle import MetricsRoute, Wiring
 from watchcache.service.options import RunOptions, ShardOptions
-from watchcache.shard.follow_pb2 import MetricsRequest
-from watchcache.shard.follow_pb2_grpc import OwnerStub, add_OwnerServicer_to_server
 from watchcache.shard.follower import Followers
-from watchcache.shard.owner import FollowServer, OwnerService
+from watchcache.shard.owner import FollowServer, fetch_metrics
 from watchcache.shard.ownership import owner_of
 
 log = logging.getLogger("watchcache")
-
-# The gRPC channel to another worker (its metrics): a large exposition must not hit gRPC's
-# default 4 MB receive limit; this is a unix socket between our own workers.
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
-
 
 async def wire_shard(wiring: Wiring, options: RunOptions, shard: ShardOptions) -> None:
     """Adds followers, this worker's sockets, group readiness and ``/debug/shards`` to ``wiring``."""
     ctx = wiring.ctx
     followers = Followers(
         ctx.cachers,
-        lambda t: shard.follow_socket_path(owner_of(t.path_id(), shard.workers)),
+        lambda t: shard.socket_path(owner_of(t.path_id(), shard.workers)),
         shard.worker_id,
         options.cache,
     )
     ctx.on_demand = lambda t: None if shard.owns(t) else followers.ensure(t)
-    grpc_server, owner_service, follow_server = await _start_owner_service(ctx, shard)
+    follow, server = await _listen(ctx, shard)
 
     async def shard_map() -> bytes:
         return _shard_map(ctx, shard, followers)
 
     wiring.handler.routes["/debug/shards"] = shard_map
     wiring.following = lambda: [f for f, _ in followers.followers.values()]
-    wiring.metrics_route = lambda own: _gathered_metrics(own, shard, owner_service)
+    wiring.metrics_route = lambda own: _gathered_metrics(own, shard, follow)
     wiring.housekeeping.append(followers.drop_idle)
     synced = shard.marker(shard.worker_id, "synced")
     synced.unlink(missing_ok=True)
@@ -76,20 +68,16 @@ async def wire_shard(wiring: Wiring, options: RunOptions, shard: ShardOptions) -
 
     async def stop_shard() -> None:
         followers.stop()
-        follow_server.close()
-        await grpc_server.stop(1.0)
+        server.close()
 
     wiring.cleanup.insert(0, stop_shard)
 
 
-async def _start_owner_service(
-    ctx: ApiContext, shard: ShardOptions
-) -> tuple[grpc.aio.Server, OwnerService, asyncio.AbstractServer]:
-    """This worker's two sockets: the follow stream of the caches it owns, and gRPC for its metrics."""
-    path, follow_path = shard.socket_path(shard.worker_id), shard.follow_socket_path(shard.worker_id)
-    for stale in (path, follow_path):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(stale)  # left by a predecessor that was killed
+async def _listen(ctx: ApiContext, shard: ShardOptions) -> tuple[FollowServer, asyncio.AbstractServer]:
+    """This worker's socket: the follow streams of the caches it owns, and its metrics."""
+    path = shard.socket_path(shard.worker_id)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # left by a predecessor that was killed
     owned = {t.path_id() for t in ctx.cachers}
 
     def lookup(resource_id: str) -> Cacher | None:
@@ -97,14 +85,9 @@ async def _start_owner_service(
         return ctx.cachers.get(t) if t is not None and shard.owns(t) else None
 
     follow = FollowServer(lookup)
-    follow_server = await asyncio.get_running_loop().create_unix_server(follow.protocol, follow_path)
-    server = grpc.aio.server()
-    service = OwnerService()
-    add_OwnerServicer_to_server(service, server)
-    server.add_insecure_port(f"unix:{path}")
-    await server.start()
+    server = await asyncio.get_running_loop().create_unix_server(follow.protocol, path)
     log.info("worker %d of %d owns %s", shard.worker_id, shard.workers, ", ".join(sorted(owned)) or "nothing yet")
-    return server, service, follow_server
+    return follow, server
 
 
 def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> bytes:
@@ -120,21 +103,15 @@ def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> by
     )
 
 
-def _gathered_metrics(own: Callable[[], bytes], shard: ShardOptions, service: OwnerService) -> MetricsRoute:
+def _gathered_metrics(own: Callable[[], bytes], shard: ShardOptions, follow: FollowServer) -> MetricsRoute:
     """/metrics on a worker: its own samples and every other worker's, labelled by worker."""
-    service.metrics_text = own
+    follow.metrics_text = own
 
     async def gathered() -> bytes:
         texts = [(shard.worker_id, own())]
         peers = [w for w in range(shard.workers) if w != shard.worker_id]
-        replies = await asyncio.gather(*(_peer_metrics(shard.socket_path(w)) for w in peers), return_exceptions=True)
+        replies = await asyncio.gather(*(fetch_metrics(shard.socket_path(w)) for w in peers), return_exceptions=True)
         texts += [(w, r) for w, r in zip(peers, replies, strict=True) if isinstance(r, bytes)]
         return merge_workers(texts)
 
     return gathered
-
-
-async def _peer_metrics(socket_path: str) -> bytes:
-    async with grpc.aio.insecure_channel(f"unix:{socket_path}", options=CHANNEL_OPTIONS) as channel:
-        reply = await OwnerStub(channel).Metrics(MetricsRequest(), timeout=2.0)
-        return bytes(reply.text)

@@ -7,6 +7,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class WorkerRequest(_message.Message):
+    __slots__ = ("follow", "metrics")
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    follow: FollowRequest
+    metrics: MetricsRequest
+    def __init__(self, follow: _Optional[_Union[FollowRequest, _Mapping]] = ..., metrics: _Optional[_Union[MetricsRequest, _Mapping]] = ...) -> None: ...
+
 class MetricsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

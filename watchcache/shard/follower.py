@@ -58,7 +58,8 @@ class Follower:
         loop = asyncio.get_running_loop()
         transport, conn = await loop.create_unix_connection(lambda: _FollowStream(session), self.socket_path)
         try:
-            transport.write(encode_frame(pb.FollowRequest(resource=self.resource.path_id(), follower=self.me)))
+            request = pb.FollowRequest(resource=self.resource.path_id(), follower=self.me)
+            transport.write(encode_frame(pb.WorkerRequest(follow=request)))
             await conn.done
         finally:
             transport.abort()

@@ -11,8 +11,8 @@ the cacher itself, in the step that applies them (see ``framing``); while the sn
 still being sent they queue behind it. The feed is bounded: a follower whose unsent bytes
 pass ``max_buffer`` has its stream cut and follows again from a snapshot.
 
-This worker's metrics, for a scrape that reaches another worker, are served over gRPC
-(``OwnerService``); the follow stream is a plain unix socket (``FollowServer``).
+The same socket answers the other workers' requests for this worker's metrics (a scrape
+that reaches any worker covers all of them): a ``WorkerRequest`` frame says which.
 """
 
 from __future__ import annotations
@@ -22,13 +22,10 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
-import grpc
-
 from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
 from watchcache.shard import follow_pb2 as pb
-from watchcache.shard import follow_pb2_grpc as rpc
 from watchcache.shard.convert import events_to_pb, relist_to_pb, snapshot_to_pb
 from watchcache.shard.framing import FrameDecoder, FramingError, encode_frame
 
@@ -125,7 +122,8 @@ class ReplicaFeed:
 
 
 class _FollowConnection(asyncio.Protocol):
-    """One follower's connection: a FollowRequest frame in, FollowBatch frames out."""
+    """One connection from another worker: a WorkerRequest frame in; FollowBatch frames out
+    for a follower, or one MetricsReply."""
 
     def __init__(self, server: FollowServer) -> None:
         self.server = server
@@ -134,6 +132,7 @@ class _FollowConnection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.cacher: Cacher | None = None
         self.feed: ReplicaFeed | None = None
+        self.requested = False
         self.lost = False
         self.writable = asyncio.Event()
         self.writable.set()
@@ -143,18 +142,27 @@ class _FollowConnection(asyncio.Protocol):
         self.transport = cast(asyncio.WriteTransport, transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.task is not None or self.transport is None:
+        if self.requested or self.transport is None:
             return  # one request per connection
         try:
             frames = self.decoder.feed(data)
             if not frames:
                 return
-            request = pb.FollowRequest.FromString(frames[0])
+            request = pb.WorkerRequest.FromString(frames[0])
         except (FramingError, ValueError) as e:
-            log.warning("bad follow request: %s", e)
+            log.warning("bad worker request: %s", e)
             self.transport.abort()
             return
-        self.task = asyncio.ensure_future(self._serve(request))
+        self.requested = True
+        kind = request.WhichOneof("kind")
+        if kind == "metrics":
+            self.transport.write(encode_frame(pb.MetricsReply(text=self.server.metrics_text())))
+            self.transport.close()
+        elif kind == "follow":
+            self.task = asyncio.ensure_future(self._serve(request.follow))
+        else:
+            log.warning("worker request of unknown kind %s", kind)
+            self.transport.abort()
 
     async def _serve(self, request: pb.FollowRequest) -> None:
         try:
@@ -185,7 +193,7 @@ class _FollowConnection(asyncio.Protocol):
 
 
 class FollowServer:
-    """Accepts followers on this worker's follow socket; ``owned`` maps a resource id to its cache."""
+    """Accepts followers on this worker's socket; ``owned`` maps a resource id to its cache."""
 
     def __init__(
         self, owned: Callable[[str], Cacher | None], *, max_buffer: int = MAX_BUFFER, ready_wait: float = 600.0
@@ -193,6 +201,8 @@ class FollowServer:
         self._owned = owned
         self.max_buffer = max_buffer
         self.ready_wait = ready_wait
+        # This worker's Prometheus exposition, for the other workers (set by the process assembly).
+        self.metrics_text: Callable[[], bytes] = lambda: b""
 
     def protocol(self) -> asyncio.Protocol:
         return _FollowConnection(self)
@@ -244,14 +254,19 @@ class FollowServer:
         feed.go_live()
 
 
-class OwnerService(rpc.OwnerServicer):
-    """This worker's metrics for the others (a scrape on any worker covers all of them)."""
-
-    def __init__(self) -> None:
-        # This worker's Prometheus exposition (set by the process assembly).
-        self.metrics_text: Callable[[], bytes] = lambda: b""
-
-    async def Metrics(  # the gRPC method's name
-        self, request: pb.MetricsRequest, context: grpc.aio.ServicerContext
-    ) -> pb.MetricsReply:
-        return pb.MetricsReply(text=self.metrics_text())
+async def fetch_metrics(socket_path: str, timeout: float = 2.0) -> bytes:
+    """Another worker's own metrics, asked for on its socket."""
+    reader, writer = await asyncio.open_unix_connection(socket_path)
+    try:
+        writer.write(encode_frame(pb.WorkerRequest(metrics=pb.MetricsRequest())))
+        decoder = FrameDecoder()
+        async with asyncio.timeout(timeout):
+            while True:
+                data = await reader.read(1 << 16)
+                if not data:
+                    raise ConnectionError("the worker closed the connection before its reply")
+                frames = decoder.feed(data)
+                if frames:
+                    return bytes(pb.MetricsReply.FromString(frames[0]).text)
+    finally:
+        writer.close()
