@@ -387,8 +387,9 @@ def _func(frame: str) -> str:
 
 
 _LOOP = "(uvloop C: epoll, socket reads/writes, callbacks' C part)"
-_GENERIC = ("_run_module_as_main", "_run_code", "<module>", "main (watchcache/cli.py)", "run (watchcache/service.py)")
-_GENERIC += ("run (uvloop/__init__.py)", "Runner.run", "wrapper (uvloop", "_serve (watchcache/service.py)")
+_GENERIC = ("_run_module_as_main", "_run_code", "<module>", "main (watchcache/cli.py)", "run (service/lifecycle.py)")
+_GENERIC += ("run (uvloop/__init__.py)", "Runner.run", "wrapper (uvloop", "serve (service/lifecycle.py)")
+_GENERIC += ("run_proxy (service/proxy.py)", "run_sim (sim/wiring.py)", "run_embedded (sim/wiring.py)")
 
 
 def summarize_profile(lines: list[str], expected: int, top: int = 15) -> dict[str, Any]:

@@ -247,13 +247,13 @@ def test_handler_exception_is_500_status_without_traceback(serve: Serve, caplog:
     async def handler(req: Request, resp: Response) -> None:
         raise RuntimeError("secret-detail")
 
-    with caplog.at_level(logging.ERROR, logger="watchcache.server.http"):
+    with caplog.at_level(logging.ERROR, logger="watchcache.http.protocol"):
         reply, f = exchange(serve(handler), GET % b"/boom")
     assert reply.status == 500
     assert reply.body == apierrors.internal_error().body()
     assert b"secret" not in reply.body and b"Traceback" not in reply.body
     assert reply.headers["connection"] == "close" and at_eof(f)
-    assert any(r.name == "watchcache.server.http" and r.exc_info for r in caplog.records)
+    assert any(r.name == "watchcache.http.protocol" and r.exc_info for r in caplog.records)
 
 
 def test_handler_returning_without_response_is_500(serve: Serve) -> None:

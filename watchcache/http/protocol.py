@@ -3,7 +3,7 @@
 Why not a framework: it measured 2-3x faster on small requests, and watch fan-out
 needs the transport itself -- a watcher's pending events go out as ONE
 ``transport.writelines()`` per loop pass, and back-pressure is the transport's
-pause/resume signal (see :mod:`watchcache.server.flowcontrol`).
+pause/resume signal (see :mod:`watchcache.http.flowcontrol`).
 
 Connection rules enforced here, so handlers never see them: strict in-order
 answers to pipelined requests, request-smuggling defences (CL+TE, duplicate
@@ -45,7 +45,7 @@ __all__ = [
     "start_server",
 ]
 
-logger = logging.getLogger("watchcache.server.http")
+logger = logging.getLogger("watchcache.http.protocol")
 
 #: Complete requests parsed ahead of the one being answered before reading pauses.
 MAX_PIPELINE = 16

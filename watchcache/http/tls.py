@@ -11,7 +11,7 @@ import os
 import ssl
 from dataclasses import dataclass
 
-log = logging.getLogger("watchcache.server.tls")
+log = logging.getLogger("watchcache.http.tls")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from watchcache.http.protocol import ConnectionClosed, Request, Response
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.identity import PassthroughIdentity, Route
 
-log = logging.getLogger("watchcache.upstream.passthrough")
+log = logging.getLogger("watchcache.server.passthrough")
 
 # RFC 9110 7.6.1 hop-by-hop headers, plus what we recompute.
 _HOP_BY_HOP = frozenset(
