@@ -45,6 +45,11 @@ class FlushScheduler:
         # Fault injection only (the simulated cluster's "stall"): hold every write.
         self.paused = False
 
+    @property
+    def idle(self) -> bool:
+        """Nothing marked and no pass scheduled: every frame dispatched so far has been written."""
+        return not self._dirty and not self._scheduled
+
     def mark(self, stream: Flushable) -> None:
         self._dirty.append(stream)
         if not self._scheduled and not self.paused:
