@@ -85,7 +85,8 @@ class ApiHandler:
         return sum(len(c.dispatcher) for c in list(self.ctx.cachers.values()))
 
     def cache_stats(self) -> bytes:
-        """Per resource: objects, bytes, history window (events, bytes, oldest rv), watchers."""
+        """Per resource: objects, bytes, history window (events, bytes, oldest rv), watchers; and the
+        cached reads being answered now (watches included), e.g. one waiting for a resourceVersion."""
         out = {}
         for resource, cacher in self.ctx.cachers.items():
             stats = dataclasses.asdict(cacher.cache.stats())
@@ -94,7 +95,7 @@ class ApiHandler:
             stats["list_requests"] = cacher.lists
             stats["ready"] = cacher.ready
             out[resource.qualified] = stats
-        return orjson.dumps({"resources": out, "passed_through": self.passed_through})
+        return orjson.dumps({"resources": out, "passed_through": self.passed_through, "inflight": self.inflight})
 
     async def __call__(self, request: Request, response: Response) -> None:
         # Health and metrics are never refused, so probes and scrapes still see an overloaded server.
