@@ -6,8 +6,6 @@ the marker must be removed: the test then guards the fix.
 
 from __future__ import annotations
 
-import asyncio
-
 import orjson
 import pytest
 
@@ -15,7 +13,7 @@ from tests.e2e.conftest import start, wait_ready
 from tests.e2e.httpkube import request
 from tests.factories import pod
 from tests.reliability.checker import LogEntry, WatchSpec, check, rec_bookmark, rec_event, rec_list, rec_reconnect
-from tests.server.harness import Harness, arun, background
+from tests.server.harness import Harness, arun
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
@@ -89,16 +87,14 @@ async def test_watch_ahead_of_a_relisting_cache_gets_no_event_at_or_before_its_r
     h = Harness()  # the cache (a follower, say) is at rv 10: p0..p4 at rv 1..5
     # The client listed elsewhere at rv 15 (p1 changed at 12, p2 at 14) and watches here from 15.
 
-    async def resync() -> None:
-        await asyncio.sleep(0.01)
-        # The follower catches up from its owner's new state at 18 (p3 changed at 18): a relist diff.
-        objs = [pod(f"p{i}", rv=i + 1, labels={"i": str(i % 2)}) for i in (0, 4)]
-        objs += [pod("p1", rv=12, labels={"i": "1"}), pod("p2", rv=14, labels={"i": "0"})]
-        objs += [pod("p3", rv=18, labels={"i": "1", "v": "2"})]
-        h.cacher.relist(objs, 18)
-
-    background(resync())
-    resp = await h.watch(until=0.1, resourceVersion="15")
+    watch = await h.start_watch(resourceVersion="15").in_flight()  # waiting for the cache to reach 15
+    # The follower catches up from its owner's new state at 18 (p3 changed at 18): a relist diff.
+    objs = [pod(f"p{i}", rv=i + 1, labels={"i": str(i % 2)}) for i in (0, 4)]
+    objs += [pod("p1", rv=12, labels={"i": "1"}), pod("p2", rv=14, labels={"i": "0"})]
+    objs += [pod("p3", rv=18, labels={"i": "1", "v": "2"})]
+    h.cacher.relist(objs, 18)
+    await watch.started()
+    resp = await watch.close()
     # A 410 is an honest answer too (the cache's history restarted past 15): the client relists.
     delivered = [
         (e["type"], e["object"]["metadata"]["name"], int(e["object"]["metadata"]["resourceVersion"]))

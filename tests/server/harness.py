@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from tests.factories import FakeResponse, pod
+from tests.waiting import until
 from watchcache import apierrors
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
@@ -20,7 +22,7 @@ from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, ServeConfig
 from watchcache.watchers.flush import FlushScheduler
 
-__all__ = ["ADDED", "DELETED", "MODIFIED", "Harness"]
+__all__ = ["ADDED", "DELETED", "MODIFIED", "Harness", "WatchStream", "until"]
 
 
 class FakeUpstream:
@@ -86,23 +88,65 @@ class Harness:
     async def get(self, name: str, **query: Any) -> FakeResponse:
         return await self.request(f"/api/v1/namespaces/default/pods/{name}", query)
 
-    async def watch(self, until: float = 0.05, resp: FakeResponse | None = None, **query: Any) -> FakeResponse:
-        """Run a watch for ``until`` seconds of loop time, then disconnect; returns what it got."""
-        resp = resp if resp is not None else FakeResponse()
+    def start_watch(self, resp: FakeResponse | None = None, **query: Any) -> WatchStream:
+        """A watch request, sent: the handler runs it in the background as the client reads."""
+        return WatchStream(self, query, resp)
+
+    async def open_watch(self, resp: FakeResponse | None = None, **query: Any) -> WatchStream:
+        """A watch whose watcher the server has registered (or that it answered without one)."""
+        return await self.start_watch(resp, **query).started()
+
+    async def watch(self, then: Callable[[], object] | None = None, **query: Any) -> FakeResponse:
+        """Run a watch: once its watcher is registered, call ``then`` (the writes under test), let
+        everything dispatched be written, disconnect. Returns what the client got."""
+        stream = await self.open_watch(**query)
+        if then is not None:
+            then()
+        return await stream.close()
+
+
+class WatchStream:
+    """One watch request against the handler, its connection held open until ``close``."""
+
+    def __init__(self, h: Harness, query: dict[str, Any], resp: FakeResponse | None = None) -> None:
+        self.h = h
+        self.resp = resp if resp is not None else FakeResponse()
         qs = urlencode({"watch": "true", **query})
         path = "/api/v1/namespaces/default/pods"
         req = Request(
             "GET", (path + "?" + qs).encode(), path, parse_qs(qs, keep_blank_values=True), {}, b"", "1.1", "test"
         )
-        task = asyncio.ensure_future(self.handler(req, resp))
-        await asyncio.sleep(until)
-        if not task.done():
-            resp.disconnect()
+        self._before = len(h.cacher.dispatcher)
+        self.task = asyncio.ensure_future(h.handler(req, self.resp))
+
+    @property
+    def registered(self) -> bool:
+        return len(self.h.cacher.dispatcher) > self._before
+
+    async def started(self) -> WatchStream:
+        """Until the server has registered the watcher (events from now on reach it), or has answered."""
+        await until(lambda: self.registered or self.task.done())
+        return self
+
+    async def in_flight(self) -> WatchStream:
+        """Until the handler has the request and is waiting (e.g. for the cache to reach its rv)."""
+        await until(lambda: self.h.handler.inflight > 0 or self.task.done())
+        return self
+
+    async def close(self) -> FakeResponse:
+        """Let every frame dispatched so far be written, then disconnect; returns what the client got."""
+        await until(lambda: self.h.ctx.flusher.idle)
+        if not self.task.done():
+            self.resp.disconnect()
+        return await self.ended(1.0)
+
+    async def ended(self, timeout: float) -> FakeResponse:
+        """Until the handler has returned (the server ended the watch, or ``close`` did)."""
         try:
-            await asyncio.wait_for(task, 1.0)
+            await asyncio.wait_for(self.task, timeout)
         except apierrors.StatusError as e:
-            resp.send(e.code, e.body())
-        return resp
+            self.resp.send(e.code, e.body())
+        return self.resp
 
 
 _background: set[asyncio.Future[Any]] = set()

@@ -17,7 +17,7 @@ import asyncio
 import pytest
 
 from tests.factories import pod
-from tests.server.harness import DELETED, MODIFIED, Harness, arun, background
+from tests.server.harness import DELETED, MODIFIED, Harness, arun, background, until
 
 
 def names(resp) -> list[str]:
@@ -29,13 +29,14 @@ def rv_of(resp) -> int:
 
 
 async def upstream_ahead(h: Harness) -> int:
-    """The upstream committed rv 11 (p0 deleted) but the cache has not seen it yet; it will in 50 ms."""
+    """The upstream committed rv 11 (p0 deleted) but the cache has not seen it yet; it will once
+    the read under test is in the server's hands (waiting for the proof that it is fresh)."""
     h.upstream.rv = 11
 
     async def feed() -> None:
-        await asyncio.sleep(0.05)
+        await until(lambda: h.handler.inflight > 0)
         h.rv = 11
-        h.cacher.apply([(DELETED, __import__("tests.factories", fromlist=["pod"]).pod("p0", rv=11))])
+        h.cacher.apply([(DELETED, pod("p0", rv=11))])
 
     background(feed())
     return 11
@@ -298,7 +299,7 @@ async def test_get_rv_n_not_older_than():
 async def test_watch_rv_unset_get_state_and_start_at_most_recent():
     h = Harness()
     await upstream_ahead(h)  # p0 is deleted at 11, which the watch must wait for
-    resp = await h.watch(until=0.15)
+    resp = await h.watch()
     events = resp.events()
     assert [e["type"] for e in events] == ["ADDED"] * 4
     assert sorted(e["object"]["metadata"]["name"] for e in events) == ["p1", "p2", "p3", "p4"]
@@ -309,13 +310,7 @@ async def test_watch_rv_unset_get_state_and_start_at_most_recent():
 async def test_watch_rv_0_get_state_and_start_at_any():
     h = Harness()
     h.upstream.rv = 99
-
-    async def later() -> None:
-        await asyncio.sleep(0.02)
-        h.write(MODIFIED, "p1", labels={"i": "1"})
-
-    background(later())
-    resp = await h.watch(until=0.3, resourceVersion="0")
+    resp = await h.watch(lambda: h.write(MODIFIED, "p1", labels={"i": "1"}), resourceVersion="0")
     events = resp.events()
     assert [e["type"] for e in events] == ["ADDED"] * 5 + ["MODIFIED"]
     assert events[-1]["object"]["metadata"]["resourceVersion"] == "11"

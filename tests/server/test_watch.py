@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from tests.factories import FakeResponse
-from tests.server.harness import MODIFIED, Harness, arun, background
+from tests.server.harness import MODIFIED, Harness, arun, until
 
 
 @arun
 async def test_object_leaving_the_selection_arrives_as_deleted_with_previous_state_and_event_rv():
     h = Harness()
 
-    async def writes() -> None:
-        await asyncio.sleep(0.01)
+    def writes() -> None:
         h.write(MODIFIED, "p1", labels={"i": "0"})  # 11: leaves i=1
         h.write(MODIFIED, "p2", labels={"i": "1"})  # 12: enters i=1
         h.write(MODIFIED, "p2", labels={"i": "1", "x": "y"})  # 13: stays
 
-    background(writes())
-    resp = await h.watch(resourceVersion="10", labelSelector="i=1")
+    resp = await h.watch(writes, resourceVersion="10", labelSelector="i=1")
     got = [
         (
             e["type"],
@@ -53,14 +49,12 @@ async def test_watch_from_rv_before_window_gets_410_expired_error_event():
 @arun
 async def test_send_initial_events_ends_with_annotated_bookmark_then_streams():
     h = Harness()
-
-    async def later() -> None:
-        await asyncio.sleep(0.02)
-        h.write(MODIFIED, "p1", labels={"i": "1"})
-
-    background(later())
     resp = await h.watch(
-        sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true", labelSelector="i=1"
+        lambda: h.write(MODIFIED, "p1", labels={"i": "1"}),
+        sendInitialEvents="true",
+        resourceVersionMatch="NotOlderThan",
+        allowWatchBookmarks="true",
+        labelSelector="i=1",
     )
     events = resp.events()
     assert [e["type"] for e in events] == ["ADDED", "ADDED", "BOOKMARK", "MODIFIED"]
@@ -73,7 +67,6 @@ async def test_send_initial_events_ends_with_annotated_bookmark_then_streams():
 async def test_send_initial_events_waits_for_not_older_than_rv_else_error_event_504():
     h = Harness(fresh_wait=0.05)
     resp = await h.watch(
-        until=0.2,
         sendInitialEvents="true",
         resourceVersionMatch="NotOlderThan",
         allowWatchBookmarks="true",
@@ -95,13 +88,11 @@ async def test_send_initial_events_without_not_older_than_is_422():
 async def test_periodic_bookmarks_carry_the_cache_rv_and_only_kind_apiversion_rv():
     h = Harness(bookmark_interval=0.0)
 
-    async def tick() -> None:
-        await asyncio.sleep(0.02)
+    def tick() -> None:
         h.cacher.progress(15)
         h.cacher.tick()
 
-    background(tick())
-    resp = await h.watch(resourceVersion="10", allowWatchBookmarks="true")
+    resp = await h.watch(tick, resourceVersion="10", allowWatchBookmarks="true")
     events = resp.events()
     assert events == [
         {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "15"}}}
@@ -112,28 +103,24 @@ async def test_periodic_bookmarks_carry_the_cache_rv_and_only_kind_apiversion_rv
 async def test_no_bookmarks_unless_allowed():
     h = Harness(bookmark_interval=0.0)
 
-    async def tick() -> None:
-        await asyncio.sleep(0.02)
+    def tick() -> None:
         h.cacher.progress(15)
         h.cacher.tick()
 
-    background(tick())
-    resp = await h.watch(resourceVersion="10")
+    resp = await h.watch(tick, resourceVersion="10")
     assert resp.events() == []
 
 
 @arun
 async def test_watch_with_future_rv_waits_silently_and_starts_after_it():
     h = Harness()
-
-    async def writes() -> None:
-        await asyncio.sleep(0.01)
-        h.write(MODIFIED, "p1")  # 11 (not delivered: <= 12)
-        h.write(MODIFIED, "p2")  # 12
-        h.write(MODIFIED, "p3")  # 13
-
-    background(writes())
-    resp = await h.watch(resourceVersion="12")
+    watch = await h.start_watch(resourceVersion="12").in_flight()
+    assert not watch.registered and not watch.task.done()  # waiting for rv 12, silently
+    h.write(MODIFIED, "p1")  # 11 (not delivered: <= 12)
+    h.write(MODIFIED, "p2")  # 12
+    await watch.started()
+    h.write(MODIFIED, "p3")  # 13
+    resp = await watch.close()
     assert [e["object"]["metadata"]["resourceVersion"] for e in resp.events()] == ["13"]
 
 
@@ -149,29 +136,29 @@ async def test_bad_label_selector_is_400_before_streaming():
 @arun
 async def test_watch_timeout_seconds_ends_the_stream_cleanly():
     h = Harness()
-    resp = await h.watch(until=1.5, resourceVersion="10", timeoutSeconds="1")
+    watch = await h.open_watch(resourceVersion="10", timeoutSeconds="1")
+    resp = await watch.ended(timeout=5.0)
     assert resp.ended and not resp.closed
 
 
 @arun
 async def test_disconnected_watcher_is_removed_from_dispatch():
     h = Harness()
-    await h.watch(resourceVersion="10")
-    await asyncio.sleep(0.01)
-    assert len(h.cacher.dispatcher) == 0
+    watch = await h.open_watch(resourceVersion="10")
+    assert len(h.cacher.dispatcher) == 1
+    await watch.close()
+    await until(lambda: len(h.cacher.dispatcher) == 0)
 
 
 @arun
 async def test_events_are_coalesced_into_one_chunk_per_loop_pass():
     h = Harness()
 
-    async def burst() -> None:
-        await asyncio.sleep(0.01)
+    def burst() -> None:
         for i in range(50):
             h.write(MODIFIED, f"p{i % 5}")
 
-    background(burst())
-    resp = await h.watch(resourceVersion="10")
+    resp = await h.watch(burst, resourceVersion="10")
     assert len(resp.events()) == 50
     assert len(resp.chunks) == 1
 
@@ -184,20 +171,16 @@ async def test_a_watch_whose_flush_raises_is_ended_alone_and_counted():
         def write_chunk(self, parts):  # type: ignore[no-untyped-def]
             raise RuntimeError("a bug on this watch's write path")
 
-    async def writes() -> None:
-        await asyncio.sleep(0.01)
-        h.write(MODIFIED, "p1")
-        await asyncio.sleep(0.01)
-        h.write(MODIFIED, "p2")
-
-    background(writes())
     broken = Broken()
     # The broken watch registers first, so its flush runs first in each pass.
-    results = await asyncio.gather(
-        h.watch(resp=broken, resourceVersion="10"), h.watch(until=0.06, resourceVersion="10")
-    )
-    healthy = results[1]
-    assert [e["object"]["metadata"]["name"] for e in healthy.events()] == ["p1", "p2"]
+    first = await h.open_watch(broken, resourceVersion="10")
+    healthy = await h.open_watch(resourceVersion="10")
+    h.write(MODIFIED, "p1")
+    await until(lambda: h.ctx.flusher.idle)  # one flush pass: the broken watch's raises
+    h.write(MODIFIED, "p2")
+    await first.close()
+    resp = await healthy.close()
+    assert [e["object"]["metadata"]["name"] for e in resp.events()] == ["p1", "p2"]
     assert broken.closed  # the connection was dropped: the client resumes from what it read
     assert h.cacher.failures == {"flush": 1}
     assert h.ctx.flusher.failures == 1
