@@ -9,6 +9,7 @@ import pytest
 
 from tests.factories import pod
 from tests.server.harness import arun
+from tests.waiting import until
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.object import CachedObject, encode_object
 from watchcache.cache.predicate import SelectionPredicate
@@ -31,13 +32,6 @@ class Sink:
 
 def state(cacher: Cacher, rv: int | None = None) -> dict[str, bytes]:
     return {o.key: o.body for o in cacher.cache.snapshot(rv).iter_range("", None)}
-
-
-async def until(predicate, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 class Pair:

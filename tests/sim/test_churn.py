@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from tests.waiting import until
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.object import CachedObject
 from watchcache.resources import CONFIGMAPS, NAMESPACES, NODES, PODS, ResourceRegistry, ResourceType
@@ -192,7 +193,7 @@ def test_run_is_cancellable(sim: SimCluster) -> None:
     async def main() -> int:
         churn = Churn(sim, rate=500, seed=1)
         task = asyncio.create_task(churn.run())
-        await asyncio.sleep(0.1)
+        await until(lambda: churn.writes > 0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

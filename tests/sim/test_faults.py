@@ -2,6 +2,7 @@ import asyncio
 
 import pytest
 
+from tests.waiting import until
 from watchcache import apierrors
 from watchcache.http.protocol import Request
 from watchcache.sim.faults import FaultInjector
@@ -47,13 +48,13 @@ def test_stall_holds_flushes_and_releases_them_when_it_ends():
         f = FaultInjector(flusher, clock)
         f.apply(b'{"kind": "stall", "seconds": 2}')
         flusher.mark(Stream())
-        await asyncio.sleep(0.01)
-        assert flushed == []
+        await asyncio.sleep(0)  # a loop pass: an unpaused flusher would have flushed now
+        assert flushed == [] and not flusher.idle
         f.tick()
         assert flushed == []
         clock.now += 2.5
         f.tick()
-        await asyncio.sleep(0.01)
+        await until(lambda: flusher.idle)
         assert flushed == [1]
 
     asyncio.run(go())

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import orjson
@@ -261,14 +260,15 @@ def test_a_sigkilled_writer_leaves_a_journal_that_replays_consistently(tmp_path:
     assert proc.stdout is not None
     try:
         assert proc.stdout.readline() == b"ready\n"
-        time.sleep(0.3)
+        # 120 rounds acknowledged (at least 2 commits each), then killed wherever it is.
+        acked = [proc.stdout.readline().strip() for _ in range(120)]
     finally:
         proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
     *printed, _ = proc.stdout.read().split(b"\n")
     proc.stdout.close()
-    acknowledged = int(printed[-1])
+    acknowledged = int((acked + printed)[-1])
 
     data = path.read_bytes()
     *complete, _tail = data.split(b"\n")  # _tail: b"" unless the kill tore the last write

@@ -6,6 +6,7 @@ import orjson
 import pytest
 
 from tests.factories import pod
+from tests.waiting import until
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
@@ -146,11 +147,7 @@ def test_a_stalled_watch_is_watched_again_at_once_whatever_the_backoff():
         r = Reflector(client=client, cacher=cacher, config=ReflectorConfig(backoff_initial=5.0))  # type: ignore[arg-type]
         task = asyncio.ensure_future(r.run())
         try:
-            for _ in range(200):
-                if cacher.rv == 11:
-                    break
-                await asyncio.sleep(0.01)
-            assert cacher.rv == 11, "the second watch never delivered"
+            await until(lambda: cacher.rv == 11)  # the second watch delivered
             assert len(client.watches) == 2 and client.watches[1] - client.watches[0] < 0.5
             assert r.watch_restarts == 1
         finally:
@@ -167,11 +164,12 @@ def test_a_successful_list_resets_the_backoff():
 
     async def main() -> float:
         cacher = Cacher(PODS)
-        r = Reflector(client=StallingClient(), cacher=cacher)  # type: ignore[arg-type]
+        client = StallingClient()
+        r = Reflector(client=client, cacher=cacher)  # type: ignore[arg-type]
         for _ in range(8):
             r.backoff.next()
         task = asyncio.ensure_future(r.run())
-        await asyncio.sleep(0.05)
+        await until(lambda: client.watches)  # it has listed, and watches
         task.cancel()
         return r.backoff.next()
 

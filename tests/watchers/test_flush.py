@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.server.harness import arun
+from tests.waiting import until
 from watchcache.watchers.flush import FlushScheduler
 
 
@@ -67,7 +68,7 @@ async def test_paused_scheduler_holds_marks_until_resumed():
     await asyncio.sleep(0.03)
     assert s.flushed_at == []
     f.resume()
-    await asyncio.sleep(0.02)
+    await until(lambda: f.idle)
     assert len(s.flushed_at) == 1
 
 
