@@ -25,6 +25,7 @@ from tests.e2e.httpkube import (
     request,
     rv_of,
 )
+from tests.waiting import wait_until
 
 PODS = "/api/v1/pods"
 
@@ -532,7 +533,8 @@ def test_sigterm_lets_an_in_flight_read_finish() -> None:
 
         reader = threading.Thread(target=read)
         reader.start()
-        time.sleep(0.3)  # the LIST is now waiting for a resourceVersion that will not come
+        # The server has the LIST, waiting for a resourceVersion that will not come.
+        wait_until(lambda: get_ok(proc.url, "/debug/cache")["inflight"] == 1)
         proc.process.send_signal(signal.SIGTERM)
         assert proc.process.wait(5) == 0
         reader.join(5)

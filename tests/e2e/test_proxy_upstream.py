@@ -672,18 +672,22 @@ def pinned_get(conn: http.client.HTTPConnection, path: str) -> Any:
     return json.loads(body)
 
 
-def first_events(streams: dict[str, WatchStream], wait: float = 1.5) -> dict[str, dict[str, Any] | None]:
-    """Give freshly opened watches ``wait`` seconds, then take the first event of each (None: none came)."""
+def first_events(
+    streams: dict[str, WatchStream], write_next: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any] | None], dict[str, Any]]:
+    """The first event of each freshly opened watch, of what it had to deliver before anything new was
+    written (None: nothing). Each has its response head, so the server has registered it (or answered
+    it) and decided what it delivers first; then ``write_next`` commits something new, which every
+    watch gets after whatever came before it. Returns those first events and what ``write_next`` wrote."""
     try:
         assert all(s.status == 200 for s in streams.values()), {n: s.status for n, s in streams.items()}
-        time.sleep(wait)
+        marker = write_next()
         out: dict[str, dict[str, Any] | None] = {}
         for name, stream in streams.items():
-            try:
-                out[name] = stream.next(0.3)
-            except TimeoutError:
-                out[name] = None
-        return out
+            event = stream.next(10.0)
+            is_marker = event is not None and event["type"] != "ERROR" and event["object"] == marker
+            out[name] = None if is_marker else event
+        return out, marker
     finally:
         for stream in streams.values():
             stream.close()
@@ -769,9 +773,9 @@ def relist_scenario(tmp_path_factory: pytest.TempPathFactory) -> RelistScenario:
                 conn = pinned(url, on_owner)
                 list_rvs[name] = int(pinned_get(conn, path_with(CONFIGMAPS, **q))["metadata"]["resourceVersion"])
                 streams[name] = PinnedWatch(conn, path_with(CONFIGMAPS, watch=1, resourceVersion=list_rvs[name]))
-            first = first_events(streams)
-
-            live = write(sim.url, "POST", cm_path("ns-1"), configmap("e2e-live", "ns-1"))
+            first, live = first_events(
+                streams, lambda: write(sim.url, "POST", cm_path("ns-1"), configmap("e2e-live", "ns-1"))
+            )
             while events[-1]["type"] == "BOOKMARK" or rv_of(events[-1]["object"]) < rv_of(live):
                 read(5)
         return RelistScenario(

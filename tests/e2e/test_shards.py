@@ -164,8 +164,7 @@ def test_sigterm_sends_a_final_bookmark_and_exits_within_the_drain_timeout():
         watches = [
             WatchStream(url, path_with("/api/v1/pods", watch=1, resourceVersion=rv, allowWatchBookmarks=True))
             for _ in range(4)
-        ]
-        time.sleep(0.3)
+        ]  # each has its response head: its watcher is registered (in the step that wrote the head)
         started = time.monotonic()
         s.proxy.process.send_signal(signal.SIGTERM)
         for w in watches:

@@ -3,12 +3,15 @@ when it reads again it is caught up from history, without gap or duplicate."""
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import time
 import urllib.request
+from collections.abc import Callable
 
 from tests.e2e.conftest import start
+from tests.waiting import wait_until
 
 
 def open_watch(host_port: str, path: str, rcvbuf: int | None = None) -> socket.socket:
@@ -21,32 +24,85 @@ def open_watch(host_port: str, path: str, rcvbuf: int | None = None) -> socket.s
     return s
 
 
-def read_events(s: socket.socket, seconds: float) -> list[dict]:
-    """Read for ``seconds`` and parse the chunked stream's JSON lines (chunk framing stripped)."""
-    s.settimeout(0.2)
-    data = b""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            chunk = s.recv(1 << 20)
-        except TimeoutError:
-            continue
-        if not chunk:
-            break
-        data += chunk
-    body = data.split(b"\r\n\r\n", 1)[1]
-    out = b""
-    while body:
-        size_line, _, rest = body.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0 or len(rest) < size:
-            out += rest[:size]
-            break
-        out += rest[:size]
-        body = rest[size + 2 :]
-    return [
-        json.loads(line) for line in out.split(b"\n") if line.strip().startswith(b"{") and line.strip().endswith(b"}")
-    ]
+class ChunkedEvents:
+    """A raw watch socket's events, parsed as they arrive (chunk framing stripped)."""
+
+    def __init__(self, s: socket.socket) -> None:
+        self.s = s
+        self.raw = b""
+        self.body = b""
+        self.events: list[dict] = []
+        self.ended = False
+
+    def _parse(self) -> None:
+        if not self.body and b"\r\n\r\n" in self.raw:
+            self.raw = self.raw.split(b"\r\n\r\n", 1)[1]
+            self.body = b" "  # headers seen
+        if not self.body:
+            return
+        data = b""
+        while True:
+            size_line, sep, rest = self.raw.partition(b"\r\n")
+            if not sep:
+                break
+            size = int(size_line, 16)
+            if size == 0:
+                self.ended = True
+                break
+            if len(rest) < size + 2:
+                break
+            data += rest[:size]
+            self.raw = rest[size + 2 :]
+        lines = (self.body[1:] + data).split(b"\n")
+        self.body = b" " + lines.pop()
+        self.events += [json.loads(line) for line in lines if line.strip()]
+
+    def read_until(self, done: Callable[[list[dict]], bool], timeout: float = 30.0) -> list[dict]:
+        """Read until ``done(events)`` holds (checked at least every 0.2 s) or the stream ends."""
+        self.s.settimeout(0.2)
+        deadline = time.monotonic() + timeout
+        while not done(self.events) and not self.ended:
+            assert time.monotonic() < deadline, f"not done within {timeout}s; {len(self.events)} events"
+            try:
+                chunk = self.s.recv(1 << 20)
+            except TimeoutError:
+                continue
+            if not chunk:
+                self.ended = True
+                break
+            self.raw += chunk
+            self._parse()
+        return self.events
+
+
+def slow_outcomes(url: str) -> tuple[float, float]:
+    """How often pods watchers lagged, and caught up."""
+    return metric(url, "watchcache_slow_watchers_total", "lagged"), metric(
+        url, "watchcache_slow_watchers_total", "caught_up"
+    )
+
+
+def wait_until_expired_in_waiting(url: str) -> None:
+    """Until the lagging pods watcher can only be ended with 410 once it reads again.
+
+    While the kernel's buffers still take bytes, a watcher lags and catches up in turns; once it
+    lags and the history has moved past the cache's rv of that moment with no catch-up in between,
+    what it missed is gone."""
+
+    def past(lagged_at: int, caught_up: float) -> bool:
+        return pods_cache(url)["oldest_rv"] > lagged_at or slow_outcomes(url)[1] > caught_up
+
+    while True:
+        wait_until(lambda: slow_outcomes(url)[0] > slow_outcomes(url)[1])  # lagging now
+        caught_up = slow_outcomes(url)[1]
+        lagged_at = pods_cache(url)["rv"]  # it took no event after this rv
+        wait_until(functools.partial(past, lagged_at, caught_up))
+        if slow_outcomes(url)[1] == caught_up:
+            return
+
+
+def pods_cache(url: str) -> dict:
+    return json.loads(urllib.request.urlopen(url + "/debug/cache", timeout=5).read())["resources"]["pods"]
 
 
 def metric(url: str, name: str, outcome: str) -> float:
@@ -76,22 +132,27 @@ def test_stalled_reader_is_caught_up_from_history_and_matches_a_fast_reader():
         ]
         path = f"/api/v1/pods?watch=1&resourceVersion={rv}"
         slow = open_watch(proc.host_port, path, rcvbuf=4096)
-        fast = open_watch(proc.host_port, path)
-        fast_events = read_events(fast, 3.0)  # the slow one reads nothing meanwhile: its buffer overflows
-        assert metric(proc.url, "watchcache_slow_watchers_total", "lagged") >= 1
-        slow_events = read_events(slow, 4.0)
+        fast = ChunkedEvents(open_watch(proc.host_port, path))
+        # The slow one reads nothing meanwhile: its buffer overflows, it lags.
+        fast_events = fast.read_until(
+            lambda events: len(events) > 600 and metric(proc.url, "watchcache_slow_watchers_total", "lagged") >= 1
+        )
+        fast_rv = int(fast_events[-1]["object"]["metadata"]["resourceVersion"])
+        slow_events = ChunkedEvents(slow).read_until(
+            lambda events: bool(events) and int(events[-1]["object"]["metadata"]["resourceVersion"]) >= fast_rv
+        )
         assert metric(proc.url, "watchcache_slow_watchers_total", "caught_up") >= 1
         seen = [int(e["object"]["metadata"]["resourceVersion"]) for e in slow_events]
         assert seen == sorted(set(seen)), "rvs strictly increasing, no duplicate"
         # Over the range both saw, the slow reader got exactly what the fast reader got.
-        last = min(seen[-1], int(fast_events[-1]["object"]["metadata"]["resourceVersion"]))
+        last = min(seen[-1], fast_rv)
         key = lambda e: (e["type"], e["object"]["metadata"]["name"], e["object"]["metadata"]["resourceVersion"])  # noqa: E731
         want = [key(e) for e in fast_events if int(e["object"]["metadata"]["resourceVersion"]) <= last]
         got = [key(e) for e in slow_events if int(e["object"]["metadata"]["resourceVersion"]) <= last]
         assert len(want) > 500
         assert got == want
         slow.close()
-        fast.close()
+        fast.s.close()
     finally:
         proc.stop()
 
@@ -113,8 +174,8 @@ def test_reader_stalled_past_the_history_window_gets_410():
             "resourceVersion"
         ]
         slow = open_watch(proc.host_port, f"/api/v1/pods?watch=1&resourceVersion={rv}", rcvbuf=4096)
-        time.sleep(3.0)  # 1,200 writes: far more than the 200 events of history
-        events = read_events(slow, 3.0)
+        wait_until_expired_in_waiting(proc.url)
+        events = ChunkedEvents(slow).read_until(lambda events: bool(events) and events[-1]["type"] == "ERROR")
         assert events and events[-1]["type"] == "ERROR"
         assert events[-1]["object"]["code"] == 410 and events[-1]["object"]["reason"] == "Expired"
         assert metric(proc.url, "watchcache_slow_watchers_total", "expired") >= 1

@@ -93,8 +93,7 @@ def test_limits_answer_429_with_retry_after():
         watches = [WatchStream(url, path_with("/api/v1/pods", watch=1, resourceVersion="0")) for _ in range(2)]
         for w in watches:
             assert w.status == 200
-            w.next(5.0)
-        time.sleep(0.2)
+            w.next(5.0)  # registered: its first event came
         third = get(url, "/api/v1/pods", watch=1, resourceVersion="0")
         assert third.status == 429 and third.headers["Retry-After"] == "1"
         assert third.json()["reason"] == "TooManyRequests"
