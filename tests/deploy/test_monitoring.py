@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.deploy.support import DASHBOARD, MONITORING, dashboard_expressions, metric_names, objects, one, render
+from tests.tools import require
 
 HERE = Path(__file__).parent
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
@@ -187,10 +187,7 @@ def test_every_expression_uses_only_exported_metrics(dev_stack: Any) -> None:
 
 
 def _promtool() -> str:
-    exe = shutil.which("promtool")
-    if exe is None:
-        pytest.skip("promtool not installed (apt-get install prometheus)")
-    return exe
+    return require("promtool", "apt-get install prometheus")
 
 
 def _write_rules(path: Path, *, annotations: bool) -> None:

@@ -10,7 +10,6 @@ import json
 import os
 import queue
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -22,12 +21,12 @@ import pytest
 
 from tests.e2e.conftest import Proc
 from tests.e2e.httpkube import configmap, get, get_ok
-
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
+from tests.tools import KUBECTL_INSTALL, require
 
 
 class Kubectl:
     def __init__(self, api: Proc, home: Path) -> None:
+        self.exe = require("kubectl", KUBECTL_INSTALL)
         self.api = api
         kubeconfig = home / "kubeconfig"
         kubeconfig.write_text("")
@@ -39,7 +38,7 @@ class Kubectl:
         }
 
     def argv(self, *args: str) -> list[str]:
-        return ["kubectl", "--server", self.api.url, "--cache-dir", str(self.cache_dir), "--request-timeout=10s", *args]
+        return [self.exe, "--server", self.api.url, "--cache-dir", str(self.cache_dir), "--request-timeout=10s", *args]
 
     def run(self, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(self.argv(*args), env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -51,6 +50,15 @@ class Kubectl:
         return subprocess.Popen(
             self.argv(*args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+
+
+# kubectl -v=6 logs each request: ``GET URL 200 OK`` up to 1.32, ``verb="GET" url="URL" status="200 OK"`` since.
+_POD_LIST = re.compile(r'GET (\S+)/api/v1/pods\?(\S+) 200|verb="GET" url="([^"]+)/api/v1/pods\?([^"]+)" status="200')
+
+
+def pods_requests(log: str) -> list[tuple[str, str]]:
+    """(server, query) of each successful pod LIST in kubectl's -v=6 log."""
+    return [(m[0] or m[2], m[1] or m[3]) for m in _POD_LIST.findall(log)]
 
 
 @pytest.fixture
@@ -69,7 +77,7 @@ def test_chunked_get_returns_exactly_the_unpaged_list(api: Proc, kubectl: Kubect
     assert names == expected
 
     # kubectl really paged: 120 pods at 50 a page is one first request and two continues.
-    requests = re.findall(r"GET \S+/api/v1/pods\?(\S+) 200", result.stderr)
+    requests = [query for _, query in pods_requests(result.stderr)]
     assert len(requests) == 3, requests
     assert all("limit=50" in q for q in requests)
     assert sum("continue=" in q for q in requests) == 2

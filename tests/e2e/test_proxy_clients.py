@@ -1,4 +1,4 @@
-"""Real clients through the caching proxy: kubectl (v1.32) and the ``kubernetes`` Python client.
+"""Real clients through the caching proxy: kubectl (the dev extra's, v1.37) and the ``kubernetes`` Python client.
 
 Everything a client does through the proxy is checked against the upstream ``watchcache sim`` directly.
 """
@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -20,9 +18,10 @@ from kubernetes import client, watch
 
 from tests.e2e.conftest import Stack, start_stack
 from tests.e2e.httpkube import get, get_ok, key_of, rv_of
+from tests.e2e.test_kubectl import pods_requests
+from tests.tools import KUBECTL_INSTALL, require
 
 TIMEOUT = 10
-needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +42,14 @@ class Kubectl:
     """kubectl with an empty kubeconfig and its own HOME and cache: nothing of the user's takes part."""
 
     def __init__(self, home: Path) -> None:
+        self.exe = require("kubectl", KUBECTL_INSTALL)
         kubeconfig = home / "kubeconfig"
         kubeconfig.write_text("")
         self.cache_dir = home / "kube-cache"
         self.env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "KUBECONFIG": str(kubeconfig)}
 
     def run(self, server: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = ["kubectl", "--server", server, "--cache-dir", str(self.cache_dir), "--request-timeout=10s", *args]
+        argv = [self.exe, "--server", server, "--cache-dir", str(self.cache_dir), "--request-timeout=10s", *args]
         result = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=30)
         if check:
             assert result.returncode == 0, f"kubectl {' '.join(args)} against {server} failed:\n{result.stderr}"
@@ -64,7 +64,6 @@ def kubectl(tmp_path: Path) -> Kubectl:
 # ---------------------------------------------------------------------------------------------- kubectl
 
 
-@needs_kubectl
 def test_kubectl_chunked_get_of_all_pods(stack: Stack, kubectl: Kubectl) -> None:
     result = kubectl.run(stack.proxy.url, "get", "pods", "-A", "--chunk-size=50", "-o", "name", "-v=6")
     lines = result.stdout.split()
@@ -74,14 +73,13 @@ def test_kubectl_chunked_get_of_all_pods(stack: Stack, kubectl: Kubectl) -> None
     assert sum(expected.values()) == 120
     assert names == expected
     # It paged, through the proxy: 120 pods at 50 a page is a first request and two continues.
-    requests = re.findall(r"GET (\S+)/api/v1/pods\?(\S+) 200", result.stderr)
+    requests = pods_requests(result.stderr)
     assert {server for server, _ in requests} == {stack.proxy.url}, requests
     assert len(requests) == 3, requests
     assert all("limit=50" in query for _, query in requests)
     assert sum("continue=" in query for _, query in requests) == 2
 
 
-@needs_kubectl
 def test_kubectl_get_pods_in_a_namespace_prints_what_it_prints_against_the_upstream(
     stack: Stack, kubectl: Kubectl
 ) -> None:
@@ -105,7 +103,6 @@ def manifest(path: Path, data: dict[str, str]) -> Path:
     return path
 
 
-@needs_kubectl
 def test_kubectl_create_label_apply_delete(stack: Stack, kubectl: Kubectl, tmp_path: Path) -> None:
     proxy, sim = stack.proxy.url, stack.sim.url
     upstream_path = "/api/v1/namespaces/ns-2/configmaps/e2e-kubectl"
