@@ -1,7 +1,7 @@
 """Prometheus metrics: kube-apiserver's names where the meaning is the same, ours under ``watchcache_``.
 
 The hot path never touches prometheus-client: ``Counter.inc`` costs 0.2–0.7 µs and
-``.labels()`` another 0.7 µs, a plain ``int += 1`` 10 ns (PERF-NOTES.md). Components count
+``.labels()`` another 0.7 µs, a plain ``int += 1`` 10 ns (docs/performance.md, design figures). Components count
 in integers (``Cacher``, ``Reflector``, ``HttpWatchStream``) and ``CacheCollector`` turns
 them into metric families at scrape time. Histograms are observed per request or per
 flush (sampled), never per delivered event.

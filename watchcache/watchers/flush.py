@@ -1,6 +1,6 @@
 """Coalesced delivery: one write per watcher per event-loop pass, whatever the event count.
 
-A ``transport.write`` costs ~5 µs, 90% of it in the kernel (PERF-NOTES.md), so writing
+A ``transport.write`` costs ~5 µs, 90% of it in the kernel (docs/performance.md, design figures), so writing
 each event separately caps fan-out at ~0.2 M deliveries/s per core; joining what is
 pending for a watcher into one write reaches 2–3 M/s. Dispatch only appends shared frame
 bytes and marks the watcher dirty; the first mark in a loop pass schedules one
