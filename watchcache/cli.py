@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from watchcache.auth.options import add_auth_flags, add_identity_flags
+from watchcache.auth.options import add_auth_flags
 from watchcache.cache.store import CacheConfig
 from watchcache.http.protocol import HttpLimits
 from watchcache.logs import configure
@@ -17,6 +17,7 @@ from watchcache.service.proxy import run_proxy
 from watchcache.shard.supervisor import Supervisor
 from watchcache.sim.options import SimOptions
 from watchcache.upstream.config import UpstreamConfig, UpstreamConfigError, from_flags, from_kubeconfig, in_cluster
+from watchcache.upstream.identity_options import add_identity_flags
 from watchcache.upstream.reflector import ReflectorConfig
 
 _CACHE = CacheConfig()
@@ -139,15 +140,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(sim)
     _sim_flags(sim)
-    sim.add_argument("--requestheader-client-ca-file", metavar="FILE", help="believe X-Remote-User/-Group/-Extra-* "
-                     "headers on requests whose client certificate this CA signed (a front proxy, e.g. watchcache "
-                     "serve --proxy-client-cert-file), as kube-apiserver's flag of that name; needs --tls-cert-file "
-                     "and --policy-file")
-    sim.add_argument("--anonymous-auth", action=argparse.BooleanOptionalAction, default=_SIM.anonymous,
-                     help="with --policy-file: requests without credentials are system:anonymous rather than 401 "
-                     "(default %(default)s, as kube-apiserver)")
-    sim.add_argument("--requestheader-allowed-names", default="", metavar="CN,...", help="common names a "
-                     "front-proxy certificate may have (default: any the CA signed)")
+    sim.add_argument(
+        "--requestheader-client-ca-file",
+        metavar="FILE",
+        help="believe X-Remote-User/-Group/-Extra-* "
+        "headers on requests whose client certificate this CA signed (a front proxy, e.g. watchcache "
+        "serve --proxy-client-cert-file), as kube-apiserver's flag of that name; needs --tls-cert-file "
+        "and --policy-file",
+    )
+    sim.add_argument(
+        "--anonymous-auth",
+        action=argparse.BooleanOptionalAction,
+        default=_SIM.anonymous,
+        help="with --policy-file: requests without credentials are system:anonymous rather than 401 "
+        "(default %(default)s, as kube-apiserver)",
+    )
+    sim.add_argument(
+        "--requestheader-allowed-names",
+        default="",
+        metavar="CN,...",
+        help="common names a front-proxy certificate may have (default: any the CA signed)",
+    )
     serve = sub.add_parser(
         "serve",
         help="run the watch cache",

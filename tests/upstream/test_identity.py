@@ -202,8 +202,8 @@ def test_a_refusal_of_a_credential_less_request_over_plain_http_says_why() -> No
 
 
 def test_flags() -> None:
-    from watchcache.auth.options import identity_options
     from watchcache.cli import build_parser
+    from watchcache.upstream.identity_options import identity_options
 
     def options(*args: str) -> IdentityOptions:
         return identity_options(build_parser().parse_args(["serve", "--upstream", "https://x", *args]))

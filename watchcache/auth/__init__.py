@@ -51,12 +51,12 @@ from watchcache.auth.review import (
     ReviewClient,
     ReviewError,
     UpstreamReviewClient,
+    UpstreamSession,
 )
 
 if TYPE_CHECKING:
     from watchcache.http.protocol import Request
     from watchcache.http.routing import RequestInfo
-    from watchcache.upstream.client import UpstreamClient
 
 __all__ = [
     "ACCESS_REVIEW_PATH",
@@ -167,7 +167,7 @@ class Gate:
 
     @classmethod
     def for_upstream(
-        cls, upstream: UpstreamClient, options: AuthOptions | None = None, *, certs: CertAuthenticator | None = None
+        cls, upstream: UpstreamSession, options: AuthOptions | None = None, *, certs: CertAuthenticator | None = None
     ) -> Gate:
         """A gate reviewing through the upstream with the proxy's own identity (``upstream.session``)."""
         options = options or AuthOptions()

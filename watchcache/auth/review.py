@@ -11,13 +11,10 @@ or client certificate: ``UpstreamClient.session``), which needs ``create`` on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
-
-if TYPE_CHECKING:
-    from watchcache.upstream.client import UpstreamClient
 
 TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -43,10 +40,35 @@ def _status_message(data: bytes) -> str:
     return "(not a Status)"
 
 
+class _Tokens(Protocol):
+    def headers(self) -> dict[str, str]: ...
+
+
+class _Config(Protocol):
+    @property
+    def tls_server_name(self) -> str | None: ...
+
+
+class UpstreamSession(Protocol):
+    """What the review client uses of ``upstream.client.UpstreamClient``: auth sits below the
+    upstream package in the layering (docs/architecture.md), so it names the shape, not the class."""
+
+    @property
+    def session(self) -> aiohttp.ClientSession | None: ...
+
+    @property
+    def tokens(self) -> _Tokens: ...
+
+    @property
+    def config(self) -> _Config: ...
+
+    def url(self, path: str) -> str: ...
+
+
 class UpstreamReviewClient:
     """``ReviewClient`` over ``UpstreamClient.session`` (the proxy's own identity)."""
 
-    def __init__(self, client: UpstreamClient, *, timeout: float = 10.0) -> None:
+    def __init__(self, client: UpstreamSession, *, timeout: float = 10.0) -> None:
         self.client = client
         self.timeout = timeout
 

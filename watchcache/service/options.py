@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchcache.auth import AuthOptions
-from watchcache.auth.options import auth_options, identity_options
+from watchcache.auth.options import auth_options
 from watchcache.cache.store import CacheConfig
 from watchcache.http.protocol import HttpLimits
 from watchcache.http.tls import TlsOptions
@@ -23,6 +23,7 @@ from watchcache.server.tunnel import TunnelLimits
 from watchcache.shard.ownership import owner_of
 from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.identity import IdentityOptions
+from watchcache.upstream.identity_options import identity_options
 from watchcache.upstream.reflector import ReflectorConfig
 
 
