@@ -25,7 +25,6 @@ from prometheus_client.registry import Collector
 
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
-from watchcache.server.negotiation import PassReason
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
@@ -101,6 +100,7 @@ class CacheCollector(Collector):
         cachers: dict[ResourceType, Cacher],
         passed_through: dict[str, int],
         *,
+        passthrough_reasons: Iterable[str] = (),
         consistent: Any = None,
         reflectors: Callable[[], Iterable[Any]] = tuple,
         followers: Callable[[], Iterable[Any]] = tuple,
@@ -111,6 +111,8 @@ class CacheCollector(Collector):
     ) -> None:
         self.cachers = cachers
         self.passed_through = passed_through
+        # Every reason the server may count (``server.negotiation.PassReason``), exported from the start.
+        self.passthrough_reasons = tuple(passthrough_reasons)
         self.consistent = consistent
         self.reflectors = reflectors
         self.followers = followers
@@ -270,8 +272,8 @@ class CacheCollector(Collector):
             "watchcache_passthrough_requests", "Requests forwarded to the upstream, by reason", labels=["reason"]
         )
         # Every reason, zeros included, so a rate() over any of them is defined from the start.
-        for reason in PassReason:
-            passthrough.add_metric([reason.value], self.passed_through.get(reason.value, 0))
+        for reason in self.passthrough_reasons:
+            passthrough.add_metric([reason], self.passed_through.get(reason, 0))
         yield passthrough
         rejected = CounterMetricFamily(
             "watchcache_rejected_requests", "Requests refused with 429 by a limit", labels=["limit"]

@@ -30,6 +30,7 @@ from watchcache.metrics import CacheCollector, Metrics, render
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, Upstream
+from watchcache.server.negotiation import PassReason
 from watchcache.service.options import RunOptions
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.reflector import Reflector
@@ -95,6 +96,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
         CacheCollector(
             cachers,
             wiring.handler.passed_through,
+            passthrough_reasons=[reason.value for reason in PassReason],
             consistent=wiring.consistent,
             reflectors=lambda: wiring.reflectors,
             followers=wiring.following,
