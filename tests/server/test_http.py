@@ -84,6 +84,7 @@ async def echo(req: Request, resp: Response) -> None:
         "path": req.path,
         "query": req.query,
         "headers": req.headers,
+        "lines": req.header_lines(),
         "body": req.body.decode(),
         "version": req.http_version,
         "remote": req.remote,
@@ -106,7 +107,22 @@ def test_simple_get(serve: Serve) -> None:
     assert doc["path"] == "/api/v1/na me"
     assert doc["query"] == {"a": ["1", "2"], "b": [""], "c": ["x+y"]}
     assert doc["headers"]["x-multi"] == "1, 2"
+    # For forwarding: each line as sent (kube reads each Impersonate-Group line as one group).
+    assert [v for n, v in doc["lines"] if n == "x-multi"] == ["1", "2"]
+    assert ["host", "t"] in doc["lines"]
     assert doc["remote"].startswith("127.0.0.1:")
+
+
+def test_repeated_header_lines_are_kept_per_request(serve: Serve) -> None:
+    srv = serve(echo)
+    sock = srv.connect()
+    f: BinaryIO = sock.makefile("rb")
+    sock.sendall(b"GET /a HTTP/1.1\r\nHost: t\r\nX-G: a\r\nX-G: b, c\r\nx-g: d\r\nX-One: e, f\r\n\r\n" + GET % b"/b")
+    first, second = read_reply(f).json(), read_reply(f).json()
+    assert first["headers"]["x-g"] == "a, b, c, d"
+    assert [v for n, v in first["lines"] if n == "x-g"] == ["a", "b, c", "d"]
+    assert ["x-one", "e, f"] in first["lines"]
+    assert second["lines"] == [["host", "t"]]  # nothing carried over to the next request
 
 
 def test_invalid_percent_encoding_is_400(serve: Serve) -> None:

@@ -78,6 +78,27 @@ class Request:
     # else None. Its answer is either ``Response.switch_protocols`` or a response after which the
     # connection closes (the bytes after its head belong to the protocol it asked for).
     upgrade: str | None = None
+    # Headers sent on more than one line: their values, one per line (``headers`` joins them
+    # with ", " for lookups). None when no header was repeated, as in almost every request.
+    repeated: dict[str, list[str]] | None = None
+
+    def header_lines(self) -> list[tuple[str, str]]:
+        """Every header as received, one (name, value) per line: a repeated header stays repeated.
+
+        For forwarding: kube-apiserver reads each ``Impersonate-Group`` line as one group, so
+        the lines ``a`` and ``b`` must not become the single line ``a, b``.
+        """
+        repeated = self.repeated
+        if not repeated:
+            return list(self.headers.items())
+        lines: list[tuple[str, str]] = []
+        for name, value in self.headers.items():
+            values = repeated.get(name)
+            if values is None:
+                lines.append((name, value))
+            else:
+                lines.extend((name, v) for v in values)
+        return lines
 
     def query_value(self, name: str) -> str | None:
         """First value of a query parameter, as most list/watch options are single-valued."""
@@ -441,6 +462,7 @@ class HttpProtocol(asyncio.Protocol):
         "_queue",
         "_read_paused",
         "_remote",
+        "_repeated",
         "_request",
         "_server_line",
         "_switched",
@@ -482,6 +504,7 @@ class HttpProtocol(asyncio.Protocol):
     def _reset_message(self) -> None:
         self._url = b""
         self._headers: dict[str, str] = {}
+        self._repeated: dict[str, list[str]] | None = None
         self._head_size = 16  # method, spaces, version, CRLFs of the request line
         self._content_length: int | None = None
         self._body: list[bytes] | None = None
@@ -604,7 +627,17 @@ class HttpProtocol(asyncio.Protocol):
         text = value.decode("latin-1")
         headers = self._headers
         old = headers.get(key)
-        headers[key] = text if old is None else f"{old}, {text}"
+        if old is None:
+            headers[key] = text
+            return
+        headers[key] = f"{old}, {text}"
+        repeated = self._repeated
+        if repeated is None:
+            self._repeated = {key: [old, text]}
+        elif key in repeated:
+            repeated[key].append(text)
+        else:
+            repeated[key] = [old, text]
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -639,7 +672,7 @@ class HttpProtocol(asyncio.Protocol):
             raise _ProtocolError(400, "BadRequest", "invalid request target") from None
         method = parser.get_method().decode("ascii")
         self._request = Request(
-            method, raw, path, query, headers, b"", version, self._remote, self._peercert, upgrade=upgrade
+            method, raw, path, query, headers, b"", version, self._remote, self._peercert, upgrade, self._repeated
         )
         # An upgrade request is the connection's last: it switches, or closes after its answer.
         self._keep_alive = parser.should_keep_alive() and upgrade is None

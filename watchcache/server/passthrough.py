@@ -29,7 +29,9 @@ from watchcache.upstream.identity import PassthroughIdentity, Route
 
 log = logging.getLogger("watchcache.server.passthrough")
 
-# RFC 9110 7.6.1 hop-by-hop headers, plus what we recompute.
+# RFC 9110 7.6.1 hop-by-hop headers (plus what Connection names, per message), and what this
+# hop recomputes: Host, the framing, and Expect (the whole body is already here: the client's
+# 100-continue was answered by this proxy).
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -43,9 +45,30 @@ _HOP_BY_HOP = frozenset(
         "upgrade",
         "host",
         "content-length",
+        "expect",
     }
 )
 _RESPONSE_DROP = _HOP_BY_HOP | {"date", "server", "content-type", "cache-control"}
+
+
+def _dropped(always: frozenset[str], connection: list[str]) -> frozenset[str]:
+    """``always`` plus the headers the ``Connection`` lines name (RFC 9110 7.6.1)."""
+    if not connection:
+        return always
+    named = {token.strip().lower() for line in connection for token in line.split(",")}
+    return always | named
+
+
+def end_to_end_lines(request: Request) -> list[tuple[str, str]]:
+    """The request's header lines as received, repeated lines kept, minus this hop's own.
+
+    A list, not a mapping: kube-apiserver reads each ``Impersonate-Group`` and
+    ``Impersonate-Extra-*`` line as one value (and each ``X-Stream-Protocol-Version`` line of an
+    upgrade as one version), so two lines must stay two lines.
+    """
+    connection = request.headers.get("connection")
+    drop = _dropped(_HOP_BY_HOP, [connection] if connection else [])
+    return [(k, v) for k, v in request.header_lines() if k not in drop]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +86,7 @@ class Forwarding:
 def prepare(client: UpstreamClient, request: Request, identity: PassthroughIdentity) -> Forwarding:
     """Who ``request`` goes out as: the same for pass-through and tunnels. Raises the 403 of a
     client that cannot be presented as itself."""
-    route, lines = identity.outgoing(request, ((k, v) for k, v in request.headers.items() if k not in _HOP_BY_HOP))
+    route, lines = identity.outgoing(request, end_to_end_lines(request))
     headers = [*lines, *client.route_headers(route).items()]
     forwarded = request.remote.rsplit(":", 1)[0].strip("[]")
     if forwarded:
@@ -74,8 +97,11 @@ def prepare(client: UpstreamClient, request: Request, identity: PassthroughIdent
 
 
 def response_headers(lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The upstream's header lines to pass back: hop-by-hop ones and those this server writes dropped."""
-    return [(k, v) for k, v in lines if k.lower() not in _RESPONSE_DROP]
+    """The upstream's header lines to pass back, repeated lines kept: hop-by-hop ones (with those
+    its ``Connection`` names) and those this server writes dropped."""
+    lines = list(lines)
+    drop = _dropped(_RESPONSE_DROP, [v for k, v in lines if k.lower() == "connection"])
+    return [(k, v) for k, v in lines if k.lower() not in drop]
 
 
 async def forward(

@@ -1,0 +1,85 @@
+"""Pass-through headers over real sockets: client -> our HTTP server -> forward() -> an echo upstream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.echo_upstream import EchoUpstream, raw_request
+from tests.server.conftest import ServerThread
+from watchcache.server.http import Request, Response
+from watchcache.upstream import passthrough
+from watchcache.upstream.client import UpstreamClient
+from watchcache.upstream.config import from_flags
+
+Serve = Callable[..., ServerThread]
+
+
+@pytest.fixture
+def proxy(serve: Serve) -> Iterator[tuple[ServerThread, EchoUpstream]]:
+    with EchoUpstream() as upstream:
+        client = UpstreamClient(from_flags(upstream.url))
+
+        async def handler(request: Request, response: Response) -> None:
+            await passthrough.forward(client, request, response)
+
+        srv = serve(handler)
+        srv.call(client.start())
+        yield srv, upstream
+        srv.call(client.close())
+
+
+def forward(srv: ServerThread, headers: bytes, body: bytes = b"") -> tuple[int, list[tuple[str, str]], dict]:
+    head = b"POST /apis/authentication.k8s.io/v1/selfsubjectreviews HTTP/1.1\r\nHost: proxy\r\n" + headers
+    head += b"Content-Length: %d\r\n\r\n" % len(body)
+    status, lines, payload = raw_request(srv.host, srv.port, head, body)
+    return status, lines, json.loads(payload)
+
+
+def test_repeated_request_headers_are_forwarded_as_repeated_lines(proxy: tuple[ServerThread, EchoUpstream]) -> None:
+    srv, _ = proxy
+    status, _, echoed = forward(
+        srv,
+        b"Impersonate-User: x\r\nImpersonate-Group: a\r\nImpersonate-Group: b\r\n"
+        b"Impersonate-Extra-Scopes: s1\r\nimpersonate-extra-scopes: s2\r\n"
+        b"Impersonate-Group: c, d\r\n",  # one line with a comma stays one line
+        b"{}",
+    )
+    assert status == 200
+    lines = [tuple(line) for line in echoed["lines"]]
+    assert [v for n, v in lines if n == "impersonate-group"] == ["a", "b", "c, d"]
+    assert [v for n, v in lines if n == "impersonate-extra-scopes"] == ["s1", "s2"]
+    assert ("impersonate-user", "x") in lines
+    assert echoed["body"] == "{}"
+
+
+def test_hop_by_hop_and_connection_named_headers_are_dropped_both_ways(
+    proxy: tuple[ServerThread, EchoUpstream],
+) -> None:
+    srv, _ = proxy
+    status, lines, echoed = forward(
+        srv,
+        b"Connection: keep-alive, X-Hop-Request\r\nConnection: X-Second-Hop\r\nX-Hop-Request: secret\r\n"
+        b"X-Second-Hop: secret\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nProxy-Authorization: Basic eDp5\r\n"
+        b"Upgrade: h2c\r\nX-End-To-End: kept\r\nAuthorization: Bearer t\r\n",
+    )
+    assert status == 200
+    sent = {n for n, _ in echoed["lines"]}
+    assert not sent & {"x-hop-request", "x-second-hop", "keep-alive", "te", "proxy-authorization", "upgrade"}
+    assert "connection" not in sent or dict(map(tuple, echoed["lines"]))["connection"] in ("keep-alive", "close")
+    assert {"x-end-to-end", "authorization"} <= sent
+    # The answer: the upstream's Connection, Keep-Alive and the header its Connection names are
+    # dropped; its repeated Warning lines arrive as two lines.
+    received = {n for n, _ in lines}
+    assert "x-hop-response" not in received and "keep-alive" not in received
+    assert [v for n, v in lines if n == "warning"] == ['299 - "first"', '299 - "second"']
+    assert ("x-upstream", "kept") in lines
+
+
+def test_x_forwarded_for_appends_the_client(proxy: tuple[ServerThread, EchoUpstream]) -> None:
+    srv, _ = proxy
+    _, _, echoed = forward(srv, b"X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: 10.0.0.2\r\n")
+    xff = [v for n, v in echoed["lines"] if n == "x-forwarded-for"]
+    assert xff == ["10.0.0.1, 10.0.0.2, 127.0.0.1"]
