@@ -21,7 +21,10 @@ class ServerThread:
         self.loop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="http-test-loop", daemon=True)
         self.thread.start()
-        self.server = cast(asyncio.Server, self.call(start_server(handler, "127.0.0.1", 0, limits=limits)))
+        # Shared by the server's connections; tests read its counters.
+        self.admission = limits.admission()
+        server = start_server(handler, "127.0.0.1", 0, limits=limits, admission=self.admission)
+        self.server = cast(asyncio.Server, self.call(server))
         self.host, self.port = self.server.sockets[0].getsockname()[:2]
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 5.0) -> T:

@@ -406,3 +406,147 @@ def test_keepalive_idle_timeout_closes(serve: Serve) -> None:
     start = time.monotonic()
     assert at_eof(f)
     assert time.monotonic() - start < 2
+
+
+def test_body_timeout_answers_408_and_closes(serve: Serve) -> None:
+    srv = serve(echo, HttpLimits(body_timeout=0.5))
+    # A body in time is answered, and the connection stays usable past the timeout.
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    sock.sendall(b"POST /in-time HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nab")
+    time.sleep(0.2)
+    sock.sendall(b"cd")
+    assert read_reply(f).json()["body"] == "abcd"
+    time.sleep(0.5)
+    sock.sendall(GET % b"/later")
+    assert read_reply(f).status == 200
+    # A body that never completes: 408, and the connection is closed.
+    for head, drip in (
+        (b"POST /cl HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n", b"x"),
+        (b"POST /te HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", b"1\r\nx\r\n"),
+    ):
+        sock = srv.connect()
+        start = time.monotonic()
+        sock.sendall(head)
+        for _ in range(4):  # a slow drip does not extend the deadline
+            time.sleep(0.15)
+            sock.sendall(drip)
+        f = sock.makefile("rb")
+        reply = read_reply(f)
+        assert reply.status == 408 and reply.json()["reason"] == "Timeout", reply
+        assert reply.headers["connection"] == "close" and at_eof(f)
+        assert 0.45 < time.monotonic() - start < 3
+
+
+def test_body_timeout_waits_its_turn_behind_an_earlier_request(serve: Serve) -> None:
+    srv = serve(echo, HttpLimits(body_timeout=0.3))
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    sock.sendall(GET % b"/sleep?s=0.6" + b"POST /slow HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nab")
+    assert read_reply(f).json()["path"] == "/sleep"
+    reply = read_reply(f)
+    assert reply.status == 408 and at_eof(f)
+
+
+@pytest.mark.parametrize(
+    ("started", "rest"),
+    [
+        (b"POST /behind HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nab", b"cd"),
+        (b"POST /behind HTTP/1.1\r\nHost: t\r\nContent-Le", b"ngth: 4\r\n\r\nabcd"),
+    ],
+    ids=["body", "head"],
+)
+def test_time_while_reading_is_paused_does_not_count_against_the_client(
+    serve: Serve, started: bytes, rest: bytes
+) -> None:
+    # 16 queued requests pause reading; a body (or head) started behind them must not time out
+    # while the server is the one not reading.
+    srv = serve(echo, HttpLimits(body_timeout=0.3, header_timeout=0.3))
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    sock.sendall(GET % b"/sleep?s=0.8" + GET % b"/q" * 16 + started)
+    assert read_reply(f).json()["path"] == "/sleep"
+    sock.sendall(rest)
+    replies = [read_reply(f) for _ in range(17)]
+    assert [r.status for r in replies] == [200] * 17 and replies[-1].json()["body"] == "abcd"
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def test_a_connection_holds_at_most_its_buffer_cap_of_unanswered_requests(serve: Serve) -> None:
+    # Cap = one request of the largest size (head 1 KiB + body 4 KiB): a second such request
+    # behind a slow one is not read until the slow one is answered.
+    limits = HttpLimits(max_header_bytes=1024, max_body_bytes=4096, max_connection_buffer_bytes=0)
+    srv = serve(echo, limits)
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    post = b"POST /p%d HTTP/1.1\r\nHost: t\r\nContent-Length: 4000\r\n\r\n"
+    sock.sendall(GET % b"/sleep?s=0.6")
+    held = []
+    for i in range(8):  # separate reads: the server decides per read whether to read on
+        sock.sendall(post % i + b"x" * 4000)
+        time.sleep(0.03)
+        held.append(srv.admission.buffered)
+    assert max(held) <= 1024 + 4096 + 4096 + 100, held  # the cap, plus the head that crossed it
+    assert [read_reply(f).status for _ in range(9)] == [200] * 9
+    f.close()
+    sock.close()
+    wait_until(lambda: srv.admission.buffered == 0 and srv.admission.connections == 0)
+
+
+def test_request_bytes_over_the_process_budget_get_429_except_probes(serve: Serve) -> None:
+    limits = HttpLimits(max_body_bytes=8000, max_request_buffer_bytes=8200)
+    srv = serve(echo, limits)
+    holder = srv.connect()
+    holder.sendall(b"POST /hold HTTP/1.1\r\nHost: t\r\nContent-Length: 8000\r\n\r\n" + b"x" * 10)
+    wait_until(lambda: srv.admission.buffered > 8000)
+    # A body that does not fit: 429 before any of it is sent (no 100 Continue), and close.
+    reply, f = exchange(srv, b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 300\r\nExpect: 100-continue\r\n\r\n")
+    assert reply.status == 429 and reply.headers["retry-after"] == "1" and at_eof(f)
+    status = reply.json()
+    assert status["reason"] == "TooManyRequests" and status["details"]["retryAfterSeconds"] == 1
+    # So does a head that does not fit, and a chunked body once it stops fitting.
+    reply, _ = exchange(srv, b"GET /big HTTP/1.1\r\nHost: t\r\nX-Pad: " + b"p" * 300 + b"\r\n\r\n")
+    assert reply.status == 429
+    reply, _ = exchange(srv, b"PUT /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n200\r\n" + b"y" * 512)
+    assert reply.status == 429
+    # Health probes still get through.
+    reply, _ = exchange(srv, GET % b"/readyz")
+    assert reply.status == 200
+    assert srv.admission.rejected["request_buffer"] == 3
+    # Once the held request is answered, its bytes are free again.
+    holder.sendall(b"x" * 7990)
+    assert read_reply(holder.makefile("rb")).status == 200
+    reply, _ = exchange(srv, b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 300\r\n\r\n" + b"z" * 300)
+    assert reply.status == 200
+    holder.close()
+    wait_until(lambda: srv.admission.buffered == 0)
+
+
+def test_connection_limits_per_client_429_then_total_closed_at_accept(serve: Serve) -> None:
+    srv = serve(echo, HttpLimits(max_connections=3, max_connections_per_client=2))
+    first, second = srv.connect(), srv.connect()
+    third = srv.connect()  # over the per-client limit: its first request is refused
+    third.sendall(GET % b"/x")
+    f = third.makefile("rb")
+    reply = read_reply(f)
+    assert reply.status == 429 and reply.headers["retry-after"] == "1" and at_eof(f)
+    assert "connections from this client" in reply.json()["message"]
+    wait_until(lambda: srv.admission.connections == 2)
+    blocker = srv.connect()  # refused too, but it counts toward the total while open
+    wait_until(lambda: srv.admission.connections == 3)
+    fourth = srv.connect()  # over the total: closed at once, nothing read or answered
+    fourth.sendall(GET % b"/x")
+    assert at_eof(fourth.makefile("rb"))
+    for sock in (first, second, blocker):
+        sock.close()
+    wait_until(lambda: srv.admission.connections == 0 and not srv.admission.by_client)
+    reply, _ = exchange(srv, GET % b"/again")
+    assert reply.status == 200
+    assert srv.admission.rejected["connections"] == 1
+    assert srv.admission.rejected["connections_per_client"] == 2

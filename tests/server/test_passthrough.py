@@ -9,8 +9,8 @@ import pytest
 
 from tests.echo_upstream import EchoUpstream, raw_request
 from tests.server.conftest import ServerThread
-from watchcache.server.http import Request, Response
-from watchcache.upstream import passthrough
+from watchcache.http.protocol import Request, Response
+from watchcache.server import passthrough
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import from_flags
 

@@ -7,11 +7,12 @@ pause/resume signal (see :mod:`watchcache.http.flowcontrol`).
 
 Connection rules enforced here, so handlers never see them: strict in-order
 answers to pipelined requests, request-smuggling defences (CL+TE, duplicate
-Content-Length, non-chunked Transfer-Encoding), head/body size limits, slowloris
-and keep-alive timeouts, and Kubernetes ``Status`` bodies for every error. An upgrade
-request (``Connection: Upgrade``) is the last request of its connection: its handler
-either hands the connection over with ``Response.switch_protocols`` or answers and the
-connection closes.
+Content-Length, non-chunked Transfer-Encoding), head/body size limits, head, body
+and keep-alive timeouts, connection limits and bounds on the request bytes held
+before they are answered (:mod:`watchcache.http.admission`), and Kubernetes
+``Status`` bodies for every error. An upgrade request (``Connection: Upgrade``) is
+the last request of its connection: its handler either hands the connection over
+with ``Response.switch_protocols`` or answers and the connection closes.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from urllib.parse import parse_qs, unquote
 import httptools
 
 from watchcache import apierrors
+from watchcache.http.admission import Admission
 from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
 
 __all__ = [
+    "Admission",
     "ConnectionClosed",
     "Handler",
     "HttpLimits",
@@ -51,14 +54,36 @@ logger = logging.getLogger("watchcache.http.protocol")
 MAX_PIPELINE = 16
 
 
+#: Probes answered even when the request buffer is full: a liveness probe must not fail
+#: because of other clients' bodies (small body-less requests only).
+_PROBES = frozenset({b"/healthz", b"/livez", b"/readyz"})
+_PROBE_MAX_HEAD = 8192
+
+
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
     max_header_bytes: int = 1 << 20  # request line + header bytes; over -> 431
     max_body_bytes: int = 3 * 1024 * 1024  # over -> 413 (kube-apiserver's limit)
     header_timeout: float = 10.0  # to receive a complete request head (slowloris) -> close
+    # To receive a request body once its head is in (slow bodies) -> 408, close. kube-apiserver's
+    # request timeout (60 s) covers reading the body too.
+    body_timeout: float = 60.0
     keepalive_timeout: float = 90.0  # idle between requests -> close
     high_water: int = 256 * 1024  # transport write buffer marks for pause/resume
     low_water: int = 64 * 1024
+    # Open connections per server (process); over -> closed at accept. 0: no limit.
+    max_connections: int = 20_000
+    # Per client address; over -> its first request gets 429 + Retry-After, then close. 0: no limit.
+    max_connections_per_client: int = 1_000
+    # Request bytes (heads and bodies) one connection may hold unanswered; over -> it is not read
+    # until its earlier requests are answered. Never below one request of the largest size.
+    max_connection_buffer_bytes: int = 4 << 20
+    # The same over all connections; over -> 429 + Retry-After (probes excepted). 0: no limit.
+    max_request_buffer_bytes: int = 256 << 20
+
+    def admission(self) -> Admission:
+        """The shared state of one server's connections under these limits."""
+        return Admission(self.max_connections, self.max_connections_per_client, self.max_request_buffer_bytes)
 
 
 @dataclass(slots=True)
@@ -109,11 +134,12 @@ class Request:
 class _ProtocolError(Exception):
     """Raised inside parser callbacks; queued so it is answered in pipeline order."""
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after
 
 
 # ---------------------------------------------------------------- response heads
@@ -436,8 +462,14 @@ class HttpProtocol(asyncio.Protocol):
 
     __slots__ = (
         "_active",
+        "_active_size",
+        "_admission",
         "_body",
         "_body_size",
+        "_body_timer",
+        "_buffer_cap",
+        "_buffered",
+        "_client",
         "_closing",
         "_content_length",
         "_continue_pending",
@@ -458,9 +490,11 @@ class HttpProtocol(asyncio.Protocol):
         "_loop",
         "_lost",
         "_parser",
+        "_partial",
         "_peercert",
         "_queue",
         "_read_paused",
+        "_refused",
         "_remote",
         "_repeated",
         "_request",
@@ -471,10 +505,21 @@ class HttpProtocol(asyncio.Protocol):
         "_url",
     )
 
-    def __init__(self, handler: Handler, limits: HttpLimits, server_line: bytes) -> None:
+    def __init__(self, handler: Handler, limits: HttpLimits, server_line: bytes, admission: Admission) -> None:
         self._handler = handler
         self._limits = limits
         self._server_line = server_line
+        self._admission = admission
+        # The client address this connection is counted under (None: not counted).
+        self._client: str | None = None
+        # Set when over the per-client connection limit: the first request is refused with 429.
+        self._refused = False
+        # Request bytes held by this connection (in ``admission.buffered`` too): those of the
+        # message being received, of the request being answered, and of those queued.
+        self._buffered = 0
+        self._partial = 0
+        self._active_size = 0
+        self._buffer_cap = max(limits.max_connection_buffer_bytes, limits.max_header_bytes + limits.max_body_bytes)
         self._loop = asyncio.get_running_loop()
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport = None  # type: ignore[assignment]
@@ -485,11 +530,13 @@ class HttpProtocol(asyncio.Protocol):
         self._lost = False
         self._dead = False  # no more parsing: error or a Connection: close request
         self._read_paused = False
-        self._queue: deque[tuple[Request, bool] | _ProtocolError] = deque()
+        # (request, keep-alive, bytes held) or an error to answer in its turn.
+        self._queue: deque[tuple[Request, bool, int] | _ProtocolError] = deque()
         self._active: Response | None = None
         self._task: asyncio.Task[None] | None = None  # the loop only keeps weak references
         self._header_timer: asyncio.TimerHandle | None = None
         self._ka_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
         self._idle_since = 0.0
         self._in_head = False
         self._in_message = False
@@ -519,9 +566,20 @@ class HttpProtocol(asyncio.Protocol):
         self._transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=self._limits.high_water, low=self._limits.low_water)
         peer = transport.get_extra_info("peername")
+        host = ""
         if isinstance(peer, tuple) and len(peer) >= 2:
             host = peer[0]
             self._remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+        refused = self._admission.connect(host)
+        if refused == "connections":
+            # Over the process's limit: nothing is read, nothing is held. Answering would mean
+            # keeping the connection until its request arrives, which is what the limit prevents.
+            logger.debug("closing %s at accept: too many connections", self._remote)
+            self._closing = self._dead = True
+            transport.close()
+            return
+        self._client = host
+        self._refused = refused is not None
         peercert = transport.get_extra_info("peercert") or None
         ssl_object = transport.get_extra_info("ssl_object") if peercert else None
         if peercert and ssl_object is not None:
@@ -537,6 +595,14 @@ class HttpProtocol(asyncio.Protocol):
         self._queue.clear()
         if self._switched is not None:
             self._switched.connection_lost(exc)
+        self._body = None
+        admission = self._admission
+        if self._buffered:
+            admission.buffered -= self._buffered
+            self._buffered = self._partial = self._active_size = 0
+        if self._client is not None:
+            admission.disconnect(self._client)
+            self._client = None
         active = self._active
         if active is not None and active._close_cbs:
             cbs, active._close_cbs = active._close_cbs, None
@@ -599,8 +665,11 @@ class HttpProtocol(asyncio.Protocol):
             self._head_raw = self._head_raw + len(data) if was_in_head else 0
             if self._head_raw > self._limits.max_header_bytes:
                 self._fail(_too_large_head())
-            elif self._header_timer is None:
+            elif self._header_timer is None and not self._read_paused:
                 self._header_timer = self._loop.call_later(self._limits.header_timeout, self._on_header_timeout)
+        elif self._in_message and self._body_timer is None and not self._read_paused:
+            # A body is coming (a GET's message completes in the same read: no timer for it).
+            self._body_timer = self._loop.call_later(self._limits.body_timeout, self._on_body_timeout)
 
     # -- httptools callbacks
 
@@ -645,6 +714,10 @@ class HttpProtocol(asyncio.Protocol):
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+        if self._refused:
+            raise _ProtocolError(
+                429, "TooManyRequests", "too many connections from this client, please try again later", 1
+            )
         parser = self._parser
         headers = self._headers
         length = self._content_length
@@ -670,6 +743,17 @@ class HttpProtocol(asyncio.Protocol):
             path, query = _split_target(raw)
         except ValueError:
             raise _ProtocolError(400, "BadRequest", "invalid request target") from None
+        # Hold the head and the announced body against the limits before reading the body.
+        size = self._head_size + (length or 0)
+        admission = self._admission
+        if admission.max_buffered and admission.buffered + size > admission.max_buffered and not self._probe(size):
+            admission.rejected["request_buffer"] += 1
+            raise _too_much_buffered()
+        admission.buffered += size
+        self._buffered += size
+        self._partial = size
+        if self._buffered > self._buffer_cap:
+            self._pause_reading()  # resumed once the requests before this one are answered
         method = parser.get_method().decode("ascii")
         self._request = Request(
             method, raw, path, query, headers, b"", version, self._remote, self._peercert, upgrade, self._repeated
@@ -683,9 +767,20 @@ class HttpProtocol(asyncio.Protocol):
                 self._continue_pending = True  # sent when earlier responses are done
 
     def on_body(self, body: bytes) -> None:
-        self._body_size += len(body)
+        size = len(body)
+        self._body_size += size
         if self._body_size > self._limits.max_body_bytes:
             raise _too_large_body(self._limits.max_body_bytes)
+        if self._content_length is None:  # chunked: held as it arrives (a Content-Length is held up front)
+            admission = self._admission
+            if admission.max_buffered and admission.buffered + size > admission.max_buffered:
+                admission.rejected["request_buffer"] += 1
+                raise _too_much_buffered()
+            admission.buffered += size
+            self._buffered += size
+            self._partial += size
+            if self._buffered > self._buffer_cap:
+                self._pause_reading()
         if self._body is None:
             self._body = [body]
         else:
@@ -697,26 +792,37 @@ class HttpProtocol(asyncio.Protocol):
         body = self._body
         if body:
             request.body = body[0] if len(body) == 1 else b"".join(body)
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         keep_alive = self._keep_alive
         self._in_message = self._continue_pending = False
         self._reset_message()
         if not keep_alive:
             self._stop_reading()  # nothing after a Connection: close request is answered
-        self._queue.append((request, keep_alive))
+        self._queue.append((request, keep_alive, self._partial))
+        self._partial = 0
         if self._active is None:
             self._next()
-        elif len(self._queue) >= MAX_PIPELINE and not self._read_paused and not self._closing:
-            self._read_paused = True
-            self._transport.pause_reading()
+        elif len(self._queue) >= MAX_PIPELINE:
+            self._pause_reading()
 
     # -- pipeline
 
     def _next(self) -> None:
         """Answer the next queued request, or go idle."""
         self._active = None
+        if self._active_size:
+            # The request just answered no longer holds its bytes.
+            self._buffered -= self._active_size
+            self._admission.buffered -= self._active_size
+            self._active_size = 0
         if self._closing:
             return
         queue = self._queue
+        # (<=: the next request leaves the queue below, to become the active one.)
+        if self._read_paused and not self._dead and len(queue) <= MAX_PIPELINE and self._buffered <= self._buffer_cap:
+            self._resume_reading()
         if not queue:
             if self._continue_pending:
                 self._continue_pending = False
@@ -727,15 +833,14 @@ class HttpProtocol(asyncio.Protocol):
                     self._ka_timer = self._loop.call_later(self._limits.keepalive_timeout, self._on_keepalive)
             return
         item = queue.popleft()
-        if self._read_paused and not self._dead and len(queue) < MAX_PIPELINE:
-            self._read_paused = False
-            self._transport.resume_reading()
         if isinstance(item, _ProtocolError):
             resp = Response(self, False, False, False)
             resp._handler_done = True
-            resp.send(item.code, apierrors.status_body(item.code, item.reason, item.message))
+            status = apierrors.StatusError(item.code, item.reason, item.message, retry_after=item.retry_after)
+            extra = () if item.retry_after is None else (("Retry-After", str(item.retry_after)),)
+            resp.send(item.code, status.body(), headers=extra)
             return
-        request, keep_alive = item
+        request, keep_alive, self._active_size = item
         resp = Response(self, keep_alive, request.method == "HEAD", request.http_version == "1.0")
         self._active = resp
         self._task = self._loop.create_task(self._run(request, resp))
@@ -785,18 +890,41 @@ class HttpProtocol(asyncio.Protocol):
         if self._dead:
             return
         self._stop_reading()
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        # The message that failed is never answered: its bytes go now.
+        self._body = None
+        if self._partial:
+            self._buffered -= self._partial
+            self._admission.buffered -= self._partial
+            self._partial = 0
         self._queue.append(err)
         if self._active is None:
             self._next()
 
     def _stop_reading(self) -> None:
         self._dead = True
+        self._pause_reading()
+
+    def _pause_reading(self) -> None:
+        """Stop reading; the client's head and body clocks stop too, as it cannot send."""
         if not self._read_paused and not self._closing:
             self._read_paused = True
             self._transport.pause_reading()
+        self._cancel_read_timers()
+
+    def _resume_reading(self) -> None:
+        self._read_paused = False
+        self._transport.resume_reading()
+        # Mid-message: the client gets a full head/body timeout again from now.
+        if self._in_head:
+            self._header_timer = self._loop.call_later(self._limits.header_timeout, self._on_header_timeout)
+        elif self._in_message:
+            self._body_timer = self._loop.call_later(self._limits.body_timeout, self._on_body_timeout)
+
+    def _probe(self, size: int) -> bool:
+        """A small body-less health probe, admitted over the request buffer limit."""
+        if size > _PROBE_MAX_HEAD or self._content_length or "transfer-encoding" in self._headers:
+            return False
+        return self._url.partition(b"?")[0] in _PROBES
 
     # -- closing and timers
 
@@ -816,17 +944,33 @@ class HttpProtocol(asyncio.Protocol):
             self._transport.abort()
 
     def _cancel_timers(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        self._cancel_read_timers()
         if self._ka_timer is not None:
             self._ka_timer.cancel()
             self._ka_timer = None
 
+    def _cancel_read_timers(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
     def _on_header_timeout(self) -> None:
         self._header_timer = None
+        self._admission.rejected["header_timeout"] += 1
         logger.debug("closing %s: request head not received in time", self._remote)
         self._close()
+
+    def _on_body_timeout(self) -> None:
+        self._body_timer = None
+        if self._dead or not self._in_message:
+            return
+        self._admission.rejected["body_timeout"] += 1
+        logger.debug("refusing a request from %s: body not received in time", self._remote)
+        timeout = self._limits.body_timeout
+        self._fail(_ProtocolError(408, "Timeout", f"Timeout: the request body was not received within {timeout:g}s"))
 
     def _on_keepalive(self) -> None:
         # One timer per idle spell; activity only moves _idle_since, so no cancel/re-arm per request.
@@ -848,6 +992,12 @@ def _too_large_body(limit: int) -> _ProtocolError:
     return _ProtocolError(413, "RequestEntityTooLarge", f"request body exceeds the limit of {limit} bytes")
 
 
+def _too_much_buffered() -> _ProtocolError:
+    return _ProtocolError(
+        429, "TooManyRequests", "too many request bytes waiting to be answered, please try again later", 1
+    )
+
+
 def _split_target(raw: bytes) -> tuple[str, dict[str, list[str]]]:
     """Decoded path and query of a request target; ValueError (incl. Unicode errors) -> 400."""
     if raw[:1] == b"/":
@@ -866,11 +1016,18 @@ def _split_target(raw: bytes) -> tuple[str, dict[str, list[str]]]:
 
 
 def create_protocol_factory(
-    handler: Handler, limits: HttpLimits = HttpLimits(), *, server_header: str | None = None
+    handler: Handler,
+    limits: HttpLimits = HttpLimits(),
+    *,
+    server_header: str | None = None,
+    admission: Admission | None = None,
 ) -> Callable[[], asyncio.Protocol]:
-    """A protocol factory for ``loop.create_server``; one ``HttpProtocol`` per connection."""
+    """A protocol factory for ``loop.create_server``; one ``HttpProtocol`` per connection.
+
+    ``admission`` is shared by every connection of the server (its counters are the metrics).
+    """
     server_line = _header_line("Server", server_header) if server_header else b""
-    return functools.partial(HttpProtocol, handler, limits, server_line)
+    return functools.partial(HttpProtocol, handler, limits, server_line, admission or limits.admission())
 
 
 async def start_server(
@@ -883,10 +1040,11 @@ async def start_server(
     sock: socket.socket | None = None,
     server_header: str | None = None,
     ssl: Any = None,
+    admission: Admission | None = None,
 ) -> asyncio.AbstractServer:
     """Listen on ``host:port`` (or an already bound ``sock``, e.g. one per worker process); TLS with ``ssl``."""
     loop = asyncio.get_running_loop()
-    factory = create_protocol_factory(handler, limits, server_header=server_header)
+    factory = create_protocol_factory(handler, limits, server_header=server_header, admission=admission)
     kwargs: dict[str, Any] = {"backlog": 2048}
     if ssl is not None:
         kwargs["ssl"] = ssl
