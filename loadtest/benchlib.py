@@ -308,8 +308,12 @@ def start_sim(*, objects: int, namespaces: int = 10, churn: float = 0.0, extra: 
     return start_process("sim", cmd)
 
 
+# Every benchmark client connects from 127.0.0.1: thousands of watches from one address.
+LOCAL_CLIENTS = ("--max-connections-per-client", "0")
+
+
 def start_proxy(upstream: str, *, extra: Sequence[str] = (), ready_timeout: float = 120.0) -> Proc:
-    cmd = [*watchcache_exe(), "serve", "--listen", "127.0.0.1:0", "--upstream", upstream, *extra]
+    cmd = [*watchcache_exe(), "serve", "--listen", "127.0.0.1:0", "--upstream", upstream, *LOCAL_CLIENTS, *extra]
     proc = start_process("proxy", cmd)
     try:
         wait_ready(proc, ready_timeout)
@@ -331,6 +335,7 @@ def start_embedded(*, objects: int, namespaces: int = 10, churn: float = 0.0, ex
         str(namespaces),
         "--sim-churn",
         str(churn),
+        *LOCAL_CLIENTS,
         *extra,
     ]
     proc = start_process("embedded", cmd)

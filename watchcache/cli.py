@@ -35,7 +35,7 @@ def _flag(p: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, defau
 
 # One flag per statement, its help wrapped by hand: a table of flags reads better than one argument a line.
 # fmt: off
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, *, per_client: int = _HTTP.max_connections_per_client) -> None:
     p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="address to serve the Kubernetes "
                    "API on (default %(default)s; port 0 picks a free one)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
@@ -69,7 +69,19 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "413 (default %(default)s, kube-apiserver's limit)")
     _flag(p, "--header-timeout", h.header_timeout, "seconds a client has to send a complete request head (slowloris "
           "defence)")
+    _flag(p, "--body-timeout", h.body_timeout, "seconds a client has to send a request body once its head is in "
+          "(slow bodies); then 408 and the connection is closed (kube-apiserver's request timeout)")
     _flag(p, "--keepalive-timeout", h.keepalive_timeout, "seconds an idle keep-alive connection is kept")
+    _flag(p, "--max-connections", h.max_connections, "open client connections per worker; more are closed at "
+          "accept, unread (0: no limit)")
+    _flag(p, "--max-connections-per-client", per_client, "open connections per client IP address per worker; the "
+          "first request on one more gets 429 with Retry-After and the connection is closed (0: no limit, e.g. "
+          "behind a proxy that hides client addresses)")
+    _flag(p, "--max-connection-buffer-bytes", h.max_connection_buffer_bytes, "request bytes (heads and bodies) one "
+          "connection may have sent and not yet had answered; past it the connection is not read until earlier "
+          "requests are answered (never below one request of --max-header-bytes + --max-body-bytes)")
+    _flag(p, "--max-request-buffer-bytes", h.max_request_buffer_bytes, "the same over all connections of a worker; "
+          "requests that would exceed it get 429 with Retry-After, health probes excepted (0: no limit)")
     p.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM; reloaded when it changes). "
                    "Needed in front of a real cluster: kubectl and client-go send no bearer token or client "
                    "certificate to an http:// server")
@@ -138,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the simulated Kubernetes cluster (a writable in-memory API)",
         description="A writable in-memory Kubernetes API with a churn generator, for demos, tests and load tests.",
     )
-    _common(sim)
+    # The simulated cluster's clients are tests and benchmarks on one host: no per-address limit.
+    _common(sim, per_client=0)
     _sim_flags(sim)
     sim.add_argument(
         "--requestheader-client-ca-file",

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from watchcache.dispatch.cacher import Cacher
+from watchcache.http.admission import Admission
 from watchcache.resources import ResourceType
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -108,6 +109,7 @@ class CacheCollector(Collector):
         rejected: dict[str, int] | None = None,
         auth: Any = None,
         identity: Any = None,
+        admission: Admission | None = None,
     ) -> None:
         self.cachers = cachers
         self.passed_through = passed_through
@@ -120,6 +122,7 @@ class CacheCollector(Collector):
         self.rejected = rejected if rejected is not None else {}
         self.auth = auth
         self.identity = identity
+        self.admission = admission
 
     def collect(self) -> Iterator[Metric]:
         yield from self._caches()
@@ -276,11 +279,26 @@ class CacheCollector(Collector):
             passthrough.add_metric([reason], self.passed_through.get(reason, 0))
         yield passthrough
         rejected = CounterMetricFamily(
-            "watchcache_rejected_requests", "Requests refused with 429 by a limit", labels=["limit"]
+            "watchcache_rejected_requests",
+            "Requests (or connections) refused by a limit: 429, 408 or closed (see docs/security.md)",
+            labels=["limit"],
         )
         for limit in ("inflight", "watchers", "tunnels"):
             rejected.add_metric([limit], self.rejected.get(limit, 0))
+        admission = self.admission
+        if admission is not None:
+            for limit, count in admission.rejected.items():
+                rejected.add_metric([limit], count)
         yield rejected
+        if admission is not None:
+            yield GaugeMetricFamily(
+                "watchcache_http_connections", "Open client connections", value=admission.connections
+            )
+            yield GaugeMetricFamily(
+                "watchcache_http_request_buffer_bytes",
+                "Request bytes (heads and bodies) received or announced and not answered yet",
+                value=admission.buffered,
+            )
         if self.auth is not None:
             decisions = CounterMetricFamily(
                 "watchcache_auth_decisions",

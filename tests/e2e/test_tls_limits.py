@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
+import socket
 import ssl
 import subprocess
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from tests.e2e.conftest import start
 from tests.e2e.httpkube import WatchStream, get, path_with
@@ -102,5 +105,100 @@ def test_limits_answer_429_with_retry_after():
             w.close()
         metrics = get(url, "/metrics").body.decode()
         assert 'watchcache_rejected_requests_total{limit="watchers"} 1.0' in metrics
+    finally:
+        proc.stop()
+
+
+def metric(url: str, name: str) -> float:
+    """One sample of ``/metrics`` by its exact name and labels, e.g. ``x_total{limit="y"}``."""
+    for line in get(url, "/metrics").body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def raw(port: int, data: bytes) -> tuple[socket.socket, BinaryIO]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(data)
+    return sock, sock.makefile("rb")
+
+
+def status_of(f: BinaryIO) -> tuple[int, dict[str, str], dict]:
+    """Status line, headers and JSON body of one Content-Length answer."""
+    code = int(f.readline().split(b" ", 2)[1])
+    headers = {}
+    while (line := f.readline()) not in (b"\r\n", b""):
+        name, value = line.decode().split(":", 1)
+        headers[name.strip().lower()] = value.strip()
+    return code, headers, json.loads(f.read(int(headers["content-length"])))
+
+
+def test_slow_bodies_get_408_and_request_bytes_are_bounded_before_authentication():
+    proc = start(
+        "serve", "--sim-objects", "5", "--body-timeout", "0.5",
+        "--max-body-bytes", "100000", "--max-request-buffer-bytes", "120000",
+    )  # fmt: skip
+    try:
+        port = int(proc.url.rsplit(":", 1)[1])
+        post = b"POST /api/v1/namespaces/ns-0/configmaps HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        # A body that never completes: 408 after --body-timeout, then the connection is closed.
+        started = time.monotonic()
+        sock, f = raw(port, post + b"Content-Length: 100\r\n\r\n{")
+        code, _, body = status_of(f)
+        assert code == 408 and body["kind"] == "Status" and body["reason"] == "Timeout"
+        assert f.read(1) == b"" and 0.4 < time.monotonic() - started < 5
+        sock.close()
+        # A client holding 100,000 announced bytes: another body that does not fit is refused with
+        # 429 (before it is sent), health probes still answer, and it is all counted.
+        holder, _ = raw(port, post + b"Content-Length: 100000\r\n\r\n{")
+        deadline = time.monotonic() + 5
+        while metric(proc.url, "watchcache_http_request_buffer_bytes") < 100000:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        sock, f = raw(port, post + b"Content-Length: 30000\r\nExpect: 100-continue\r\n\r\n")
+        code, headers, body = status_of(f)
+        assert code == 429 and headers["retry-after"] == "1" and body["reason"] == "TooManyRequests"
+        sock.close()
+        assert get(proc.url, "/readyz").status == 200
+        assert metric(proc.url, 'watchcache_rejected_requests_total{limit="body_timeout"}') == 1
+        assert metric(proc.url, 'watchcache_rejected_requests_total{limit="request_buffer"}') == 1
+        holder.close()
+        deadline = time.monotonic() + 5
+        while metric(proc.url, "watchcache_http_request_buffer_bytes") >= 100000:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.stop()
+
+
+def test_connection_limits_per_client_and_total():
+    proc = start("serve", "--sim-objects", "5", "--max-connections-per-client", "3", "--max-connections", "4")
+    try:
+        port = int(proc.url.rsplit(":", 1)[1])
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        # One more from this address: its first request is answered 429 with Retry-After, then closed.
+        sock, f = raw(port, b"GET /api/v1/pods HTTP/1.1\r\nHost: t\r\n\r\n")
+        code, headers, body = status_of(f)
+        assert code == 429 and headers["retry-after"] == "1" and body["reason"] == "TooManyRequests"
+        assert f.read(1) == b""
+        sock.close()
+        # Over the total (the refused one above counts while it is open): closed at accept, unanswered.
+        refused = socket.create_connection(("127.0.0.1", port), timeout=10)
+        over, f = raw(port, b"GET /api/v1/pods HTTP/1.1\r\nHost: t\r\n\r\n")
+        with contextlib.suppress(ConnectionResetError):  # closed with our request unread: a reset is a close
+            assert f.read(1) == b""
+        for s in (*idle, refused, over):
+            s.close()
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                connections = metric(proc.url, "watchcache_http_connections")
+                break
+            except (ConnectionError, http.client.HTTPException, OSError):  # a close still in flight
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert connections >= 1
+        assert metric(proc.url, 'watchcache_rejected_requests_total{limit="connections_per_client"}') == 2
+        assert metric(proc.url, 'watchcache_rejected_requests_total{limit="connections"}') == 1
     finally:
         proc.stop()

@@ -92,6 +92,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
     shard = options.shard
     metrics = Metrics(delivery_sample=options.serve.delivery_sample)
     wiring.ctx.metrics = metrics
+    admission = options.http.admission()
     metrics.registry.register(
         CacheCollector(
             cachers,
@@ -104,6 +105,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
             rejected=wiring.handler.rejected,
             auth=wiring.ctx.gate,
             identity=getattr(wiring.ctx.upstream, "identity", None),
+            admission=admission,
         )
     )
     for collector in wiring.collectors:
@@ -125,6 +127,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
         reuse_port=shard is not None,
         limits=options.http,
         ssl=cert.context if cert else None,
+        admission=admission,
     )
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     who = name if shard is None else f"{name} worker {shard.worker_id}"
