@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 log = logging.getLogger("watchcache.watchers.flush")
@@ -38,6 +39,8 @@ class FlushScheduler:
         self.interval = interval
         self._last = float("-inf")
         self._dirty: list[Flushable] = []
+        # Run once at the end of the next pass, after every dirty stream was written.
+        self._after: list[Callable[[], object]] = []
         self._scheduled = False
         self.flushes = 0
         # Flushes that raised (each ended its own stream; see _flush_all).
@@ -52,6 +55,12 @@ class FlushScheduler:
 
     def mark(self, stream: Flushable) -> None:
         self._dirty.append(stream)
+        if not self._scheduled and not self.paused:
+            self._schedule()
+
+    def after_pass(self, job: Callable[[], object]) -> None:
+        """Run ``job`` at the end of the next flush pass (one is scheduled if none is)."""
+        self._after.append(job)
         if not self._scheduled and not self.paused:
             self._schedule()
 
@@ -70,7 +79,7 @@ class FlushScheduler:
     def resume(self) -> None:
         if self.paused:
             self.paused = False
-            if self._dirty and not self._scheduled:
+            if (self._dirty or self._after) and not self._scheduled:
                 self._schedule()
 
     def _flush_all(self) -> None:
@@ -86,6 +95,13 @@ class FlushScheduler:
             except Exception as e:
                 self._failed(stream, e)
         self.flushes += len(dirty)
+        if self._after:
+            jobs, self._after = self._after, []
+            for job in jobs:
+                try:
+                    job()
+                except Exception:
+                    log.exception("a job after the flush pass failed")
         if self.interval > 0:
             # From the end of the pass: with many watchers a pass itself can outlast the interval.
             self._last = self._loop.time()

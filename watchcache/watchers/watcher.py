@@ -24,6 +24,11 @@ the same synchronous step, so nothing falls between replay and live dispatch.
 Initial events (the state sent at the start of a watch, and the initial-events-end
 bookmark) are never dropped: they are shared object bytes held by the cache anyway,
 and they cannot be replayed from history.
+
+A watcher also goes LAGGING when the process-wide ``WatchBudget`` of unsent bytes is
+exceeded and it is among those furthest behind (:mod:`watchcache.watchers.budget`). It
+reports its unsent bytes to the budget in steps, from the comparison ``_enqueue`` already
+makes against its own cap, so the fan-out costs the same with a budget as without.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.resources import ResourceType
+from watchcache.watchers.budget import WatchBudget
 
 
 class WatchSink(Protocol):
@@ -100,12 +106,15 @@ def select_type(predicate: SelectionPredicate, event: WatchEvent) -> str | None:
 class Watcher:
     # pending[i] (one frame, or a batch of frames joined) ends at rv pending_rv[i] and holds
     # pending_n[i] events; the first ``protected`` items are initial events (never dropped).
-    # pending_bytes counts the droppable (live) items only.
+    # pending_bytes counts the droppable (live) items only; ``reported`` of them are counted in
+    # the budget, and ``_mark`` is where _enqueue leaves its fast path (the cap, or the next step).
     __slots__ = (
+        "_mark",
         "_next_bookmark",
         "allow_bookmarks",
         "bookmark_interval",
         "bookmark_rv",
+        "budget",
         "can_lag",
         "close_reason",
         "closed",
@@ -121,6 +130,7 @@ class Watcher:
         "pending_rv",
         "predicate",
         "protected",
+        "reported",
         "resource",
         "resume_rv",
         "sink",
@@ -140,6 +150,7 @@ class Watcher:
         max_pending_bytes: int = 16 << 20,
         can_lag: bool = True,
         encoding: Encoding = FULL_JSON,
+        budget: WatchBudget | None = None,
     ) -> None:
         self.resource = resource
         # How frames are written for this client: full JSON, or PartialObjectMetadata (JSON/protobuf).
@@ -170,6 +181,15 @@ class Watcher:
         self.closed = False
         self.close_reason: str | None = None
         self._next_bookmark: float | None = None
+        # The process-wide budget this watcher's live bytes count toward, until it closes (only a
+        # watcher that can lag: the budget's remedy is lagging).
+        self.budget: WatchBudget | None = None
+        self.reported = 0
+        self._mark = max_pending_bytes
+        if budget is not None and can_lag:
+            self.budget = budget
+            budget.watchers.add(self)
+            self._mark = min(max_pending_bytes, budget.step)
 
     def __repr__(self) -> str:
         return f"Watcher({self.resource.qualified}, from={self.start_rv}, last={self.last_rv})"
@@ -261,21 +281,47 @@ class Watcher:
         self.pending_n.append(count)
         self.pending_bytes += len(frame)
         self.last_rv = rv
-        if self.pending_bytes > self.max_pending_bytes:
-            self._overflow()
+        if self.pending_bytes > self._mark and self._past_mark():
             return
         if was_empty:
             self.sink.wake(self)
 
-    def _overflow(self) -> None:
-        if not self.can_lag:
-            self.close(CloseReason.BUFFER_OVERFLOW)
+    def _past_mark(self) -> bool:
+        """Over the cap: overflow (True). Else another step behind: tell the budget (False)."""
+        if self.pending_bytes > self.max_pending_bytes:
+            if not self.can_lag:
+                self.close(CloseReason.BUFFER_OVERFLOW)
+            else:
+                self.lag()
+            return True
+        self._report()
+        return False
+
+    def _report(self) -> None:
+        budget = self.budget
+        if budget is None:
             return
-        # Drop the unsent live frames; keep the initial events (see module doc).
+        budget.pending += self.pending_bytes - self.reported
+        self.reported = self.pending_bytes
+        self._mark = min(self.max_pending_bytes, self.pending_bytes + budget.step)
+        if budget.pending > budget.limit:
+            budget.over()
+
+    def _unreport(self) -> None:
+        budget = self.budget
+        if budget is not None:
+            budget.pending -= self.reported
+            self._mark = min(self.max_pending_bytes, budget.step)
+        self.reported = 0
+
+    def lag(self) -> None:
+        """Go LAGGING: drop the unsent live frames, keep the initial events (see module doc)."""
         del self.pending[self.protected :]
         del self.pending_rv[self.protected :]
         del self.pending_n[self.protected :]
         self.pending_bytes = 0
+        if self.reported:
+            self._unreport()
         self.lagging = True
         self.resume_rv = self.flushed_rv
         self.last_rv = self.flushed_rv
@@ -295,6 +341,8 @@ class Watcher:
             self.flushed_rv = self.pending_rv[-1]
             self.pending, self.pending_rv, self.pending_n = [], [], []
             self.pending_bytes = 0
+            if self.reported:
+                self._unreport()
             return pending, counts[0] if len(counts) == 1 else sum(counts)
         if not max_bytes or len(pending) <= 1:
             count = len(pending)
@@ -312,6 +360,10 @@ class Watcher:
         if count > protected:
             self.pending_bytes -= sum(map(len, frames[protected:]))
             self.flushed_rv = self.pending_rv[count - 1]
+            if self.reported:
+                self._unreport()
+                if self.pending_bytes > self._mark:
+                    self._report()
         self.protected -= protected
         del pending[:count]
         del self.pending_rv[:count]
@@ -324,7 +376,12 @@ class Watcher:
         Stops only between two rv groups, never inside one. Returns True when every
         event was replayed: the watcher is live again.
         """
-        budget = self.max_pending_bytes // 2
+        done = self._replay(events, self.max_pending_bytes // 2)
+        if self.pending_bytes > self._mark:
+            self._report()
+        return done
+
+    def _replay(self, events: Sequence[WatchEvent], fill: int) -> bool:
         i = 0
         n = len(events)
         while i < n:
@@ -339,7 +396,7 @@ class Watcher:
                 i += 1
             self.resume_rv = group_rv
             self.last_rv = group_rv
-            if self.pending_bytes >= budget and i < n:
+            if self.pending_bytes >= fill and i < n:
                 return False
         self.lagging = False
         return True
@@ -368,6 +425,13 @@ class Watcher:
             return
         self.closed = True
         self.close_reason = reason
+        budget = self.budget
+        if budget is not None:
+            # What is still pending is written now (timeout, shutdown) or dropped: not counted on.
+            self._unreport()
+            self.budget = None
+            self._mark = self.max_pending_bytes
+            budget.watchers.discard(self)
         if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.CLIENT_GONE):
             self.pending = []
             self.pending_rv = []
