@@ -56,6 +56,9 @@ def _common(p: argparse.ArgumentParser, *, per_client: int = _HTTP.max_connectio
     _flag(p, "--max-watch-buffer-bytes", s.watch_max_pending_bytes, "unsent event bytes per watcher before it is "
           "treated as slow: its buffer is dropped and it is caught up from history once it reads again, or ended "
           "with 410 if history moved on")
+    _flag(p, "--max-watch-buffer-total-bytes", s.watch_max_total_bytes, "unsent event bytes of all watchers of a "
+          "worker; past it the watchers furthest behind are treated as slow first, as with --max-watch-buffer-bytes "
+          "(0: no limit)")
     p.add_argument("--watch-flush-interval", type=float, default=s.watch_flush_interval, help="write watch streams at "
                    "most once per this many seconds: events closer together share one write per watcher, at up to "
                    "this much added latency (0: write on every loop pass; default %(default)s)")

@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.admission import Admission
 from watchcache.resources import ResourceType
+from watchcache.watchers.budget import WatchBudget
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
@@ -110,6 +111,7 @@ class CacheCollector(Collector):
         auth: Any = None,
         identity: Any = None,
         admission: Admission | None = None,
+        watch_budget: WatchBudget | None = None,
     ) -> None:
         self.cachers = cachers
         self.passed_through = passed_through
@@ -123,6 +125,7 @@ class CacheCollector(Collector):
         self.auth = auth
         self.identity = identity
         self.admission = admission
+        self.watch_budget = watch_budget
 
     def collect(self) -> Iterator[Metric]:
         yield from self._caches()
@@ -234,6 +237,18 @@ class CacheCollector(Collector):
         yield from c.values()
         yield slow
         yield failures
+        budget = self.watch_budget
+        if budget is not None:
+            yield GaugeMetricFamily(
+                "watchcache_watch_budget_bytes",
+                "Unsent watch bytes counted against --max-watch-buffer-total-bytes",
+                value=budget.pending,
+            )
+            yield CounterMetricFamily(
+                "watchcache_watch_budget_lagged",
+                "Watchers sent to catch up from history because all watchers' unsent bytes exceeded the budget",
+                value=budget.shed,
+            )
 
     def _reflectors(self) -> Iterator[Metric]:
         lbl = ["group", "resource"]

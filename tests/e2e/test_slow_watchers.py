@@ -184,3 +184,48 @@ def test_reader_stalled_past_the_history_window_gets_410():
         slow.close()
     finally:
         proc.stop()
+
+
+def scalar(url: str, name: str) -> float:
+    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+def test_many_stalled_readers_are_held_to_the_process_budget_and_caught_up():
+    # 40 watches whose clients do not read, under a 1 MiB budget for all watchers' unsent bytes
+    # (each watcher's own cap is the default 16 MiB, never reached here).
+    proc = start(
+        "serve", "--sim-objects", "60", "--sim-namespaces", "2", "--sim-churn", "400",
+        "--max-watch-buffer-total-bytes", str(1 << 20),
+    )  # fmt: skip
+    try:
+        rv = json.loads(urllib.request.urlopen(proc.url + "/api/v1/pods?limit=1", timeout=5).read())["metadata"][
+            "resourceVersion"
+        ]
+        path = f"/api/v1/pods?watch=1&resourceVersion={rv}"
+        stalled = [open_watch(proc.host_port, path, rcvbuf=4096) for _ in range(40)]
+        fast = open_watch(proc.host_port, path)
+        budget_bytes = []
+        deadline = time.monotonic() + 20
+        while scalar(proc.url, "watchcache_watch_budget_lagged_total") < 40:
+            assert time.monotonic() < deadline, "the budget never sent the stalled watchers to catch up"
+            budget_bytes.append(scalar(proc.url, "watchcache_watch_budget_bytes"))
+            time.sleep(0.2)
+        fast_events = read_events(fast, 1.0)
+        assert max(budget_bytes) <= 1 << 20
+        # Lagged by the budget, not by their own cap: every lag is a budget lag.
+        assert metric(proc.url, "watchcache_slow_watchers_total", "lagged") == scalar(
+            proc.url, "watchcache_watch_budget_lagged_total"
+        )
+        # A stalled reader that reads again is caught up from history: what the fast one got.
+        slow_events = read_events(stalled[0], 4.0)
+        seen = [int(e["object"]["metadata"]["resourceVersion"]) for e in slow_events]
+        assert seen == sorted(set(seen))
+        last = min(seen[-1], int(fast_events[-1]["object"]["metadata"]["resourceVersion"]))
+        key = lambda e: (e["type"], e["object"]["metadata"]["name"], e["object"]["metadata"]["resourceVersion"])  # noqa: E731
+        want = [key(e) for e in fast_events if int(e["object"]["metadata"]["resourceVersion"]) <= last]
+        assert [key(e) for e in slow_events if int(e["object"]["metadata"]["resourceVersion"]) <= last] == want
+        for s in [*stalled, fast]:
+            s.close()
+    finally:
+        proc.stop()

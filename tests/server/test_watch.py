@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from urllib.parse import parse_qs
+
 from tests.factories import FakeResponse
-from tests.server.harness import MODIFIED, Harness, arun, until
+from tests.server.harness import MODIFIED, Harness, arun, background, until
+from watchcache.http.protocol import Request
+from watchcache.watchers.budget import WatchBudget
 
 
 @arun
@@ -184,3 +189,43 @@ async def test_a_watch_whose_flush_raises_is_ended_alone_and_counted():
     assert broken.closed  # the connection was dropped: the client resumes from what it read
     assert h.cacher.failures == {"flush": 1}
     assert h.ctx.flusher.failures == 1
+
+
+@arun
+async def test_many_watchers_whose_clients_do_not_read_stay_within_the_budget_then_catch_up_without_gaps():
+    h = Harness(max_events=10_000)
+    budget = h.ctx.watch_budget = WatchBudget(64_000, h.ctx.flusher)
+    qs = "watch=true&resourceVersion=10"
+    path = "/api/v1/namespaces/default/pods"
+    stalled = [FakeResponse() for _ in range(50)]
+    for resp in stalled:
+        resp.writable = False  # a client that does not read
+    reader = FakeResponse()
+    tasks = [
+        background(h.handler(Request("GET", f"{path}?{qs}".encode(), path, parse_qs(qs), {}, b"", "1.1", "t"), resp))
+        for resp in [*stalled, reader]
+    ]
+    await asyncio.sleep(0.01)
+    assert len(budget.watchers) == 51
+    peak = 0
+    for i in range(400):  # ~110 KB per watcher: 5.5 MB unsent over 50 watchers without the budget
+        h.write(MODIFIED, f"p{i % 5}")
+        await asyncio.sleep(0)  # one loop pass: fan-out, flush, then the budget
+        assert budget.pending <= 64_000
+        peak = max(peak, sum(w.pending_bytes for w in h.cacher.dispatcher.watchers()))
+    # What the watchers really hold: the budget, plus less than a step (and a frame) each uncounted.
+    assert peak <= 64_000 + 51 * (budget.step + 400), peak
+    assert budget.shed >= 50  # every stalled watcher was sent to catch up from history, most more than once
+    assert h.cacher.watchers_lagged == budget.shed  # ... by the budget, not by its own 16 MiB cap
+    for resp in stalled:
+        resp.writable = True  # the clients read again
+    deadline = asyncio.get_running_loop().time() + 5
+    want = list(range(11, 411))
+    while any(len(r.events()) < len(want) for r in stalled) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    for resp in [reader, *stalled]:
+        assert [int(e["object"]["metadata"]["resourceVersion"]) for e in resp.events()] == want
+    for resp in [reader, *stalled]:
+        resp.disconnect()
+    await asyncio.gather(*tasks)
+    assert budget.pending == 0 and not budget.watchers

@@ -11,6 +11,7 @@ from watchcache.dispatch.cacher import Cacher
 from watchcache.http.protocol import Request, Response
 from watchcache.http.routing import RequestInfo
 from watchcache.resources import ResourceRegistry, ResourceType
+from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.flush import FlushScheduler
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ class ServeConfig:
     min_request_timeout: float = 1800.0
     # A watcher whose unsent frames exceed this lags: buffer dropped, caught up from history later.
     watch_max_pending_bytes: int = 16 << 20
+    # Unsent frames of all watchers (per worker); past it those furthest behind lag first (0: none).
+    watch_max_total_bytes: int = 1 << 30
     # Page size clamp for LIST (0: none).
     max_limit: int = 0
     # Flush watch streams at most once per this many seconds (0: every loop pass).
@@ -81,3 +84,5 @@ class ApiContext:
     metrics: Metrics | None = None
     # The upstream's discovery has confirmed which resources are cached (always true without one).
     discovered: bool = True
+    # The process-wide budget of unsent watch bytes (None: only each watcher's own cap).
+    watch_budget: WatchBudget | None = None

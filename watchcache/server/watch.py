@@ -208,46 +208,50 @@ async def serve_watch(
         bookmark_interval=ctx.config.bookmark_interval,
         max_pending_bytes=ctx.config.watch_max_pending_bytes,
         encoding=encoding,
+        budget=ctx.watch_budget,
     )
     stream.watcher = watcher
-    if plan.initial_events:
-        parts: list[bytes] = []
-        matches = predicate.matches
-        objects = (
-            snapshot.iter_range("", None)
-            if predicate.namespace is None
-            else snapshot.iter_range(predicate.namespace + "/", predicate.namespace + "0")
-        )
-        count = 0
-        if encoding is FULL_JSON:
-            # Inlined: the object bytes themselves, between a shared head and tail.
-            head = frame_head(ADDED) + resource.typed_prefix
-            for obj in objects:
-                if matches(obj):
-                    parts.append(head)
-                    parts.append(obj.body)
-                    parts.append(_TAIL)
-                    count += 1
-        else:
-            initial_parts = encoding.initial_parts
-            for obj in objects:
-                if matches(obj):
-                    parts.extend(initial_parts(resource, obj))
-                    count += 1
-        watcher.deliver_initial(parts, start_rv, count)
-        if plan.initial_events_end_bookmark:
-            watcher.bookmark(start_rv, initial_events_end=True)
-    for event in backlog:
-        watcher.deliver(event)
-    cacher.add_watcher(watcher)
-    # ---- end of the synchronous section.
-
-    response.add_close_callback(lambda: watcher.close(CloseReason.CLIENT_GONE))
-    timer = loop.call_later(timeout, watcher.close, CloseReason.TIMEOUT)
+    timer: asyncio.TimerHandle | None = None
     try:
+        if plan.initial_events:
+            parts: list[bytes] = []
+            matches = predicate.matches
+            objects = (
+                snapshot.iter_range("", None)
+                if predicate.namespace is None
+                else snapshot.iter_range(predicate.namespace + "/", predicate.namespace + "0")
+            )
+            count = 0
+            if encoding is FULL_JSON:
+                # Inlined: the object bytes themselves, between a shared head and tail.
+                head = frame_head(ADDED) + resource.typed_prefix
+                for obj in objects:
+                    if matches(obj):
+                        parts.append(head)
+                        parts.append(obj.body)
+                        parts.append(_TAIL)
+                        count += 1
+            else:
+                initial_parts = encoding.initial_parts
+                for obj in objects:
+                    if matches(obj):
+                        parts.extend(initial_parts(resource, obj))
+                        count += 1
+            watcher.deliver_initial(parts, start_rv, count)
+            if plan.initial_events_end_bookmark:
+                watcher.bookmark(start_rv, initial_events_end=True)
+        for event in backlog:
+            watcher.deliver(event)
+        cacher.add_watcher(watcher)
+        # ---- end of the synchronous section.
+
+        response.add_close_callback(lambda: watcher.close(CloseReason.CLIENT_GONE))
+        timer = loop.call_later(timeout, watcher.close, CloseReason.TIMEOUT)
         await stream.done
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
+        # Whatever ended it: closed, the watcher leaves the budget (once registered it must).
         watcher.close(CloseReason.SHUTDOWN)
         # Removal is deferred: closing can happen inside dispatch, which iterates the indexes.
         loop.call_soon(cacher.remove_watcher, watcher)

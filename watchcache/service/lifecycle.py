@@ -34,6 +34,7 @@ from watchcache.server.negotiation import PassReason
 from watchcache.service.options import RunOptions
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.reflector import Reflector
+from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason
 
@@ -71,13 +72,16 @@ def api_context(
 ) -> ApiContext:
     # A random key is right for one process; replicas must share a configured one.
     key = options.continue_key or os.urandom(32)
+    flusher = FlushScheduler(asyncio.get_running_loop(), options.serve.watch_flush_interval)
+    limit = options.serve.watch_max_total_bytes
     return ApiContext(
         registry=registry,
         cachers=cachers,
         upstream=upstream,
         codec=ContinueCodec(key),
-        flusher=FlushScheduler(asyncio.get_running_loop(), options.serve.watch_flush_interval),
+        flusher=flusher,
         config=options.serve,
+        watch_budget=WatchBudget(limit, flusher) if limit > 0 else None,
     )
 
 
@@ -106,6 +110,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
             auth=wiring.ctx.gate,
             identity=getattr(wiring.ctx.upstream, "identity", None),
             admission=admission,
+            watch_budget=wiring.ctx.watch_budget,
         )
     )
     for collector in wiring.collectors:

@@ -98,6 +98,7 @@ class RunOptions:
                 min_request_timeout=args.min_request_timeout,
                 max_limit=args.max_limit,
                 watch_max_pending_bytes=args.max_watch_buffer_bytes,
+                watch_max_total_bytes=args.max_watch_buffer_total_bytes,
                 max_requests_inflight=args.max_requests_inflight,
                 delivery_sample=args.delivery_sample,
                 watch_flush_interval=args.watch_flush_interval,
