@@ -53,11 +53,16 @@ def test_https_with_client_certificates_and_rotation(tmp_path):
     proc = start(
         "serve", "--sim-objects", "5",
         "--tls-cert-file", str(pki["srv.crt"]), "--tls-private-key-file", str(pki["srv.key"]),
-        "--client-ca-file", str(pki["ca.crt"]),
+        "--client-ca-file", str(pki["ca.crt"]), "--header-timeout", "1",
     )  # fmt: skip
     try:
         port = int(proc.url.rsplit(":", 1)[1])
         assert proc.url.startswith("https://")
+        # A client that never completes the TLS handshake is closed after --header-timeout.
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+        started = time.monotonic()
+        assert silent.recv(1) == b"" and time.monotonic() - started < 5
+        silent.close()
         ctx = ssl.create_default_context(cafile=str(pki["ca.crt"]))
         ctx.load_cert_chain(str(pki["cli.crt"]), str(pki["cli.key"]))
         status, body, _ = https_get(port, "/api/v1/pods", ctx)

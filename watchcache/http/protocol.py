@@ -1048,6 +1048,9 @@ async def start_server(
     kwargs: dict[str, Any] = {"backlog": 2048}
     if ssl is not None:
         kwargs["ssl"] = ssl
+        # A connection is counted (Admission) once its handshake is done: until then it is bound by
+        # the head timeout, as the handshake is part of sending a request (asyncio's default is 60 s).
+        kwargs["ssl_handshake_timeout"] = limits.header_timeout
     if sock is not None:
         return await loop.create_server(factory, sock=sock, **kwargs)
     return await loop.create_server(factory, host, port, reuse_port=reuse_port or None, **kwargs)
