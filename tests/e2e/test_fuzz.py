@@ -229,5 +229,25 @@ def test_generated_requests_get_status_errors_never_5xx_and_the_server_survives(
         assert len(attempts) >= STRUCTURED * 0.9, len(attempts)
         assert sum(client.statuses.values()) >= len(attempts) * 0.8, client.statuses
         assert client.statuses.get(200, 0) > 50, client.statuses  # the fuzz reaches real reads too
+        # Every byte and connection the fuzz held is released (watches it left end within 1 s):
+        # only this scrape's own connection and head remain.
+        if client.conn is not None:
+            client.conn.close()
+        check.close()
+        deadline = time.monotonic() + 10
+        while True:
+            scrape = http.client.HTTPConnection(host, int(port), timeout=5)
+            scrape.request("GET", "/metrics")
+            text = scrape.getresponse().read().decode()
+            scrape.close()
+            gauges = {
+                line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith(("watchcache_http_connections ", "watchcache_http_request_buffer_bytes "))
+            }
+            if gauges["watchcache_http_connections"] == 1 and gauges["watchcache_http_request_buffer_bytes"] < 200:
+                break
+            assert time.monotonic() < deadline, gauges
+            time.sleep(0.2)
     finally:
         proc.stop()
