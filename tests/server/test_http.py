@@ -550,3 +550,31 @@ def test_connection_limits_per_client_429_then_total_closed_at_accept(serve: Ser
     assert reply.status == 200
     assert srv.admission.rejected["connections"] == 1
     assert srv.admission.rejected["connections_per_client"] == 2
+
+
+def test_a_request_holds_its_bytes_until_its_answer_starts(serve: Serve) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    async def handler(req: Request, resp: Response) -> None:
+        if req.path == "/stream":  # a watch: answered for a long time
+            resp.start_chunked(200)
+            started.set()
+            while not release.is_set():
+                await asyncio.sleep(0.01)
+            resp.end_chunked()
+        else:
+            await asyncio.sleep(0.3)
+            resp.send(200, b"{}")
+
+    srv = serve(handler)
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    sock.sendall(b"POST /slow HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n" + b"x" * 1000)
+    wait_until(lambda: srv.admission.buffered > 1000)  # being handled, not answered yet
+    assert read_reply(f).status == 200
+    wait_until(lambda: srv.admission.buffered == 0)
+    sock.sendall(GET % b"/stream")
+    assert started.wait(5)
+    wait_until(lambda: srv.admission.buffered == 0)  # streaming: answered, nothing held
+    release.set()
+    assert read_reply(f).status == 200

@@ -233,6 +233,9 @@ class Response:
 
     def _head(self, status: int, content_type: str, length: int | None, headers: Sequence[tuple[str, str]]) -> bytes:
         self.status = status
+        proto = self._proto
+        if proto._active_size:
+            proto._answered()
         parts = [_status_line(status), _content_type_line(content_type)]
         if length is not None:
             if status not in _BODYLESS and status >= 200:
@@ -240,7 +243,6 @@ class Response:
         elif not self._http10:
             parts.append(_CHUNKED)
         parts.append(_date_line())
-        proto = self._proto
         if proto._server_line:
             parts.append(proto._server_line)
         parts.append(_CACHE_CONTROL)
@@ -515,7 +517,7 @@ class HttpProtocol(asyncio.Protocol):
         # Set when over the per-client connection limit: the first request is refused with 429.
         self._refused = False
         # Request bytes held by this connection (in ``admission.buffered`` too): those of the
-        # message being received, of the request being answered, and of those queued.
+        # message being received, of those queued, and of the one being handled until its answer starts.
         self._buffered = 0
         self._partial = 0
         self._active_size = 0
@@ -813,10 +815,7 @@ class HttpProtocol(asyncio.Protocol):
         """Answer the next queued request, or go idle."""
         self._active = None
         if self._active_size:
-            # The request just answered no longer holds its bytes.
-            self._buffered -= self._active_size
-            self._admission.buffered -= self._active_size
-            self._active_size = 0
+            self._answered()
         if self._closing:
             return
         queue = self._queue
@@ -884,6 +883,15 @@ class HttpProtocol(asyncio.Protocol):
             self._close()
         elif response is self._active:
             self._next()
+
+    def _answered(self) -> None:
+        """The active request's answer has started: its bytes no longer count against the limits.
+
+        (A watch is answered for an hour; its head must not hold the buffer meanwhile.)
+        """
+        self._buffered -= self._active_size
+        self._admission.buffered -= self._active_size
+        self._active_size = 0
 
     def _fail(self, err: _ProtocolError) -> None:
         """Stop parsing; the error is answered after the requests before it, then we close."""
