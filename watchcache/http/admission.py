@@ -32,7 +32,7 @@ class Admission:
         # 0: no limit.
         self.max_connections = max_connections
         self.max_per_client = max_per_client
-        self.max_buffered = max_buffered
+        self.max_buffered = max_buffered or 1 << 62
         self.connections = 0
         self.by_client: dict[str, int] = {}
         # Bytes of requests received (or, for a declared Content-Length, accepted to receive)

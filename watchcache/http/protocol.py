@@ -234,8 +234,10 @@ class Response:
     def _head(self, status: int, content_type: str, length: int | None, headers: Sequence[tuple[str, str]]) -> bytes:
         self.status = status
         proto = self._proto
-        if proto._active_size:
-            proto._answered()
+        held = proto._active_size
+        if held:  # the answer starts: the request's bytes no longer count (inline: every response)
+            proto._active_size = 0
+            proto._admission.buffered -= held
         parts = [_status_line(status), _content_type_line(content_type)]
         if length is not None:
             if status not in _BODYLESS and status >= 200:
@@ -470,7 +472,6 @@ class HttpProtocol(asyncio.Protocol):
         "_body_size",
         "_body_timer",
         "_buffer_cap",
-        "_buffered",
         "_client",
         "_closing",
         "_content_length",
@@ -516,9 +517,8 @@ class HttpProtocol(asyncio.Protocol):
         self._client: str | None = None
         # Set when over the per-client connection limit: the first request is refused with 429.
         self._refused = False
-        # Request bytes held by this connection (in ``admission.buffered`` too): those of the
-        # message being received, of those queued, and of the one being handled until its answer starts.
-        self._buffered = 0
+        # Request bytes this connection holds in ``admission.buffered``: those of the message being
+        # received, of the one being handled until its answer starts, and of those queued (in the queue).
         self._partial = 0
         self._active_size = 0
         self._buffer_cap = max(limits.max_connection_buffer_bytes, limits.max_header_bytes + limits.max_body_bytes)
@@ -594,14 +594,15 @@ class HttpProtocol(asyncio.Protocol):
         self._closing = self._lost = self._dead = True
         self._cancel_timers()
         self._flow.connection_lost()
+        admission = self._admission
+        held = self._held()
+        if held:
+            admission.buffered -= held
+            self._partial = self._active_size = 0
         self._queue.clear()
         if self._switched is not None:
             self._switched.connection_lost(exc)
         self._body = None
-        admission = self._admission
-        if self._buffered:
-            admission.buffered -= self._buffered
-            self._buffered = self._partial = self._active_size = 0
         if self._client is not None:
             admission.disconnect(self._client)
             self._client = None
@@ -748,13 +749,14 @@ class HttpProtocol(asyncio.Protocol):
         # Hold the head and the announced body against the limits before reading the body.
         size = self._head_size + (length or 0)
         admission = self._admission
-        if admission.max_buffered and admission.buffered + size > admission.max_buffered and not self._probe(size):
+        total = admission.buffered + size
+        if total > admission.max_buffered and not self._probe(size):
             admission.rejected["request_buffer"] += 1
             raise _too_much_buffered()
-        admission.buffered += size
-        self._buffered += size
+        admission.buffered = total
         self._partial = size
-        if self._buffered > self._buffer_cap:
+        # Alone, a message never exceeds the cap (413/431 first); behind others it may.
+        if self._active is not None and self._held() > self._buffer_cap:
             self._pause_reading()  # resumed once the requests before this one are answered
         method = parser.get_method().decode("ascii")
         self._request = Request(
@@ -775,13 +777,12 @@ class HttpProtocol(asyncio.Protocol):
             raise _too_large_body(self._limits.max_body_bytes)
         if self._content_length is None:  # chunked: held as it arrives (a Content-Length is held up front)
             admission = self._admission
-            if admission.max_buffered and admission.buffered + size > admission.max_buffered:
+            if admission.buffered + size > admission.max_buffered:
                 admission.rejected["request_buffer"] += 1
                 raise _too_much_buffered()
             admission.buffered += size
-            self._buffered += size
             self._partial += size
-            if self._buffered > self._buffer_cap:
+            if self._active is not None and self._held() > self._buffer_cap:
                 self._pause_reading()
         if self._body is None:
             self._body = [body]
@@ -820,7 +821,7 @@ class HttpProtocol(asyncio.Protocol):
             return
         queue = self._queue
         # (<=: the next request leaves the queue below, to become the active one.)
-        if self._read_paused and not self._dead and len(queue) <= MAX_PIPELINE and self._buffered <= self._buffer_cap:
+        if self._read_paused and not self._dead and len(queue) <= MAX_PIPELINE and self._held() <= self._buffer_cap:
             self._resume_reading()
         if not queue:
             if self._continue_pending:
@@ -889,9 +890,16 @@ class HttpProtocol(asyncio.Protocol):
 
         (A watch is answered for an hour; its head must not hold the buffer meanwhile.)
         """
-        self._buffered -= self._active_size
         self._admission.buffered -= self._active_size
         self._active_size = 0
+
+    def _held(self) -> int:
+        """Request bytes this connection holds; summed only when pipelining (queue of at most ~16)."""
+        held = self._partial + self._active_size
+        for item in self._queue:
+            if not isinstance(item, _ProtocolError):
+                held += item[2]
+        return held
 
     def _fail(self, err: _ProtocolError) -> None:
         """Stop parsing; the error is answered after the requests before it, then we close."""
@@ -901,7 +909,6 @@ class HttpProtocol(asyncio.Protocol):
         # The message that failed is never answered: its bytes go now.
         self._body = None
         if self._partial:
-            self._buffered -= self._partial
             self._admission.buffered -= self._partial
             self._partial = 0
         self._queue.append(err)
