@@ -445,6 +445,8 @@ class Response:
         early, proto._early = bytes(proto._early), None
         self.status = 101
         self._started = self._finished = True
+        if proto._active_size:  # answered: the request's bytes no longer count (as in _head)
+            proto._answered()
         proto._switched = protocol
         transport = proto._transport
         transport.write(head)
