@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.server.harness import arun
-from watchcache.cache.events import bookmark_frame
+from watchcache.cache.encoding import FULL_JSON
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.resources import PODS
 from watchcache.watchers.budget import WatchBudget
@@ -96,7 +96,7 @@ def test_the_sum_is_the_watchers_reported_bytes_whatever_they_do(ops: list[tuple
             w.close(CloseReason.TIMEOUT if size % 2 else CloseReason.CLIENT_GONE)
         elif op == "bookmark":
             w.allow_bookmarks = True
-            w.bookmark(10**9 + size, bookmark_frame(PODS, 10**9 + size))
+            w.bookmark(10**9 + size, FULL_JSON.bookmark_frame(PODS, 10**9 + size))
         consistent(budget)
     for w in ws:
         w.close(CloseReason.SHUTDOWN)
