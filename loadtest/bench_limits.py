@@ -14,8 +14,11 @@ Run it against this checkout, and against another source tree for a before/after
     PYTHONPATH=/path/to/other/checkout .venv/bin/python loadtest/bench_limits.py
 
 Prints the best and the median of several runs (process CPU time, in µs per request and ns
-per delivery). For figures that do not move with the machine's load, count instructions:
-``valgrind --tool=callgrind`` of two runs with different ``--requests`` and subtract.
+per delivery). For figures that do not move with the machine's load, count instructions of one
+loop (``--only``) with callgrind, for two lengths, and subtract::
+
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        .venv/bin/python loadtest/bench_limits.py --only get --runs 1 --requests 1000   # then 5000
 """
 
 from __future__ import annotations
@@ -144,9 +147,12 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=200)
     p.add_argument("--watchers", type=int, default=1000)
     p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--only", choices=["get", "post", "fanout", "fanout-budget"], help="one loop (for callgrind)")
     args = p.parse_args()
     print(f"source: {inspect.getfile(http).rsplit('/watchcache/', 1)[0]}")
     for name, request in (("GET", GET), ("POST", POST)):
+        if args.only not in (None, name.lower()):
+            continue
         t = uvloop.run(http_loop(request, args.requests, args.runs))
         print(f"http {name}: {min(t):.2f} µs/request best, {statistics.median(t):.2f} median")
     try:
@@ -156,6 +162,8 @@ def main() -> None:
     except ImportError:
         variants = [False]
     for with_budget in variants:
+        if args.only not in (None, "fanout-budget" if with_budget else "fanout"):
+            continue
         t = fanout_loop(args.watchers, args.batches, args.runs, with_budget)
         label = "with a WatchBudget" if with_budget else "no budget"
         print(f"fanout ({label}): {min(t):.0f} ns/delivery best, {statistics.median(t):.0f} median")
