@@ -204,28 +204,31 @@ def test_many_stalled_readers_are_held_to_the_process_budget_and_caught_up():
         ]
         path = f"/api/v1/pods?watch=1&resourceVersion={rv}"
         stalled = [open_watch(proc.host_port, path, rcvbuf=4096) for _ in range(40)]
-        fast = open_watch(proc.host_port, path)
-        budget_bytes = []
-        deadline = time.monotonic() + 20
-        while scalar(proc.url, "watchcache_watch_budget_lagged_total") < 40:
-            assert time.monotonic() < deadline, "the budget never sent the stalled watchers to catch up"
+        fast = ChunkedEvents(open_watch(proc.host_port, path))
+        budget_bytes: list[float] = []
+
+        def all_sent_to_catch_up() -> bool:
             budget_bytes.append(scalar(proc.url, "watchcache_watch_budget_bytes"))
-            time.sleep(0.2)
-        fast_events = read_events(fast, 1.0)
+            return scalar(proc.url, "watchcache_watch_budget_lagged_total") >= 40
+
+        # The fast reader reads meanwhile; the stalled ones fall behind until the budget lags them all.
+        fast_events = fast.read_until(lambda events: len(events) > 600 and all_sent_to_catch_up())
         assert max(budget_bytes) <= 1 << 20
         # Lagged by the budget, not by their own cap: every lag is a budget lag.
         assert metric(proc.url, "watchcache_slow_watchers_total", "lagged") == scalar(
             proc.url, "watchcache_watch_budget_lagged_total"
         )
         # A stalled reader that reads again is caught up from history: what the fast one got.
-        slow_events = read_events(stalled[0], 4.0)
+        fast_rv = int(fast_events[-1]["object"]["metadata"]["resourceVersion"])
+        slow_events = ChunkedEvents(stalled[0]).read_until(
+            lambda events: bool(events) and int(events[-1]["object"]["metadata"]["resourceVersion"]) >= fast_rv
+        )
         seen = [int(e["object"]["metadata"]["resourceVersion"]) for e in slow_events]
-        assert seen == sorted(set(seen))
-        last = min(seen[-1], int(fast_events[-1]["object"]["metadata"]["resourceVersion"]))
+        assert seen == sorted(set(seen)), "rvs strictly increasing, no duplicate"
         key = lambda e: (e["type"], e["object"]["metadata"]["name"], e["object"]["metadata"]["resourceVersion"])  # noqa: E731
-        want = [key(e) for e in fast_events if int(e["object"]["metadata"]["resourceVersion"]) <= last]
-        assert [key(e) for e in slow_events if int(e["object"]["metadata"]["resourceVersion"]) <= last] == want
-        for s in [*stalled, fast]:
+        want = [key(e) for e in fast_events if int(e["object"]["metadata"]["resourceVersion"]) <= fast_rv]
+        assert [key(e) for e in slow_events if int(e["object"]["metadata"]["resourceVersion"]) <= fast_rv] == want
+        for s in [*stalled, fast.s]:
             s.close()
     finally:
         proc.stop()

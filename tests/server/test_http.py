@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import pytest
 
 from tests.server.conftest import ServerThread
+from tests.waiting import wait_until
 from watchcache import apierrors
 from watchcache.http.protocol import ConnectionClosed, HttpLimits, Request, Response
 
@@ -471,29 +472,30 @@ def test_time_while_reading_is_paused_does_not_count_against_the_client(
     assert [r.status for r in replies] == [200] * 17 and replies[-1].json()["body"] == "abcd"
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
-
-
 def test_a_connection_holds_at_most_its_buffer_cap_of_unanswered_requests(serve: Serve) -> None:
-    # Cap = one request of the largest size (head 1 KiB + body 4 KiB): a second such request
-    # behind a slow one is not read until the slow one is answered.
-    limits = HttpLimits(max_header_bytes=1024, max_body_bytes=4096, max_connection_buffer_bytes=0)
-    srv = serve(echo, limits)
+    # Cap = one request of the largest size (head 1 KiB + body 64 KiB): requests behind one that
+    # is being handled are read only up to it (plus the read that crossed it), not 16 of them.
+    release = threading.Event()
+
+    async def handler(req: Request, resp: Response) -> None:
+        while req.path == "/block" and not release.is_set():
+            await asyncio.sleep(0.005)
+        resp.send(200, b"{}")
+
+    limits = HttpLimits(max_header_bytes=1024, max_body_bytes=65536, max_connection_buffer_bytes=0)
+    srv = serve(handler, limits)
     sock = srv.connect()
     f = sock.makefile("rb")
-    post = b"POST /p%d HTTP/1.1\r\nHost: t\r\nContent-Length: 4000\r\n\r\n"
-    sock.sendall(GET % b"/sleep?s=0.6")
+    post = b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: 60000\r\n\r\n" + b"x" * 60000
+    sock.sendall(GET % b"/block" + post * 20)  # 1.2 MB; without the cap 16 would be read (~1 MB)
+    wait_until(lambda: srv.admission.buffered > 65536)  # it read up to the cap at least
     held = []
-    for i in range(8):  # separate reads: the server decides per read whether to read on
-        sock.sendall(post % i + b"x" * 4000)
-        time.sleep(0.03)
+    for _ in range(20):
         held.append(srv.admission.buffered)
-    assert max(held) <= 1024 + 4096 + 4096 + 100, held  # the cap, plus the head that crossed it
-    assert [read_reply(f).status for _ in range(9)] == [200] * 9
+        time.sleep(0.01)
+    assert max(held) <= 1024 + 65536 + 256 * 1024 + 61000, held  # the cap, one read, the message crossing it
+    release.set()
+    assert [read_reply(f).status for _ in range(21)] == [200] * 21
     f.close()
     sock.close()
     wait_until(lambda: srv.admission.buffered == 0 and srv.admission.connections == 0)

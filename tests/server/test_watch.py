@@ -205,7 +205,7 @@ async def test_many_watchers_whose_clients_do_not_read_stay_within_the_budget_th
         background(h.handler(Request("GET", f"{path}?{qs}".encode(), path, parse_qs(qs), {}, b"", "1.1", "t"), resp))
         for resp in [*stalled, reader]
     ]
-    await asyncio.sleep(0.01)
+    await until(lambda: len(h.cacher.dispatcher) == 51)
     assert len(budget.watchers) == 51
     peak = 0
     for i in range(400):  # ~110 KB per watcher: 5.5 MB unsent over 50 watchers without the budget
@@ -219,10 +219,8 @@ async def test_many_watchers_whose_clients_do_not_read_stay_within_the_budget_th
     assert h.cacher.watchers_lagged == budget.shed  # ... by the budget, not by its own 16 MiB cap
     for resp in stalled:
         resp.writable = True  # the clients read again
-    deadline = asyncio.get_running_loop().time() + 5
     want = list(range(11, 411))
-    while any(len(r.events()) < len(want) for r in stalled) and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.01)
+    await until(lambda: all(len(r.events()) >= len(want) for r in stalled))
     for resp in [reader, *stalled]:
         assert [int(e["object"]["metadata"]["resourceVersion"]) for e in resp.events()] == want
     for resp in [reader, *stalled]:
