@@ -39,7 +39,7 @@ from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
-from watchcache.server import http
+from watchcache.http import protocol as http
 from watchcache.watchers.watcher import Watcher
 
 BODY = b'{"kind":"Status","apiVersion":"v1","status":"Success","code":200}'
