@@ -38,8 +38,8 @@ from watchcache.cache.object import encode_object
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
-from watchcache.resources import PODS
 from watchcache.http import protocol as http
+from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
 
 BODY = b'{"kind":"Status","apiVersion":"v1","status":"Success","code":200}'
