@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import heapq
 import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
+
+from sortedcontainers import SortedList
 
 from watchcache import apierrors
 from watchcache.cache.encoding import Encoding
@@ -68,8 +69,9 @@ class Cacher:
         self.dispatcher = Dispatcher(resource, self.count_failure)
         self.state = CacherState.PENDING
         self._ready = asyncio.Event()
-        # (rv, seq, future): requests waiting until the cache reaches rv.
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        # (rv, seq, future): requests waiting until the cache reaches rv. Sorted, so that waking
+        # takes the front and a wait that ends any other way removes its own entry (O(log n)).
+        self._waiters: SortedList[tuple[int, int, asyncio.Future[None]]] = SortedList()
         self._seq = itertools.count()
         self.events_received = 0
         # Followers in other workers fed from this cache (owner side of the shard stream).
@@ -236,10 +238,11 @@ class Cacher:
                 log.exception("cutting a follower's stream failed")
 
     def stop(self) -> None:
+        """No more feed: every wait ends now (with False unless its rv was reached)."""
         self.state = CacherState.STOPPED
         for _, _, fut in self._waiters:
             if not fut.done():
-                fut.cancel()
+                fut.set_result(None)
         self._waiters.clear()
 
     # ------------------------------------------------------------------ waiting
@@ -254,23 +257,41 @@ class Cacher:
         return self.ready
 
     async def wait_for_rv(self, rv: int, timeout: float) -> bool:
-        """True once the cache has reached ``rv``; False after ``timeout`` seconds."""
+        """True once the cache has reached ``rv`` (by events or progress); False after ``timeout`` seconds.
+
+        However the wait ends (reached, timed out, cancelled, cacher stopped), its entry is gone
+        when this returns: a client asking for far-future rvs leaves nothing behind.
+        """
         if self.cache.rv >= rv:
             return True
+        if timeout <= 0 or self.state is CacherState.STOPPED:
+            return False
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters, (rv, next(self._seq), fut))
+        entry = (rv, next(self._seq), fut)
+        self._waiters.add(entry)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
+            async with asyncio.timeout(timeout):
+                await fut
         except TimeoutError:
-            fut.cancel()
-            return self.cache.rv >= rv
-        return True
+            pass
+        finally:
+            # Timed out or cancelled (the timeout cancels ``fut`` too): take the entry off. A woken
+            # entry was taken off by ``_wake_waiters`` already; discarding it again is a no-op.
+            if not fut.done() or fut.cancelled():
+                fut.cancel()
+                self._waiters.discard(entry)
+        return self.cache.rv >= rv
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for this cache to reach an rv."""
+        return len(self._waiters)
 
     def _wake_waiters(self) -> None:
         waiters = self._waiters
         rv = self.cache.rv
         while waiters and waiters[0][0] <= rv:
-            _, _, fut = heapq.heappop(waiters)
+            _, _, fut = waiters.pop(0)
             if not fut.done():
                 fut.set_result(None)
 
