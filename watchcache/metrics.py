@@ -24,11 +24,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.freshness import Reached, Wait
 from watchcache.http.admission import Admission
 from watchcache.resources import ResourceType
 from watchcache.watchers.budget import WatchBudget
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# kube-apiserver's apiserver_watch_cache_read_wait_seconds buckets.
+_WAIT_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0)
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -55,7 +58,36 @@ class Metrics:
             "apiserver_watch_cache_read_wait_seconds",
             "Time a read waited for the cache to be fresh enough",
             ["group", "resource"],
-            buckets=_LATENCY_BUCKETS,
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        # Consistent reads (no resourceVersion), phase by phase (docs/consistency.md).
+        self.consistent_reads = Counter(
+            "apiserver_watch_cache_consistent_read",
+            "Consistent (Most Recent) reads: served from cache, or passed through (fallback) when not proven fresh",
+            ["group", "resource", "success", "fallback"],
+            registry=r,
+        )
+        phase = {
+            "target": "Consistent reads: learning the upstream's rv (a consistent limit=1 LIST, shared)",
+            "events": "Consistent reads reached by the cache's own events: from the target known to reached",
+            "probe": "Consistent reads reached by a proof of progress (probe or bookmark): from the target known",
+        }
+        self.consistent_phase = {
+            name: Histogram(
+                f"watchcache_consistent_read_{name}_seconds",
+                doc,
+                ["group", "resource"],
+                buckets=_WAIT_BUCKETS,
+                registry=r,
+            )
+            for name, doc in phase.items()
+        }
+        self.consistent_total = Histogram(
+            "watchcache_consistent_read_total_seconds",
+            "Consistent reads: the whole wait for freshness, served from cache (fallback=false) or not",
+            ["group", "resource", "fallback"],
+            buckets=_WAIT_BUCKETS,
             registry=r,
         )
         self.delivery = Histogram(
@@ -80,8 +112,21 @@ class Metrics:
         if seconds is not None:
             self.request_seconds.labels(verb, group, name).observe(seconds)
 
-    def waited(self, resource: ResourceType, seconds: float) -> None:
-        self.read_wait.labels(resource.group, resource.resource).observe(seconds)
+    def waited(self, resource: ResourceType, wait: Wait, *, consistent: bool) -> None:
+        """A read that could not be served at once waited (``freshness.reach``)."""
+        group, name = resource.group, resource.resource
+        self.read_wait.labels(group, name).observe(wait.seconds)
+        if not consistent:
+            return
+        fallback = "false" if wait.reached else "true"
+        self.consistent_reads.labels(group, name, "true", fallback).inc()
+        self.consistent_total.labels(group, name, fallback).observe(wait.seconds)
+        if wait.how is not Reached.NO_TARGET:
+            self.consistent_phase["target"].labels(group, name).observe(wait.target_seconds)
+        if wait.how in (Reached.AT_ONCE, Reached.EVENTS):
+            self.consistent_phase["events"].labels(group, name).observe(wait.wait_seconds)
+        elif wait.how is Reached.PROGRESS:
+            self.consistent_phase["probe"].labels(group, name).observe(wait.wait_seconds)
 
     def flushed(self, resource: ResourceType, oldest_pending: float, frame_bytes: int) -> None:
         """Called once per flush; observes one in ``delivery_sample``."""
@@ -335,19 +380,23 @@ class CacheCollector(Collector):
                 routes.add_metric([route], self.identity.forwarded.get(route, 0))
             routes.add_metric(["refused"], self.identity.refused)
             yield routes
-        served = getattr(self.consistent, "served_from_cache", None)
-        fell_back = getattr(self.consistent, "passed_through", None)
-        if served is not None and fell_back is not None:
-            consistent = CounterMetricFamily(
-                "apiserver_watch_cache_consistent_read",
-                "Consistent (Most Recent) reads: served from cache, or passed through when freshness was not proven",
-                labels=["group", "resource", "success", "fallback"],
+        if self.consistent is not None:
+            probes = CounterMetricFamily(
+                "watchcache_consistency_probes",
+                "Probe watches the proxy opened to prove a cache's progress, by how they ended",
+                labels=["group", "resource", "outcome"],
             )
-            for resource, count in list(served.items()):
-                consistent.add_metric([resource.group, resource.resource, "true", "false"], count)
-            for resource, count in list(fell_back.items()):
-                consistent.add_metric([resource.group, resource.resource, "true", "true"], count)
-            yield consistent
+            for (resource, outcome), count in list(self.consistent.probe_outcomes.items()):
+                probes.add_metric([resource.group, resource.resource, outcome], count)
+            yield probes
+            fetches = CounterMetricFamily(
+                "watchcache_consistency_target_fetches",
+                "Consistent limit=1 LISTs the proxy sent to learn the upstream's rv, by outcome",
+                labels=["group", "resource", "outcome"],
+            )
+            for resource, outcome, count in self.consistent.target_fetches():
+                fetches.add_metric([resource.group, resource.resource, outcome], count)
+            yield fetches
         if self.restarts_file is not None and self.restarts_file.exists():
             restarts = CounterMetricFamily(
                 "watchcache_worker_restarts", "Worker restarts by the supervisor", labels=["worker"]

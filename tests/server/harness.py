@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -26,18 +27,25 @@ __all__ = ["ADDED", "DELETED", "MODIFIED", "Harness", "WatchStream", "until"]
 
 
 class FakeUpstream:
-    """Knows the upstream's rv; proves freshness by waiting for the cache to reach it."""
+    """Knows the upstream's rv; proves nothing (the cache reaches an rv by the test's writes)."""
 
     def __init__(self) -> None:
         self.rv = 0
         self.consistent_calls = 0
+        self.proving_now = 0
         self.forwarded: list[str] = []
 
-    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
-        if target is not None:  # a known rv: nothing to prove beyond waiting for it
-            return await cacher.wait_for_rv(target, 0.2)
+    async def current_rv(self, cacher: Cacher, timeout: float) -> int:
         self.consistent_calls += 1
-        return await cacher.wait_for_rv(self.rv, 1.0)
+        return self.rv
+
+    @contextlib.contextmanager
+    def proving(self, cacher: Cacher) -> Iterator[None]:
+        self.proving_now += 1
+        try:
+            yield
+        finally:
+            self.proving_now -= 1
 
     async def forward(self, request: Request, response: Any, info: RequestInfo | None) -> None:
         self.forwarded.append(request.path)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.freshness import Progress
 from watchcache.http.protocol import Request, Response
 from watchcache.http.routing import RequestInfo
 from watchcache.resources import ResourceRegistry, ResourceType
@@ -20,12 +21,9 @@ if TYPE_CHECKING:
     from watchcache.server.negotiation import PassReason
 
 
-class Upstream(Protocol):
-    """Where the truth is: answers what the cache cannot (writes, freshness, the rest of the API)."""
-
-    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
-        """True once ``cacher`` provably holds the upstream's state as of this call (a "Most Recent" read),
-        or, with ``target``, provably reached that rv (bounded; False when it cannot be shown in time)."""
+class Upstream(Progress, Protocol):
+    """Where the truth is: answers what the cache cannot (writes, the rest of the API), and tells a
+    cache that is behind where the upstream is and proves its progress (``freshness.Progress``)."""
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         """Answer a request the cache does not serve. Raises StatusError."""
@@ -43,7 +41,8 @@ class PassThrough(Exception):
 class ServeConfig:
     """Read-path tunables; defaults are kube-apiserver's where it has one."""
 
-    # How long a read waits for the cache to reach a requested rv before 504 (kube: 3 s).
+    # How long a read waits for the cache to reach its rv (a requested one, or the upstream's for a
+    # consistent read) before 504 or pass-through (kube: 3 s). See dispatch/freshness.py.
     fresh_wait: float = 3.0
     # How long a request waits for a cache that has not synced yet before 429.
     ready_wait: float = 0.0

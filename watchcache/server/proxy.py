@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.protocol import Request, Response
 from watchcache.http.routing import RequestInfo
@@ -25,8 +27,11 @@ class ProxyUpstream:
         self.identity = identity or PassthroughIdentity()
         self.tunnels = tunnels if tunnels is not None else Tunnels(client, identity=self.identity)
 
-    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
-        return await self.consistent.ensure_fresh(cacher, target)
+    async def current_rv(self, cacher: Cacher, timeout: float) -> int:
+        return await self.consistent.current_rv(cacher, timeout)
+
+    def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
+        return self.consistent.proving(cacher)
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         if request.upgrade is not None:

@@ -6,8 +6,6 @@ item's cached bytes, handed to the transport as a list of buffers (``writelines`
 
 from __future__ import annotations
 
-import time
-
 from watchcache import apierrors
 from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.listing import ListScope, list_page
@@ -15,6 +13,7 @@ from watchcache.cache.object import object_key
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import ListOptions, Mode, ReadPlan, plan_get, plan_list
 from watchcache.cache.store import ResourceVersionTooNew, ResourceVersionTooOld, Snapshot
+from watchcache.dispatch import freshness
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.protocol import Response
 from watchcache.http.routing import RequestInfo
@@ -41,43 +40,30 @@ async def ensure_ready(ctx: ApiContext, cacher: Cacher) -> None:
 
 
 async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> None:
-    """Block (bounded) until the cache can serve ``plan``.
+    """Block (at most ``--fresh-wait``) until the cache can serve ``plan`` (``freshness.reach``).
 
     "Most Recent" that cannot be proven fresh passes through to the upstream; a requested
     rv the cache does not reach in time is 504 "Too large resource version".
     """
     if plan.mode is Mode.MOST_RECENT:
-        started = time.monotonic()
-        fresh = await ctx.upstream.ensure_fresh(cacher)
-        if ctx.metrics is not None:
-            ctx.metrics.waited(cacher.resource, time.monotonic() - started)
-        if not fresh:
+        if not await reach_rv(ctx, cacher, None):
             raise PassThrough(PassReason.CONSISTENT_READ)
         return
-    if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE):
-        wanted = plan.rv
-    else:
-        return
-    if cacher.rv >= wanted:
-        return
-    started = time.monotonic()
-    fresh = await reach_rv(ctx, cacher, wanted)
+    if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE) and not await reach_rv(ctx, cacher, plan.rv):
+        raise apierrors.too_large_resource_version(plan.rv, cacher.rv)
+
+
+async def reach_rv(ctx: ApiContext, cacher: Cacher, target: int | None) -> bool:
+    """``freshness.reach`` with this server's ``--fresh-wait``, observed in the metrics.
+
+    ``target=None``: a consistent read (the upstream's rv at the time of this call).
+    """
+    if target is not None and cacher.rv >= target:
+        return True
+    wait = await freshness.reach(cacher, target, ctx.upstream, ctx.config.fresh_wait)
     if ctx.metrics is not None:
-        ctx.metrics.waited(cacher.resource, time.monotonic() - started)
-    if not fresh:
-        raise apierrors.too_large_resource_version(wanted, cacher.rv)
-
-
-async def reach_rv(ctx: ApiContext, cacher: Cacher, wanted: int) -> bool:
-    """Wait (at most ``fresh_wait``) for the cache to reach ``wanted``: by events, or on a quiet
-    resource by the upstream's proof of progress."""
-    deadline = time.monotonic() + ctx.config.fresh_wait
-    if cacher.rv >= wanted or await cacher.wait_for_rv(wanted, min(0.05, ctx.config.fresh_wait)):
-        return True
-    if await ctx.upstream.ensure_fresh(cacher, wanted):
-        return True
-    remaining = deadline - time.monotonic()
-    return cacher.rv >= wanted or (remaining > 0 and await cacher.wait_for_rv(wanted, remaining))
+        ctx.metrics.waited(cacher.resource, wait, consistent=target is None)
+    return wait.reached
 
 
 def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:

@@ -163,7 +163,7 @@ async def serve_watch(
     await ensure_ready(ctx, cacher)
 
     error: apierrors.StatusError | None = None
-    if plan.mode is Mode.MOST_RECENT and not await ctx.upstream.ensure_fresh(cacher):
+    if plan.mode is Mode.MOST_RECENT and not await reach_rv(ctx, cacher, None):
         raise PassThrough(PassReason.CONSISTENT_READ)
     if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT) and not await reach_rv(ctx, cacher, plan.rv):
         # A watch from an rv this cache has not reached (e.g. listed on another worker or replica

@@ -10,6 +10,9 @@ other resource), so the proxy path is exercised without a network hop.
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
+
 import orjson
 
 from watchcache import apierrors
@@ -45,10 +48,13 @@ class SimUpstream:
         # What ``kubectl cp`` wrote into the pods (exec sessions run tar on it).
         self.files = PodFiles()
 
-    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
-        # Writes apply to the caches synchronously: the cache is always the newest state, and
-        # every commit advances every cache's rv, so a reachable target is reached by waiting.
-        return target is None or cacher.rv >= target
+    # freshness.Progress: writes apply to the caches synchronously and every commit advances
+    # every cache's rv, so a cache is always at the cluster's rv and a later rv comes by waiting.
+    async def current_rv(self, cacher: Cacher, timeout: float) -> int:
+        return self.cluster.rv
+
+    def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
+        return contextlib.nullcontext()
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         if request.method == "POST" and request.path in REVIEW_PATHS and self.policy is not None:

@@ -1,81 +1,106 @@
-"""Consistent reads: prove the cache is as new as the upstream was when the request arrived.
+"""Consistent reads against a real upstream: its current rv, and proofs of a cache's progress.
 
-A "Most Recent" GET/LIST (resourceVersion unset) must never return data older than the
-upstream's state at the time of the request. Procedure, per request:
+``ConsistentReads`` is the proxy's ``freshness.Progress`` (the one path a read takes to wait
+for an rv is ``watchcache.dispatch.freshness.reach``; the procedure is in docs/consistency.md):
 
-1. **Target.** ``R0`` = the upstream's current resourceVersion, from a consistent LIST
-   with ``limit=1`` started *after* the request arrived. Concurrent requests share one
-   such LIST, but only one that started after they arrived (single flight per generation).
-2. **Easy case.** If the cache's rv reaches ``R0`` (now or within a short wait, as events
-   arrive), serve from the cache.
-3. **Quiet resource.** A resource with no recent writes has a cache rv far behind ``R0``
-   (etcd revisions are global; the upstream sends bookmarks about once a minute). A
-   *probe watch* from the cache's rv ``C`` (``allowWatchBookmarks``, short ``timeoutSeconds``)
-   returns every event after ``C`` in order and then, before its timeout, a BOOKMARK at
-   ``B``: a promise that every event with rv ≤ ``B`` was sent on that stream. Let ``E`` be
-   the largest event rv the probe saw (``C`` if none). Once the cache has applied ``E``
-   (its own stream delivers the same ordered history), there is provably no event in
-   ``(E, B]``, so the cache's state *is* the state at ``B`` and ``progress(B)`` is sound.
-   If ``B ≥ R0`` the read is served from the cache.
-4. **Otherwise** (no proof within ``fresh_wait``): the request passes through to the
-   upstream. A stale read is a correctness bug; a pass-through is only a cost.
+* ``current_rv``: the upstream's rv, from a consistent LIST with ``limit=1`` started *after*
+  the read arrived. Concurrent reads share one such LIST (single flight per generation).
+  After a failed LIST, reads fail at once (and pass through) until a backoff has passed,
+  so an upstream that fails fast is not asked again on every read.
+* ``proving``: the resource's ``Prober`` runs probe watches while reads wait (bounded, see
+  ``upstream.probes``); each proof moves the cache's rv and wakes every read it satisfies.
 
-Why the probe's bookmark arrives quickly: kube-apiserver sends a watcher a bookmark 2 s
-before its deadline, and before every bookmark has sent all events up to the bookmark's
-rv; a probe with ``timeoutSeconds=3`` gets it after about 1 s. Its rv is the upstream
-cache's rv, which step 1's consistent LIST has just made fresh (kube ≥ 1.31 serves it
-from the watch cache after requesting etcd progress).
+Why the probe's proof reaches a read's target: kube-apiserver (≥ 1.31) serves the
+consistent LIST from its watch cache after asking etcd for progress, so its cacher's rv,
+which the next bookmark carries, is then at least the LIST's rv.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
-import orjson
 
-from watchcache.cache.events import BOOKMARK, ERROR
-from watchcache.cache.object import parse_resource_version
+from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.freshness import NoTarget, reach
 from watchcache.resources import ResourceType
-from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled
+from watchcache.upstream.client import UpstreamClient, UpstreamError
+from watchcache.upstream.probes import ProbeLimits, Prober, RateBudget
 
 log = logging.getLogger("watchcache.upstream.consistency")
+
+_FETCH_ERRORS = (UpstreamError, aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError, TypeError)
 
 
 class _SingleFlight:
     """The upstream rv, fetched by at most one request at a time per resource.
 
     A caller joins the fetch that starts *after* it arrived: a fetch already in flight
-    might have read the rv before the caller's request existed.
+    might have read the rv before the caller's request existed. After a failure, callers
+    get ``NoTarget`` at once until the backoff has passed.
     """
 
-    def __init__(self, fetch: Callable[[], Awaitable[int]]) -> None:
+    def __init__(self, fetch: Callable[[], Awaitable[int]], backoff: Backoff | None = None) -> None:
         self._fetch = fetch
+        self._backoff = backoff or Backoff(0.2, 5.0)
         self._current: asyncio.Future[int] | None = None
         self._next: asyncio.Future[int] | None = None
+        self._retry_at = 0.0
+        self._error = ""
+        # Fetches by outcome ("ok", "failed"): watchcache_consistency_target_fetches_total.
+        self.fetches: collections.Counter[str] = collections.Counter()
 
     async def get(self) -> int:
+        if time.monotonic() < self._retry_at:
+            raise NoTarget(f"backing off after: {self._error}")
+        fut: asyncio.Future[int]
         if self._current is None:
-            self._current = asyncio.ensure_future(self._run())
-            return await asyncio.shield(self._current)
-        if self._next is None:
-            self._next = asyncio.get_running_loop().create_future()
-        return await asyncio.shield(self._next)
+            self._current = fut = asyncio.ensure_future(self._run())
+            fut.add_done_callback(_retrieve)
+        else:
+            if self._next is None:
+                self._next = asyncio.get_running_loop().create_future()
+                self._next.add_done_callback(_retrieve)
+            fut = self._next
+        return await asyncio.shield(fut)
 
     async def _run(self) -> int:
+        failed = False
         try:
-            return await self._fetch()
+            rv = await self._fetch()
+        except _FETCH_ERRORS as e:
+            failed = True
+            self.fetches["failed"] += 1
+            self._error = f"{type(e).__name__}: {e}"
+            self._retry_at = time.monotonic() + self._backoff.next()
+            raise NoTarget(self._error) from None
+        else:
+            self.fetches["ok"] += 1
+            self._backoff.reset()
+            return rv
         finally:
             waiting, self._next = self._next, None
             self._current = None
-            if waiting is not None:
-                self._current = asyncio.ensure_future(self._run())
-                self._current.add_done_callback(functools.partial(_copy_result, dst=waiting))
+            if waiting is not None and not waiting.done():
+                if failed:  # they arrived during a failing fetch: no new one until the backoff passed
+                    waiting.set_exception(NoTarget(f"backing off after: {self._error}"))
+                else:
+                    self._current = asyncio.ensure_future(self._run())
+                    self._current.add_done_callback(_retrieve)
+                    self._current.add_done_callback(functools.partial(_copy_result, dst=waiting))
+
+
+def _retrieve(fut: asyncio.Future[int]) -> None:
+    """Mark an outcome seen: every caller of a flight may have given up waiting for it."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _copy_result(src: asyncio.Future[int], *, dst: asyncio.Future[int]) -> None:
@@ -90,42 +115,58 @@ def _copy_result(src: asyncio.Future[int], *, dst: asyncio.Future[int]) -> None:
 
 
 class ConsistentReads:
-    def __init__(self, client: UpstreamClient, *, fresh_wait: float = 3.0, probe_timeout: int = 3) -> None:
+    """The proxy's ``freshness.Progress``: per resource, a target single flight and a prober."""
+
+    def __init__(self, client: UpstreamClient, *, fresh_wait: float = 3.0, probes: ProbeLimits | None = None) -> None:
         self.client = client
         self.fresh_wait = fresh_wait
-        self.probe_timeout = probe_timeout
+        self.limits = probes or ProbeLimits()
+        self.budget = RateBudget(self.limits.rate, self.limits.burst)
         self._targets: dict[ResourceType, _SingleFlight] = {}
-        self._probes: dict[ResourceType, asyncio.Task[None]] = {}
-        self._advancing: dict[ResourceType, asyncio.Task[bool]] = {}
-        # Per resource: consistent reads proven fresh (served from cache) / not (passed through).
-        self.served_from_cache: dict[ResourceType, int] = {}
-        self.passed_through: dict[ResourceType, int] = {}
+        self._probers: dict[Cacher, Prober] = {}
+        self._advancing: dict[ResourceType, asyncio.Task[object]] = {}
+        # Probes ended, by (resource, outcome): watchcache_consistency_probes_total.
+        self.probe_outcomes: collections.Counter[tuple[ResourceType, str]] = collections.Counter()
+
+    # ------------------------------------------------------------------ freshness.Progress
+
+    async def current_rv(self, cacher: Cacher, timeout: float) -> int:
+        try:
+            return await asyncio.wait_for(self._target(cacher.resource).get(), timeout)
+        except TimeoutError:
+            raise NoTarget(f"no upstream rv within {timeout:.1f}s") from None
+        except NoTarget as e:
+            log.debug("consistent read of %s: no upstream rv (%s)", cacher.resource.qualified, e)
+            raise
+
+    @contextlib.contextmanager
+    def proving(self, cacher: Cacher) -> Iterator[None]:
+        with self.prober(cacher).wanted():
+            yield
+
+    # ------------------------------------------------------------------ the rest
+
+    def prober(self, cacher: Cacher) -> Prober:
+        prober = self._probers.get(cacher)
+        if prober is None:
+            # Keyed by cacher: a follower dropped and made again for a resource gets a new one.
+            for old in [c for c in self._probers if c.resource is cacher.resource]:
+                self._probers.pop(old).stop()
+            prober = self._probers[cacher] = Prober(
+                self.client, cacher, self.limits, self.budget, self.probe_outcomes, apply_wait=self.fresh_wait
+            )
+        return prober
+
+    def target_fetches(self) -> Iterator[tuple[ResourceType, str, int]]:
+        for resource, flight in list(self._targets.items()):
+            for outcome, count in flight.fetches.items():
+                yield resource, outcome, count
 
     def _target(self, resource: ResourceType) -> _SingleFlight:
         flight = self._targets.get(resource)
         if flight is None:
             flight = self._targets[resource] = _SingleFlight(lambda: self.client.list_rv(resource))
         return flight
-
-    async def ensure_fresh(self, cacher: Cacher, target: int | None = None) -> bool:
-        """True once the cache provably holds the upstream's state as of this call.
-
-        With ``target`` (a NotOlderThan/Exact read at an rv the cache has not reached): True
-        once the cache provably reached ``target``, by events or by a probe's proof.
-        """
-        deadline = time.monotonic() + self.fresh_wait
-        consistent = target is None
-        if target is None:
-            try:
-                target = await asyncio.wait_for(self._target(cacher.resource).get(), self.fresh_wait)
-            except (UpstreamError, aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError) as e:
-                log.debug("consistent read of %s: no upstream rv (%s)", cacher.resource.qualified, e)
-                self._count(self.passed_through, cacher.resource)
-                return False
-        reached = await self._reach(cacher, target, deadline)
-        if consistent:
-            self._count(self.served_from_cache if reached else self.passed_through, cacher.resource)
-        return reached
 
     def advance(self, cacher: Cacher) -> None:
         """In the background, bring the cache to the upstream's current rv (at most one at a time per resource).
@@ -135,67 +176,10 @@ class ConsistentReads:
         """
         task = self._advancing.get(cacher.resource)
         if task is None or task.done():
-            self._advancing[cacher.resource] = asyncio.ensure_future(self._advance(cacher))
+            self._advancing[cacher.resource] = asyncio.ensure_future(reach(cacher, None, self, self.fresh_wait))
 
-    async def _advance(self, cacher: Cacher) -> bool:
-        try:
-            target = await asyncio.wait_for(self._target(cacher.resource).get(), self.fresh_wait)
-        except (UpstreamError, aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError):
-            return False
-        return await self._reach(cacher, target, time.monotonic() + self.fresh_wait)
-
-    async def _reach(self, cacher: Cacher, target: int, deadline: float) -> bool:
-        """Wait for events to bring the cache to ``target``; probe (again) while they do not."""
-        if cacher.rv >= target or await cacher.wait_for_rv(target, min(0.05, self.fresh_wait)):
-            return True
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return cacher.rv >= target
-            probe = self._start_probe(cacher)
-            reached = asyncio.ensure_future(cacher.wait_for_rv(target, remaining))
-            await asyncio.wait({probe, reached}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            if reached.done() and reached.result():
-                return True
-            if not reached.done():
-                reached.cancel()
-            if cacher.rv >= target:
-                return True
-
-    @staticmethod
-    def _count(counts: dict[ResourceType, int], resource: ResourceType) -> None:
-        counts[resource] = counts.get(resource, 0) + 1
-
-    def _start_probe(self, cacher: Cacher) -> asyncio.Task[None]:
-        task = self._probes.get(cacher.resource)
-        if task is None or task.done():
-            task = self._probes[cacher.resource] = asyncio.ensure_future(self._probe(cacher))
-        return task
-
-    async def _probe(self, cacher: Cacher) -> None:
-        """One probe watch from the cache's rv; advances the cache at its bookmark (see module doc)."""
-        start = cacher.rv
-        seen = start
-        params = {
-            "resourceVersion": str(start),
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self.probe_timeout),
-        }
-        try:
-            async for lines in self.client.watch(cacher.resource, params, stall_timeout=self.probe_timeout + 2.0):
-                for line in lines:
-                    event = orjson.loads(line)
-                    kind = event.get("type")
-                    meta = (event.get("object") or {}).get("metadata") or {}
-                    if kind == ERROR:
-                        return
-                    rv = parse_resource_version(meta.get("resourceVersion"))
-                    if kind != BOOKMARK:
-                        seen = max(seen, rv)
-                        continue
-                    # Everything up to rv was sent on this stream; the cache must hold up to `seen`.
-                    if await cacher.wait_for_rv(seen, self.fresh_wait):
-                        cacher.progress(rv)
-                    return
-        except (UpstreamError, aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:
-            log.debug("probe of %s failed: %s", cacher.resource.qualified, e)
+    def stop(self) -> None:
+        for prober in self._probers.values():
+            prober.stop()
+        for task in self._advancing.values():
+            task.cancel()

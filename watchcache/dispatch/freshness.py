@@ -1,0 +1,99 @@
+"""Waiting for a resourceVersion: the one path a read takes when the cache is behind what it needs.
+
+A read needs the cache at ``target``: a requested rv (NotOlderThan/Exact/continue, a watch
+from an rv), or for a "Most Recent" read the upstream's rv at the time of the request.
+
+1. **Target.** A consistent read first learns it: ``Progress.current_rv`` (the proxy: a
+   consistent ``limit=1`` LIST started after the read arrived).
+2. **Events.** The cache reaches ``target`` by its own feed: events, the reflector's bookmarks.
+3. **Proof.** Meanwhile the upstream proves progress (``Progress.proving``: the proxy's probe
+   watches, docs/consistency.md); a proof moves the cache's rv, waking every read whose
+   target it reaches, whichever read asked for it.
+4. **Give up** ``timeout`` after the read started (``--fresh-wait``; kube-apiserver: 3 s): the
+   caller answers 504 "Too large resource version" (a requested rv) or passes the read
+   through to the upstream (a consistent read). A stale answer is a bug; a pass-through a cost.
+
+The timing of each phase is returned for the metrics (docs/consistency.md lists them).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from watchcache.dispatch.cacher import Cacher
+
+
+class NoTarget(Exception):
+    """The upstream's current rv could not be read (unreachable, failing, or backing off)."""
+
+
+class Progress(Protocol):
+    """What the upstream offers a cache that is behind: its current rv, and proofs of progress."""
+
+    async def current_rv(self, cacher: Cacher, timeout: float) -> int:
+        """The upstream's rv, read after this call started; raises NoTarget."""
+
+    def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
+        """While entered, the upstream works at proving ``cacher``'s progress (bounded, shared)."""
+
+
+class Reached(enum.Enum):
+    """How a wait ended."""
+
+    AT_ONCE = "at_once"  # the cache was there already
+    EVENTS = "events"  # its own events brought it there
+    PROGRESS = "progress"  # a proof of progress (probe or bookmark) did
+    TIMEOUT = "timeout"  # not within the time allowed
+    NO_TARGET = "no_target"  # the upstream's rv could not be read
+
+
+@dataclass(frozen=True)
+class Wait:
+    how: Reached
+    target: int | None
+    # Seconds spent learning the target (consistent reads), then waiting for the cache to reach it.
+    target_seconds: float = 0.0
+    wait_seconds: float = 0.0
+
+    @property
+    def reached(self) -> bool:
+        return self.how in (Reached.AT_ONCE, Reached.EVENTS, Reached.PROGRESS)
+
+    @property
+    def seconds(self) -> float:
+        return self.target_seconds + self.wait_seconds
+
+
+async def reach(cacher: Cacher, target: int | None, progress: Progress, timeout: float) -> Wait:
+    """Wait (at most ``timeout``) until ``cacher`` provably holds the state at ``target``.
+
+    ``target=None``: the upstream's state as of this call (a "Most Recent" read).
+    """
+    if target is not None and cacher.rv >= target:
+        return Wait(Reached.AT_ONCE, target)
+    started = time.monotonic()
+    deadline = started + timeout
+    # Proofs start at once, alongside the target fetch: a proof is sound whenever its probe
+    # started, so one already under way may answer this read as soon as its target is known.
+    with progress.proving(cacher):
+        if target is None:
+            try:
+                target = await progress.current_rv(cacher, timeout)
+            except NoTarget:
+                return Wait(Reached.NO_TARGET, None, time.monotonic() - started)
+        known = time.monotonic()
+        if cacher.rv >= target:
+            return Wait(Reached.AT_ONCE, target, known - started)
+        reached = await cacher.wait_for_rv(target, deadline - known)
+    done = time.monotonic()
+    if not reached:
+        how = Reached.TIMEOUT
+    elif cacher.cache.history.newest_rv >= target:
+        how = Reached.EVENTS
+    else:
+        how = Reached.PROGRESS
+    return Wait(how, target, known - started, done - known)

@@ -1,0 +1,223 @@
+"""Probe watches: proofs that a quiet resource's cache holds the upstream's state at some rv.
+
+A probe is a watch of the resource from the cache's rv ``C`` with bookmarks and a short
+``timeoutSeconds``. It returns every event after ``C`` in order, then a BOOKMARK at ``B``: a
+promise that every event with rv ≤ ``B`` was sent on that stream. Once the cache has
+applied the largest event rv ``E`` the probe saw (``C`` if none), there is provably no event
+in ``(E, B]``, so the cache's state *is* the state at ``B``: ``cacher.progress(B)``, which wakes
+every read waiting for an rv ≤ ``B``. The proof holds whenever the probe started.
+
+When the bookmark comes (kube-apiserver, ``cacheWatcher.nextBookmarkTime`` and the cacher's
+bookmark timer): 2 s before the watch's deadline, rounded down to a whole second of the
+cacher's clock, at the next tick of a timer that fires every 1–1.25 s. With
+``timeoutSeconds=3`` a probe's bookmark comes 0–2.25 s after it starts (about 1.1 s on
+average); with 2 it never comes. A probe started right after a bookmark tick gets the next
+tick's bookmark: probes in a chain give about one proof per tick.
+
+A ``Prober`` runs a resource's probes while reads wait for it (and ``linger`` seconds more,
+so that the next read finds a proof under way): at most ``max_concurrent`` at once, starts
+at least ``stagger`` apart, with backoff after a probe that fails, and within a
+process-wide ``RateBudget``. So what the upstream sees is bounded whatever clients do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from watchcache.backoff import Backoff
+from watchcache.cache.events import BOOKMARK, ERROR
+from watchcache.cache.object import parse_resource_version
+from watchcache.dispatch.cacher import Cacher
+from watchcache.resources import ResourceType
+from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled
+
+log = logging.getLogger("watchcache.upstream.probes")
+
+
+@dataclass(frozen=True)
+class ProbeLimits:
+    # The watch's timeoutSeconds: its bookmark is due at timeout - 2 s (kube sends none with 2).
+    timeout_seconds: int = 3
+    # Probes of one resource in flight at once, and the least time between two starts.
+    max_concurrent: int = 2
+    stagger: float = 0.5
+    # Keep probing this long after the last waiting read: the next read finds a proof under way.
+    linger: float = 2.0
+    # Process-wide probe starts per second (all resources), and the burst allowed above it.
+    rate: float = 10.0
+    burst: int = 10
+    # After a probe that failed (error status, refused, no bookmark): wait, doubling per failure.
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+
+
+class Outcome:
+    """How a probe ended (the ``outcome`` label of ``watchcache_consistency_probes_total``)."""
+
+    PROVED = "proved"  # a bookmark, and the cache had applied what the probe saw: progress(B)
+    NOT_APPLIED = "not_applied"  # a bookmark, but the cache did not apply the probe's events in time
+    NO_BOOKMARK = "no_bookmark"  # the watch ended without a bookmark
+    REJECTED = "rejected"  # the upstream answered an error (410, 403, 5xx...), in the status or the stream
+    FAILED = "failed"  # no answer: refused, reset, stalled
+    CANCELLED = "cancelled"  # stopped by the proxy (shutdown)
+
+
+class RateBudget:
+    """A token bucket: ``rate`` starts per second, ``burst`` at once."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = float(max(1, burst))
+        self._tokens = self.burst
+        self._at = time.monotonic()
+
+    def take(self, now: float) -> float:
+        """0 if a start is allowed now (and counted), else the seconds until one is."""
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self.rate
+
+
+class Prober:
+    """The probes of one resource's cache (one per cacher; see the module doc)."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        cacher: Cacher,
+        limits: ProbeLimits,
+        budget: RateBudget,
+        outcomes: collections.Counter[tuple[ResourceType, str]],
+        *,
+        apply_wait: float = 3.0,
+    ) -> None:
+        self.client = client
+        self.cacher = cacher
+        self.limits = limits
+        self.budget = budget
+        self.outcomes = outcomes
+        # How long a probe waits for the cache to apply the events it saw before its bookmark.
+        self.apply_wait = apply_wait
+        self.backoff = Backoff(limits.backoff_initial, limits.backoff_max)
+        self.demand = 0
+        self._last_demand = 0.0
+        self._next_start = 0.0
+        self._probes: set[asyncio.Task[str]] = set()
+        self._pump: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    @property
+    def running(self) -> int:
+        """Probes in flight now."""
+        return len(self._probes)
+
+    @contextlib.contextmanager
+    def wanted(self) -> Iterator[None]:
+        """While entered, probes run (bounded)."""
+        self.demand += 1
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.ensure_future(self._run())
+        else:
+            self._changed.set()
+        try:
+            yield
+        finally:
+            self.demand -= 1
+            self._last_demand = time.monotonic()
+
+    def stop(self) -> None:
+        for task in (self._pump, *self._probes):
+            if task is not None:
+                task.cancel()
+
+    async def _run(self) -> None:
+        limits = self.limits
+        while True:
+            now = time.monotonic()
+            if not self.demand and now - self._last_demand >= limits.linger:
+                return
+            wait: float | None = self._next_start - now
+            if wait is not None and wait <= 0:
+                if len(self._probes) >= limits.max_concurrent:
+                    wait = None  # until one ends
+                else:
+                    wait = self.budget.take(now)
+                    if wait <= 0:
+                        self._start(now)
+                        continue
+            if not self.demand:
+                linger_left = limits.linger - (now - self._last_demand)
+                wait = linger_left if wait is None else min(wait, linger_left)
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
+
+    def _start(self, now: float) -> None:
+        self._next_start = now + self.limits.stagger
+        task = asyncio.ensure_future(self._probe())
+        self._probes.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[str]) -> None:
+        self._probes.discard(task)
+        if task.cancelled():
+            outcome = Outcome.CANCELLED
+        elif task.exception() is not None:
+            log.warning("probe of %s: %r", self.cacher.resource.qualified, task.exception())
+            outcome = Outcome.FAILED
+        else:
+            outcome = task.result()
+        self.outcomes[(self.cacher.resource, outcome)] += 1
+        if outcome == Outcome.PROVED:
+            self.backoff.reset()
+        elif outcome != Outcome.CANCELLED:
+            # A probe that fails fast must not be restarted at once: that was a loop of hundreds
+            # of upstream watches per second for one waiting read.
+            self._next_start = max(self._next_start, time.monotonic() + self.backoff.next())
+        self._changed.set()
+
+    async def _probe(self) -> str:
+        """One probe watch from the cache's rv; ``progress(B)`` at its bookmark (see the module doc)."""
+        cacher = self.cacher
+        start = cacher.rv
+        seen = start
+        timeout = self.limits.timeout_seconds
+        params = {"resourceVersion": str(start), "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout)}
+        try:
+            async for lines in self.client.watch(cacher.resource, params, stall_timeout=timeout + 2.0):
+                for line in lines:
+                    event = orjson.loads(line)
+                    kind = event.get("type")
+                    if kind == ERROR:
+                        return Outcome.REJECTED
+                    meta = (event.get("object") or {}).get("metadata") or {}
+                    rv = parse_resource_version(meta.get("resourceVersion"))
+                    if kind != BOOKMARK:
+                        seen = max(seen, rv)
+                        continue
+                    # Everything up to rv was sent on this stream; the cache must hold up to `seen`.
+                    # (Returning closes the watch: it has nothing more to give.)
+                    if not await cacher.wait_for_rv(seen, self.apply_wait):
+                        return Outcome.NOT_APPLIED
+                    cacher.progress(rv)
+                    return Outcome.PROVED
+        except UpstreamError as e:
+            log.debug("probe of %s: %s", cacher.resource.qualified, e)
+            return Outcome.REJECTED
+        except (aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:
+            log.debug("probe of %s failed: %s", cacher.resource.qualified, e)
+            return Outcome.FAILED
+        return Outcome.NO_BOOKMARK
