@@ -157,6 +157,7 @@ class CacheCollector(Collector):
         identity: Any = None,
         admission: Admission | None = None,
         watch_budget: WatchBudget | None = None,
+        requests: Any = None,
     ) -> None:
         self.cachers = cachers
         self.passed_through = passed_through
@@ -171,6 +172,8 @@ class CacheCollector(Collector):
         self.identity = identity
         self.admission = admission
         self.watch_budget = watch_budget
+        # The API handler: requests holding in-flight slots, watches passed through.
+        self.requests = requests
 
     def collect(self) -> Iterator[Metric]:
         yield from self._caches()
@@ -358,6 +361,20 @@ class CacheCollector(Collector):
                 "watchcache_http_request_buffer_bytes",
                 "Request bytes (heads and bodies) received or announced and not answered yet",
                 value=admission.buffered,
+            )
+        if self.requests is not None:
+            inflight = GaugeMetricFamily(
+                "apiserver_current_inflight_requests",
+                "Requests holding an in-flight slot (--max-requests-inflight), watches until registered",
+                labels=["request_kind"],
+            )
+            for kind, count in self.requests.active_by_kind.items():
+                inflight.add_metric([kind], count)
+            yield inflight
+            yield GaugeMetricFamily(
+                "watchcache_passthrough_streams",
+                "Watches and other long-running requests being passed through (counted toward --max-watchers)",
+                value=self.requests.streams,
             )
         if self.auth is not None:
             decisions = CounterMetricFamily(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tests.e2e.conftest import start
-from tests.e2e.httpkube import WatchStream, get, path_with
+from tests.e2e.httpkube import WatchStream, configmap, get, path_with, request
 
 
 def openssl(*args: str) -> None:
@@ -228,4 +228,35 @@ def test_connection_limits_per_client_and_total():
         assert metric(proc.url, 'watchcache_rejected_requests_total{limit="connections_per_client"}') == 1
         assert metric(proc.url, 'watchcache_rejected_requests_total{limit="connections"}') >= 1
     finally:
+        proc.stop()
+
+
+def test_waiting_watches_hold_inflight_slots_and_watch_param_is_not_a_watch():
+    proc = start("serve", "--sim-objects", "5", "--max-requests-inflight", "2", "--fresh-wait", "5")
+    waiting: list[http.client.HTTPConnection] = []
+    try:
+        url = proc.url
+        future = int(get(url, "/api/v1/pods").json()["metadata"]["resourceVersion"]) + 1000
+        # Two watches waiting for an rv that will not come: not watchers yet, they hold both slots.
+        for _ in range(2):
+            conn = http.client.HTTPConnection(*proc.host_port.split(":"), timeout=10)
+            conn.request("GET", path_with("/api/v1/pods", watch=1, resourceVersion=future))
+            waiting.append(conn)
+        deadline = time.monotonic() + 4
+        while b'apiserver_current_inflight_requests{request_kind="readOnly"} 2.0' not in get(url, "/metrics").body:
+            assert time.monotonic() < deadline, "the waiting watches do not show as in flight"
+            time.sleep(0.05)
+        assert get(url, "/api/v1/pods").status == 429
+        # ?watch=1 on a write is a write: it takes its turn like any request (kube: verb "create").
+        res = request(url, "POST", "/api/v1/namespaces/default/configmaps?watch=1", configmap("x", "default"))
+        assert res.status == 429, res
+        # When their wait ends (504 in the stream, after --fresh-wait), the slots are free again.
+        for conn in waiting:
+            resp = conn.getresponse()
+            assert resp.status == 200
+            assert json.loads(resp.readline())["object"]["code"] == 504
+        assert get(url, "/api/v1/pods").status == 200
+    finally:
+        for conn in waiting:
+            conn.close()
         proc.stop()

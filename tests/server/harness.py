@@ -34,6 +34,8 @@ class FakeUpstream:
         self.consistent_calls = 0
         self.proving_now = 0
         self.forwarded: list[str] = []
+        # Set: a forwarded request is held open until the event is set (a streaming pass-through).
+        self.hold: asyncio.Event | None = None
 
     async def current_rv(self, cacher: Cacher, timeout: float) -> int:
         self.consistent_calls += 1
@@ -49,13 +51,17 @@ class FakeUpstream:
 
     async def forward(self, request: Request, response: Any, info: RequestInfo | None) -> None:
         self.forwarded.append(request.path)
+        if self.hold is not None:
+            await self.hold.wait()
         raise apierrors.path_not_found()
 
 
 class Harness:
     """A pods cache at rv 10 with default/p0..p4 (label i=0/1), history window of ``max_events``."""
 
-    def __init__(self, *, max_events: int = 100, fresh_wait: float = 0.2, bookmark_interval: float = 10.0) -> None:
+    def __init__(
+        self, *, max_events: int = 100, fresh_wait: float = 0.2, bookmark_interval: float = 10.0, **config: Any
+    ) -> None:
         self.loop = asyncio.get_running_loop()
         self.upstream = FakeUpstream()
         self.cacher = Cacher(PODS, CacheConfig(history_max_events=max_events))
@@ -67,7 +73,7 @@ class Harness:
             upstream=self.upstream,
             codec=ContinueCodec(b"t" * 32),
             flusher=FlushScheduler(self.loop),
-            config=ServeConfig(fresh_wait=fresh_wait, bookmark_interval=bookmark_interval),
+            config=ServeConfig(fresh_wait=fresh_wait, bookmark_interval=bookmark_interval, **config),
         )
         self.handler = ApiHandler(self.ctx)
         self.rv = 10

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 
 import orjson
 
@@ -35,13 +36,35 @@ _TEXT = "text/plain; charset=utf-8"
 _READ_VERBS = frozenset({"get", "list", "watch"})
 _EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 _NEGOTIATED_MAX = 1024
+# kube-apiserver's LongRunningRequestCheck (controlplane/apiserver/config.go): these verbs and subresources.
+_LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
+_LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "log", "portforward", "proxy"})
 
 
-def long_running(request: Request) -> bool:
-    """Requests that may last hours and so hold no ``--max-requests-inflight`` slot (kube-apiserver's
-    long-running check): watches (capped by ``--max-watchers``) and connection upgrades — exec,
-    attach, port-forward, proxy — (tunnels, capped by ``--max-tunnels``)."""
-    return request.upgrade is not None or parse_bool(request.query_value("watch")) or "/watch/" in request.path
+def long_running(info: RequestInfo) -> bool:
+    """As kube-apiserver: a watch (a GET, never a POST with ``?watch``), or a streaming subresource."""
+    return info.verb in _LONG_RUNNING_VERBS or (
+        info.is_resource_request and info.subresource in _LONG_RUNNING_SUBRESOURCES
+    )
+
+
+class _Slot:
+    """One request's share of --max-requests-inflight, given back once (at its end, or when a watch starts)."""
+
+    __slots__ = ("handler", "held", "kind")
+
+    def __init__(self, handler: ApiHandler, kind: str) -> None:
+        self.handler = handler
+        self.kind = kind
+        self.held = True
+        handler.active += 1
+        handler.active_by_kind[kind] += 1
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.handler.active -= 1
+            self.handler.active_by_kind[self.kind] -= 1
 
 
 class ApiHandler:
@@ -64,9 +87,15 @@ class ApiHandler:
         self.passed_through: dict[str, int] = {}
         # Cached reads being answered now (watches included until they end); shutdown waits for them.
         self.inflight = 0
-        # Non-watch requests in flight (the --max-requests-inflight limit) and rejections by reason.
+        # Requests holding an in-flight slot (the --max-requests-inflight limit): every request but
+        # health, metrics and upgrades, until it ends or, for a watch, until its watcher is
+        # registered; by kind as kube's apiserver_current_inflight_requests. Rejections by limit.
         self.active = 0
+        self.active_by_kind = {"readOnly": 0, "mutating": 0}
         self.rejected: dict[str, int] = {}
+        # Long-running requests passed through (watches of uncached resources, log streams):
+        # counted with the cache's watchers toward --max-watchers.
+        self.streams = 0
 
     def readiness(self) -> tuple[bool, list[str]]:
         lines = []
@@ -82,7 +111,8 @@ class ApiHandler:
         return ok, lines
 
     def watchers(self) -> int:
-        return sum(len(c.dispatcher) for c in list(self.ctx.cachers.values()))
+        """Watches open: registered on a cache, or passed through (--max-watchers)."""
+        return sum(len(c.dispatcher) for c in list(self.ctx.cachers.values())) + self.streams
 
     def cache_stats(self) -> bytes:
         """Per resource: objects, bytes, history window (events, bytes, oldest rv), watchers; and the
@@ -98,28 +128,35 @@ class ApiHandler:
         return orjson.dumps({"resources": out, "passed_through": self.passed_through, "inflight": self.inflight})
 
     async def __call__(self, request: Request, response: Response) -> None:
-        # Health and metrics are never refused, so probes and scrapes still see an overloaded server.
-        exempt = request.path in _EXEMPT or long_running(request)
-        if not exempt:
-            if self.active >= self.ctx.config.max_requests_inflight:
-                self.rejected["inflight"] = self.rejected.get("inflight", 0) + 1
-                raise apierrors.too_many_requests("too many requests in flight, please try again later", 1)
-            self.active += 1
+        # Health and metrics are never refused, so probes and scrapes still see an overloaded
+        # server; upgrades (tunnels) have their own cap, --max-tunnels. Every other request holds an
+        # in-flight slot while it works or waits: a watch until it is registered (then
+        # --max-watchers counts it), whatever its query says.
+        if request.path in _EXEMPT or request.upgrade is not None:
+            await self._measured(request, response, None)
+            return
+        if self.active >= self.ctx.config.max_requests_inflight:
+            self._reject("inflight", "too many requests in flight, please try again later")
+        kind = "readOnly" if request.method in ("GET", "HEAD", "OPTIONS") else "mutating"
+        slot = _Slot(self, kind)
         try:
-            await self._measured(request, response)
+            await self._measured(request, response, slot)
         finally:
-            if not exempt:
-                self.active -= 1
+            slot.release()
 
-    async def _measured(self, request: Request, response: Response) -> None:
+    def _reject(self, limit: str, message: str) -> NoReturn:
+        self.rejected[limit] = self.rejected.get(limit, 0) + 1
+        raise apierrors.too_many_requests(message, 1)
+
+    async def _measured(self, request: Request, response: Response, slot: _Slot | None) -> None:
         metrics = self.ctx.metrics
         if metrics is None:
-            await self._handle(request, response)
+            await self._handle(request, response, slot)
             return
         started = time.monotonic()
         verb, resource = request.method, None
         try:
-            verb, resource = await self._handle(request, response)
+            verb, resource = await self._handle(request, response, slot)
         except apierrors.StatusError as e:
             metrics.request(verb, resource, e.code, None)
             raise
@@ -128,7 +165,9 @@ class ApiHandler:
             long_running = verb == "WATCH" or response.status in (0, 101)
             metrics.request(verb, resource, response.status, None if long_running else time.monotonic() - started)
 
-    async def _handle(self, request: Request, response: Response) -> tuple[str, ResourceType | None]:
+    async def _handle(
+        self, request: Request, response: Response, slot: _Slot | None
+    ) -> tuple[str, ResourceType | None]:
         """Answer; returns (verb, resource) for the request metrics."""
         for admit in self.admission:
             admit(request)
@@ -181,11 +220,10 @@ class ApiHandler:
                 decision = PassReason.UNCACHED_RESOURCE
         if isinstance(decision, Encoding):
             if info.verb == "watch" and self.watchers() >= self.ctx.config.max_watchers:
-                self.rejected["watchers"] = self.rejected.get("watchers", 0) + 1
-                raise apierrors.too_many_requests("too many watches open on this server, please try again later", 1)
+                self._reject("watchers", "too many watches open on this server, please try again later")
             self.inflight += 1
             try:
-                await self._serve_cached(request, response, info, decision)
+                await self._serve_cached(request, response, info, decision, slot)
                 return verb, resource
             except PassThrough as p:
                 decision = p.reason
@@ -195,7 +233,21 @@ class ApiHandler:
                 self.inflight -= 1
         reason = decision.value
         self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
-        await self.ctx.upstream.forward(request, response, info if info.is_resource_request else None)
+        forwarded = info if info.is_resource_request else None
+        if request.upgrade is not None or not long_running(info):
+            await self.ctx.upstream.forward(request, response, forwarded)
+            return verb, resource
+        # A watch or stream passed through: open as long as the upstream keeps it, so it counts as
+        # a watch (--max-watchers), not as a request in flight.
+        if self.watchers() >= self.ctx.config.max_watchers:
+            self._reject("watchers", "too many watches open on this server, please try again later")
+        if slot is not None:
+            slot.release()
+        self.streams += 1
+        try:
+            await self.ctx.upstream.forward(request, response, forwarded)
+        finally:
+            self.streams -= 1
         return verb, resource
 
     def _decide(self, request: Request, info: RequestInfo) -> Encoding | PassReason | NotAcceptable:
@@ -243,7 +295,9 @@ class ApiHandler:
             self.ctx.on_demand is not None and self.ctx.on_demand(resource) is not None
         )
 
-    async def _serve_cached(self, request: Request, response: Response, info: RequestInfo, encoding: Encoding) -> None:
+    async def _serve_cached(
+        self, request: Request, response: Response, info: RequestInfo, encoding: Encoding, slot: _Slot | None
+    ) -> None:
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
         assert resource is not None
         if info.namespace and not resource.namespaced:
@@ -252,7 +306,7 @@ class ApiHandler:
         cacher.last_used = cacher.clock()
         opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
         if info.verb == "watch":
-            await serve_watch(self.ctx, cacher, info, opts, response, encoding)
+            await serve_watch(self.ctx, cacher, info, opts, response, encoding, started=slot.release if slot else None)
         elif info.verb == "get":
             await serve_get(self.ctx, cacher, info, opts, response, encoding)
         else:

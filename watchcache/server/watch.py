@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import random
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from watchcache import apierrors
@@ -151,7 +152,10 @@ async def serve_watch(
     opts: ListOptions,
     response: Response,
     encoding: Encoding = FULL_JSON,
+    *,
+    started: Callable[[], None] | None = None,
 ) -> None:
+    """Serve one watch; ``started()`` is called once it is a registered watcher (not while it waits)."""
     cacher.watch_requests += 1
     plan = plan_watch(opts)
     namespace = info.namespace

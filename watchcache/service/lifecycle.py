@@ -107,6 +107,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
             followers=wiring.following,
             restarts_file=shard.restarts_file if shard else None,
             rejected=wiring.handler.rejected,
+            requests=wiring.handler,
             auth=wiring.ctx.gate,
             identity=getattr(wiring.ctx.upstream, "identity", None),
             admission=admission,
