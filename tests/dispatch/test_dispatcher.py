@@ -291,3 +291,17 @@ def test_a_lagging_metadata_watcher_catches_up_in_its_encoding():
     assert w.catch_up(events)
     assert orjson.loads(w.pending[0])["object"]["kind"] == "PartialObjectMetadata"
     assert w.frame_for(events[0]) is w.pending[0]
+def test_bookmarks_fall_due_in_whole_seconds_of_the_cacher_clock_as_kube():
+    # kube's watcherBookmarkTimeBuckets: due at X, sent at the first tick after epoch + floor(X - epoch).
+    d = Dispatcher(PODS, epoch=0.3)
+    probe = watcher(allow_bookmarks=True, deadline=1.9 + 3, bookmark_interval=60.0)  # timeoutSeconds=3 at 1.9
+    d.add(probe, 1.9)  # due 2 s before the deadline, at 2.9: in the bucket that starts at 2.3
+    assert d.send_due_bookmarks(2.29, 20) == 0
+    assert d.send_due_bookmarks(2.31, 20) == 1
+    assert probe.pending and b'"resourceVersion":"20"' in probe.pending[0]
+    late = watcher(allow_bookmarks=True, deadline=2.35 + 3, bookmark_interval=60.0)
+    d.add(late, 2.35)  # due at 3.35: bucket 3.3
+    d.send_due_bookmarks(3.2, 21)  # (the probe, still before its due time, gets a second one: as in kube)
+    assert not late.pending
+    d.send_due_bookmarks(3.3, 21)
+    assert late.pending

@@ -66,7 +66,7 @@ class Cacher:
         self.resource = resource
         self.clock = clock
         self.cache = ResourceCache(resource, config or CacheConfig(), clock)
-        self.dispatcher = Dispatcher(resource, self.count_failure)
+        self.dispatcher = Dispatcher(resource, self.count_failure, epoch=clock())
         self.state = CacherState.PENDING
         self._ready = asyncio.Event()
         # (rv, seq, future): requests waiting until the cache reaches rv. Sorted, so that waking

@@ -17,6 +17,12 @@ Groups are indexed as kube's cacher indexes watchers (``IndexerFuncs`` + ``watch
 So an event costs O(matching groups), not O(all watchers): 10,000 kubelet-style
 watchers cost two dict lookups per pod event.
 
+Bookmarks follow kube's schedule: due every ``bookmark_interval`` and 2 s before a watch's
+deadline (``Watcher.next_bookmark``), in whole-second buckets of the cacher's clock, sent
+by the cacher's tick (every 1–1.25 s). So a watch with ``timeoutSeconds=3`` (a consistent
+read's probe, docs/consistency.md) gets its bookmark 0–2.25 s after it starts, here as
+from kube-apiserver.
+
 Invariants: a watcher is in exactly one group from ``add`` until ``remove``; a group is
 in exactly one index bucket while it has watchers; each watcher receives a batch's
 frames in event order, once — or, if delivering to it raised, is ended (``INTERNAL_ERROR``:
@@ -30,6 +36,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 from collections.abc import Callable, Hashable, Iterable
 
 from watchcache.cache.encoding import FULL_JSON, Encoding
@@ -130,10 +137,16 @@ def group_key(predicate: SelectionPredicate, encoding: Encoding = FULL_JSON) -> 
 
 
 class Dispatcher:
-    def __init__(self, resource: ResourceType, on_failure: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, resource: ResourceType, on_failure: Callable[[str], None] | None = None, *, epoch: float = 0.0
+    ) -> None:
         self.resource = resource
         # Told "dispatch" once per watcher ended because delivering to it raised.
         self.on_failure = on_failure
+        # Bookmarks fall due in whole seconds since ``epoch`` (the cacher's start), as kube's
+        # watcherBookmarkTimeBuckets: a bookmark due at X goes out at the first tick after
+        # epoch + floor(X - epoch), up to a second early.
+        self.epoch = epoch
         self.trigger = resource.trigger_field
         self.by_trigger: dict[str, set[WatcherGroup]] = {}
         self.by_namespace: dict[str, set[WatcherGroup]] = {}
@@ -259,7 +272,8 @@ class Dispatcher:
     def _schedule_bookmark(self, watcher: Watcher, now: float) -> None:
         due = watcher.next_bookmark(now)
         if due is not None:
-            heapq.heappush(self._bookmarks, (due, next(self._seq), watcher))
+            bucket = self.epoch + math.floor(due - self.epoch)
+            heapq.heappush(self._bookmarks, (bucket, next(self._seq), watcher))
 
     def send_due_bookmarks(self, now: float, rv: int) -> int:
         """Bookmark every watcher whose bookmark is due; one frame shared by all of them."""

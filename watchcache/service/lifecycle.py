@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -196,7 +197,8 @@ async def _tick(
 ) -> None:
     parent = os.getppid()
     while True:
-        await asyncio.sleep(1.0)
+        # As kube's cacher bookmark timer: a second, plus up to 25% jitter (wait.Jitter(1s, 0.25)).
+        await asyncio.sleep(random.uniform(1.0, 1.25))
         for cacher in list(cachers.values()):
             cacher.tick()
         for job in housekeeping:
