@@ -50,6 +50,9 @@ def _common(p: argparse.ArgumentParser, *, per_client: int = _HTTP.max_connectio
     _flag(p, "--bookmark-interval", s.bookmark_interval, "seconds between BOOKMARK events for watchers that allow them")
     _flag(p, "--fresh-wait", s.fresh_wait, "seconds a read waits for a resourceVersion (or for a consistent-read "
           "proof) before 504 or pass-through")
+    _flag(p, "--consistent-passthrough-objects", s.consistent_passthrough_objects, "a consistent GET, or unpaged "
+          "LIST of at most N cached objects, that the cache's own events do not make provably fresh at once (within "
+          "50 ms) is passed through instead of waiting up to ~1 s for a proof (0: never; docs/consistency.md)")
     _flag(p, "--min-request-timeout", s.min_request_timeout, "watches without timeoutSeconds end after [N, 2N) seconds")
     p.add_argument("--max-limit", type=int, default=s.max_limit, help="clamp LIST page sizes to this many items "
                    "(default: no clamp)")
@@ -64,9 +67,10 @@ def _common(p: argparse.ArgumentParser, *, per_client: int = _HTTP.max_connectio
                    "this much added latency (0: write on every loop pass; default %(default)s)")
     _flag(p, "--delivery-sample", s.delivery_sample, "observe watch delivery latency on one flush in N (0: never; "
           "the only per-flush metric cost)")
-    _flag(p, "--max-requests-inflight", s.max_requests_inflight, "non-watch requests handled at once per worker; "
-          "more get 429 with Retry-After")
-    _flag(p, "--max-watchers", s.max_watchers, "watches open at once per worker; more get 429 with Retry-After")
+    _flag(p, "--max-requests-inflight", s.max_requests_inflight, "requests handled at once per worker (a watch "
+          "until it is registered, a read while it waits for its resourceVersion); more get 429 with Retry-After")
+    _flag(p, "--max-watchers", s.max_watchers, "watches open at once per worker, cached or passed through; more get "
+          "429 with Retry-After")
     _flag(p, "--max-header-bytes", h.max_header_bytes, "request line and headers larger than this get 431")
     p.add_argument("--max-body-bytes", type=int, default=h.max_body_bytes, help="request bodies larger than this get "
                    "413 (default %(default)s, kube-apiserver's limit)")

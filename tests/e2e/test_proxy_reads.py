@@ -237,6 +237,19 @@ def test_continue_with_a_resource_version(churning: Stack) -> None:
     assert key_of(second["items"][0]) > key_of(first["items"][-1])
 
 
+def test_the_next_page_of_a_list_the_upstream_answered_is_the_upstreams(churning: Stack) -> None:
+    """A consistent chunked LIST the proxy could not prove fresh passed through: the client then
+    brings the upstream's continue token to the proxy, which must pass that page through too."""
+    first = get_ok(churning.sim.url, PODS, limit=5)  # the upstream's own first page (and token)
+    token = first["metadata"]["continue"]
+    expected = get_ok(churning.sim.url, PODS, limit=5, **{"continue": token})
+    second = get_ok(churning.proxy.url, PODS, limit=5, **{"continue": token})
+    assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert [key_of(i) for i in second["items"]] == [key_of(i) for i in expected["items"]]
+    # A token that is not even well-formed is still the proxy's to refuse.
+    assert get(churning.proxy.url, PODS, limit=5, **{"continue": "garbage"}).status == 400
+
+
 # ---------------------------------------------------------------------------------------------- most recent
 
 

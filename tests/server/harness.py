@@ -33,6 +33,7 @@ class FakeUpstream:
         self.rv = 0
         self.consistent_calls = 0
         self.proving_now = 0
+        self.proving_seen = 0
         self.forwarded: list[str] = []
         # Set: a forwarded request is held open until the event is set (a streaming pass-through).
         self.hold: asyncio.Event | None = None
@@ -44,6 +45,7 @@ class FakeUpstream:
     @contextlib.contextmanager
     def proving(self, cacher: Cacher) -> Iterator[None]:
         self.proving_now += 1
+        self.proving_seen += 1
         try:
             yield
         finally:
@@ -57,7 +59,11 @@ class FakeUpstream:
 
 
 class Harness:
-    """A pods cache at rv 10 with default/p0..p4 (label i=0/1), history window of ``max_events``."""
+    """A pods cache at rv 10 with default/p0..p4 (label i=0/1), history window of ``max_events``.
+
+    Consistent reads wait for the cache whatever their size (``consistent_passthrough_objects=0``)
+    unless a test says otherwise.
+    """
 
     def __init__(
         self, *, max_events: int = 100, fresh_wait: float = 0.2, bookmark_interval: float = 10.0, **config: Any
@@ -73,7 +79,11 @@ class Harness:
             upstream=self.upstream,
             codec=ContinueCodec(b"t" * 32),
             flusher=FlushScheduler(self.loop),
-            config=ServeConfig(fresh_wait=fresh_wait, bookmark_interval=bookmark_interval, **config),
+            config=ServeConfig(
+                fresh_wait=fresh_wait,
+                bookmark_interval=bookmark_interval,
+                **{"consistent_passthrough_objects": 0, **config},
+            ),
         )
         self.handler = ApiHandler(self.ctx)
         self.rv = 10

@@ -29,6 +29,10 @@ class InvalidContinueToken(ValueError):
     pass
 
 
+class UnverifiedContinueToken(InvalidContinueToken):
+    """A well-formed token this key did not sign: forged, or issued by another server (the upstream)."""
+
+
 class ContinueCodec:
     def __init__(self, secret: bytes) -> None:
         if len(secret) < 16:
@@ -76,5 +80,5 @@ class ContinueCodec:
         if not isinstance(group, int) or isinstance(group, bool) or group < 1:
             raise InvalidContinueToken("continue key is not valid: incorrect group size")
         if not isinstance(sig, str) or not hmac.compare_digest(sig, self._mac(rv, start, group)):
-            raise InvalidContinueToken("continue key is not valid: signature mismatch")
+            raise UnverifiedContinueToken("continue key is not valid: signature mismatch")
         return rv, start, group

@@ -53,11 +53,6 @@ class HistoryWindow:
         return self._bytes
 
     @property
-    def newest_rv(self) -> int:
-        """The rv of the newest event held (``oldest_rv`` when none is)."""
-        return self._events[-1].rv if len(self) else self.oldest_rv
-
-    @property
     def oldest_event_time(self) -> float | None:
         return self._events[self._start].received if len(self) else None
 

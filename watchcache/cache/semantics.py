@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass
 
 from watchcache import apierrors
-from watchcache.cache.continuetoken import ContinueCodec, InvalidContinueToken
+from watchcache.cache.continuetoken import ContinueCodec, InvalidContinueToken, UnverifiedContinueToken
 
 EXACT = "Exact"
 NOT_OLDER_THAN = "NotOlderThan"
@@ -134,6 +134,8 @@ def plan_list(opts: ListOptions, codec: ContinueCodec) -> ReadPlan:
             raise apierrors.bad_request("specifying resource version is not allowed when using continue")
         try:
             rv, start, group = codec.decode_with_group(opts.continue_token)
+        except UnverifiedContinueToken:
+            raise  # the caller decides: the upstream's own token, or a forgery (400)
         except InvalidContinueToken as e:
             raise apierrors.bad_request(f"invalid continue token: {e}") from None
         return ReadPlan(Mode.CONTINUE, rv, start, group)

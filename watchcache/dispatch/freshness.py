@@ -6,9 +6,12 @@ from an rv), or for a "Most Recent" read the upstream's rv at the time of the re
 1. **Target.** A consistent read first learns it: ``Progress.current_rv`` (the proxy: a
    consistent ``limit=1`` LIST started after the read arrived).
 2. **Events.** The cache reaches ``target`` by its own feed: events, the reflector's bookmarks.
-3. **Proof.** Meanwhile the upstream proves progress (``Progress.proving``: the proxy's probe
-   watches, docs/consistency.md); a proof moves the cache's rv, waking every read whose
-   target it reaches, whichever read asked for it.
+3. **Proof.** Once the cache is known to be behind, the upstream proves progress meanwhile
+   (``Progress.proving``: the proxy's probe watches, docs/consistency.md); a proof moves the
+   cache's rv, waking every read whose target it reaches, whichever read asked for it.
+   A small consistent read (``prove=False``) skips this step: after a short ``patience`` it is
+   cheaper for everyone to pass it through than to wait for a proof (at best the next
+   bookmark tick of the upstream, up to 1.25 s away).
 4. **Give up** ``timeout`` after the read started (``--fresh-wait``; kube-apiserver: 3 s): the
    caller answers 504 "Too large resource version" (a requested rv) or passes the read
    through to the upstream (a consistent read). A stale answer is a bug; a pass-through a cost.
@@ -18,6 +21,7 @@ The timing of each phase is returned for the metrics (docs/consistency.md lists 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
 from contextlib import AbstractContextManager
@@ -68,31 +72,44 @@ class Wait:
         return self.target_seconds + self.wait_seconds
 
 
-async def reach(cacher: Cacher, target: int | None, progress: Progress, timeout: float) -> Wait:
+async def reach(
+    cacher: Cacher,
+    target: int | None,
+    progress: Progress,
+    timeout: float,
+    *,
+    prove: bool = True,
+    patience: float | None = None,
+) -> Wait:
     """Wait (at most ``timeout``) until ``cacher`` provably holds the state at ``target``.
 
     ``target=None``: the upstream's state as of this call (a "Most Recent" read).
+    ``prove=False``: wait for the cache's own feed only (no probe is started for this read),
+    and at most ``patience`` seconds once the target is known.
     """
     if target is not None and cacher.rv >= target:
         return Wait(Reached.AT_ONCE, target)
     started = time.monotonic()
     deadline = started + timeout
-    # Proofs start at once, alongside the target fetch: a proof is sound whenever its probe
-    # started, so one already under way may answer this read as soon as its target is known.
-    with progress.proving(cacher):
-        if target is None:
-            try:
-                target = await progress.current_rv(cacher, timeout)
-            except NoTarget:
-                return Wait(Reached.NO_TARGET, None, time.monotonic() - started)
-        known = time.monotonic()
-        if cacher.rv >= target:
-            return Wait(Reached.AT_ONCE, target, known - started)
-        reached = await cacher.wait_for_rv(target, deadline - known)
+    if target is None:
+        try:
+            target = await progress.current_rv(cacher, timeout)
+        except NoTarget:
+            return Wait(Reached.NO_TARGET, None, time.monotonic() - started)
+    known = time.monotonic()
+    if cacher.rv >= target:
+        return Wait(Reached.AT_ONCE, target, known - started)
+    # Proofs start once the cache is known to be behind (on a busy resource events bring it
+    # there, and a probe would be wasted). A proof under way for another read counts too:
+    # it is sound whenever its probe started.
+    wait = deadline - known if patience is None else min(deadline - known, patience)
+    with progress.proving(cacher) if prove else contextlib.nullcontext():
+        reached = await cacher.wait_for_rv(target, wait)
     done = time.monotonic()
+    newest_event = cacher.cache.history.newest_rv
     if not reached:
         how = Reached.TIMEOUT
-    elif cacher.cache.history.newest_rv >= target:
+    elif newest_event is not None and newest_event >= target:
         how = Reached.EVENTS
     else:
         how = Reached.PROGRESS

@@ -60,6 +60,10 @@ class ServeConfig:
     watch_flush_interval: float = 0.0
     # Observe delivery latency on one flush in N (0: never).
     delivery_sample: int = 16
+    # A consistent GET, or unpaged LIST whose answer holds at most this many objects, that the cache's
+    # own events do not make provably fresh at once passes through rather than waiting for a proof
+    # (which takes up to the upstream's next bookmark tick, ~1 s). 0: every consistent read waits.
+    consistent_passthrough_objects: int = 500
     # Non-watch requests handled at once per worker before 429 (kube: --max-requests-inflight=400).
     max_requests_inflight: int = 400
     # Watches open at once per worker before 429: each costs memory and a share of every event.
@@ -85,3 +89,6 @@ class ApiContext:
     discovered: bool = True
     # The process-wide budget of unsent watch bytes (None: only each watcher's own cap).
     watch_budget: WatchBudget | None = None
+    # The upstream is an apiserver with continue tokens of its own: a page token this cache did not
+    # sign belongs to a list the upstream answered, and goes to it (else: 400).
+    upstream_continue_tokens: bool = False

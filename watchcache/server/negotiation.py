@@ -91,6 +91,7 @@ class PassReason(enum.StrEnum):
     PROTOBUF = "protobuf"
     MEDIA_TYPE = "media-type"
     CONSISTENT_READ = "consistent-read"
+    UPSTREAM_CONTINUE = "upstream-continue"  # the next page of a list the upstream answered
     UPGRADE = "upgrade"
 
 

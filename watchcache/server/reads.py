@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from watchcache import apierrors
 from watchcache.cache.encoding import FULL_JSON, Encoding
+from watchcache.cache.continuetoken import UnverifiedContinueToken
 from watchcache.cache.listing import ListScope, list_page
 from watchcache.cache.object import object_key
 from watchcache.cache.predicate import SelectionPredicate
@@ -39,28 +40,45 @@ async def ensure_ready(ctx: ApiContext, cacher: Cacher) -> None:
     )
 
 
-async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> None:
+# How long a small consistent read waits for the cache's own events once the upstream's rv is
+# known, before it passes through (the write a client just made is usually on its way).
+SMALL_READ_PATIENCE = 0.05
+
+
+async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan, *, objects: int | None = None) -> None:
     """Block (at most ``--fresh-wait``) until the cache can serve ``plan`` (``freshness.reach``).
 
     "Most Recent" that cannot be proven fresh passes through to the upstream; a requested
-    rv the cache does not reach in time is 504 "Too large resource version".
+    rv the cache does not reach in time is 504 "Too large resource version". ``objects``:
+    at most how many objects the answer holds (None: unknown or paged); a small consistent
+    read passes through rather than wait for a proof (``--consistent-passthrough-objects``).
     """
     if plan.mode is Mode.MOST_RECENT:
-        if not await reach_rv(ctx, cacher, None):
+        limit = ctx.config.consistent_passthrough_objects
+        small = objects is not None and limit > 0 and objects <= limit
+        if not await reach_rv(ctx, cacher, None, small=small):
             raise PassThrough(PassReason.CONSISTENT_READ)
         return
     if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE) and not await reach_rv(ctx, cacher, plan.rv):
         raise apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
 
-async def reach_rv(ctx: ApiContext, cacher: Cacher, target: int | None) -> bool:
+async def reach_rv(ctx: ApiContext, cacher: Cacher, target: int | None, *, small: bool = False) -> bool:
     """``freshness.reach`` with this server's ``--fresh-wait``, observed in the metrics.
 
-    ``target=None``: a consistent read (the upstream's rv at the time of this call).
+    ``target=None``: a consistent read (the upstream's rv at the time of this call);
+    ``small``: one to pass through rather than prove (see ``wait_fresh``).
     """
     if target is not None and cacher.rv >= target:
         return True
-    wait = await freshness.reach(cacher, target, ctx.upstream, ctx.config.fresh_wait)
+    wait = await freshness.reach(
+        cacher,
+        target,
+        ctx.upstream,
+        ctx.config.fresh_wait,
+        prove=not small,
+        patience=SMALL_READ_PATIENCE if small else None,
+    )
     if ctx.metrics is not None:
         ctx.metrics.waited(cacher.resource, wait, consistent=target is None)
     return wait.reached
@@ -105,7 +123,7 @@ async def serve_get(
 ) -> None:
     plan = plan_get(opts.resource_version)
     await ensure_ready(ctx, cacher)
-    await wait_fresh(ctx, cacher, plan)
+    await wait_fresh(ctx, cacher, plan, objects=1)
     resource = cacher.resource
     obj = cacher.cache.get(object_key(info.namespace if resource.namespaced else "", info.name))
     if obj is None:
@@ -121,14 +139,23 @@ async def serve_list(
     response: Response,
     encoding: Encoding = FULL_JSON,
 ) -> None:
-    plan = plan_list(opts, ctx.codec)
+    try:
+        plan = plan_list(opts, ctx.codec)
+    except UnverifiedContinueToken as e:
+        if ctx.upstream_continue_tokens:
+            # The next page of a list the upstream answered (a consistent read passed through):
+            # its token, its to validate, with the client's own credentials.
+            raise PassThrough(PassReason.UPSTREAM_CONTINUE) from None
+        raise apierrors.bad_request(f"invalid continue token: {e}") from None
     predicate = parse_predicate(cacher, info.namespace, opts)
     await ensure_ready(ctx, cacher)
-    await wait_fresh(ctx, cacher, plan)
-    # From here to send(): synchronous, so the snapshot cannot change under us.
-    snapshot = snapshot_for(ctx, cacher, plan)
     resource = cacher.resource
     scope = ListScope.of(info.namespace if resource.namespaced else None)
+    # An unpaged list's answer holds at most the objects in its scope.
+    objects = None if opts.limit else cacher.cache.snapshot().count_range(scope.lo, scope.hi)
+    await wait_fresh(ctx, cacher, plan, objects=objects)
+    # From here to send(): synchronous, so the snapshot cannot change under us.
+    snapshot = snapshot_for(ctx, cacher, plan)
     name = predicate.exact_name()
     if name is not None and (scope.lo or not resource.namespaced):
         # metadata.name=X within one namespace (or cluster-scoped): a key lookup, not a scan.

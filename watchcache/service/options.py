@@ -94,6 +94,7 @@ class RunOptions:
             port=port,
             serve=ServeConfig(
                 fresh_wait=args.fresh_wait,
+                consistent_passthrough_objects=args.consistent_passthrough_objects,
                 bookmark_interval=args.bookmark_interval,
                 min_request_timeout=args.min_request_timeout,
                 max_limit=args.max_limit,

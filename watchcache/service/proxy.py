@@ -74,6 +74,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
             options.port,
         )
     ctx.discovered = False
+    ctx.upstream_continue_tokens = True
     wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True, forward_upgrades=True), [], [client.close], consistent)
     wiring.housekeeping.append(client.reload_certificates)
     wiring.collectors.append(TunnelCollector(tunnels))
