@@ -328,7 +328,12 @@ async def amain(args: argparse.Namespace) -> None:
         try:
             bl.log(f"creating {args.objects} configmaps in {ns} on the upstream")
             await create_objects(up, ns, small, args.objects, args.size)
-            cmd = [*bl.watchcache_exe(), "serve", "--listen", "127.0.0.1:0", *upstream_flags, *args.proxy_args]
+            exe = bl.watchcache_exe()
+            if args.proxy_src:  # another copy of the package for the proxy only (e.g. main's, for "before")
+                boot = f"import sys; sys.path.insert(0, {args.proxy_src!r}); from watchcache.cli import main; "
+                boot += "sys.exit(main())"
+                exe = [sys.executable, "-c", boot]
+            cmd = [*exe, "serve", "--listen", "127.0.0.1:0", *upstream_flags, *args.proxy_args]
             proxy = bl.start_process("proxy", cmd)
             bl.wait_ready(proxy, 300)
             bl.wait_objects(proxy, "configmaps", args.objects)
@@ -435,6 +440,7 @@ def main() -> None:
     p.add_argument("--write-reads", type=int, default=100)
     p.add_argument("--namespace", default="consistency")
     p.add_argument("--keep", action="store_true", help="kube: keep the namespaces")
+    p.add_argument("--proxy-src", help="run the proxy from this source tree (e.g. `git archive main | tar -x -C DIR`)")
     p.add_argument("--quick", action="store_true", help="1,000 objects, 5 s rounds, 30 write-reads")
     p.add_argument("--proxy-args", type=lambda s: s.split(), default=["--workers", "1"], help="(default --workers 1)")
     args = p.parse_args()
