@@ -82,7 +82,35 @@ def configmap(name: str, ns: str, size: int) -> dict[str, Any]:
     }
 
 
+async def delete_namespaces(up: Upstream, *names: str) -> None:
+    """Delete the benchmark's namespaces and wait until they are gone.
+
+    What they hold is deleted first, and a namespace left Terminating is finalized here: the
+    reference cluster may run without kube-controller-manager, whose namespace controller
+    would otherwise do both.
+    """
+    for name in names:
+        if (await up.call("GET", f"/api/v1/namespaces/{name}"))[0] == 404:
+            continue
+        for kind in ("configmaps", "secrets"):
+            await up.call("DELETE", f"/api/v1/namespaces/{name}/{kind}")
+        status, _ = await up.call("DELETE", f"/api/v1/namespaces/{name}")
+        bl.log(f"delete namespace {name}: {status}")
+        for _ in range(100):
+            status, ns = await up.call("GET", f"/api/v1/namespaces/{name}")
+            if status == 404:
+                break
+            if _ == 20:  # still Terminating after 2 s: no namespace controller, finalize it as it would
+                ns["spec"]["finalizers"] = []
+                await up.call("PUT", f"/api/v1/namespaces/{name}/finalize", ns)
+            await asyncio.sleep(0.1)
+        else:
+            raise RuntimeError(f"namespace {name} not deleted")
+    bl.log("namespaces deleted")
+
+
 async def create_objects(up: Upstream, ns: str, small: str, count: int, size: int) -> None:
+    await delete_namespaces(up, ns, small)  # left by an earlier run
     for name in (ns, small):
         status, body = await up.call("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
         if status not in (200, 201, 409):
@@ -109,12 +137,6 @@ async def create_objects(up: Upstream, ns: str, small: str, count: int, size: in
     )
     if status not in (200, 201, 409):
         raise RuntimeError(f"create secret: {status} {body}")
-
-
-async def delete_namespaces(up: Upstream, *names: str) -> None:
-    for name in names:
-        status, _ = await up.call("DELETE", f"/api/v1/namespaces/{name}")
-        bl.log(f"delete namespace {name}: {status}")
 
 
 async def busy_writer(up: Upstream, small: str, rate: float, kind: str, stop: asyncio.Event) -> int:
