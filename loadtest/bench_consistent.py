@@ -250,6 +250,12 @@ async def list_rounds(
                 if n == "watchcache_consistency_probes_total" and d.get("resource") == "configmaps":
                     probes[d["outcome"]] = probes.get(d["outcome"], 0) + v - before_all.get((n, lbl), 0.0)
             phases["probes"] = probes
+            fetches = {}
+            for (n, lbl), v in after_all.items():
+                d = dict(lbl)
+                if n == "watchcache_consistency_target_fetches_total" and d.get("resource") == "configmaps":
+                    fetches[d["outcome"]] = fetches.get(d["outcome"], 0) + v - before_all.get((n, lbl), 0.0)
+            phases["target_fetches"] = fetches
     finally:
         await client.close()
     return lat, phases
@@ -435,10 +441,15 @@ def report(r: dict[str, Any]) -> None:
     if ph:
         bl.print_table(
             ["phase (proxy metrics)", "n", "mean ms", "p50 <= ms", "p99 <= ms"],
-            [[k, v["n"], v["mean_ms"], v["p50_le_ms"], v["p99_le_ms"]] for k, v in ph.items() if k != "probes"],
+            [
+                [k, v["n"], v["mean_ms"], v["p50_le_ms"], v["p99_le_ms"]]
+                for k, v in ph.items()
+                if k in (*PHASES, "total")
+            ],
             title="consistent reads by phase (histogram buckets)",
         )
-        print("probes by outcome:", {k: int(v) for k, v in ph.get("probes", {}).items()})
+        print("probes by outcome:", {k: int(v) for k, v in ph.get("probes", {}).items()}, end="; ")
+        print("target fetches:", {k: int(v) for k, v in ph.get("target_fetches", {}).items()})
     w = r["write_then_read"]
     rows = [
         ["read latency (all)", *(w["latency_ms"][k] for k in ("n", "p50", "p90", "p99", "max"))],
