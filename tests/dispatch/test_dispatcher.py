@@ -291,6 +291,8 @@ def test_a_lagging_metadata_watcher_catches_up_in_its_encoding():
     assert w.catch_up(events)
     assert orjson.loads(w.pending[0])["object"]["kind"] == "PartialObjectMetadata"
     assert w.frame_for(events[0]) is w.pending[0]
+
+
 def test_bookmarks_fall_due_in_whole_seconds_of_the_cacher_clock_as_kube():
     # kube's watcherBookmarkTimeBuckets: due at X, sent at the first tick after epoch + floor(X - epoch).
     d = Dispatcher(PODS, epoch=0.3)

@@ -7,8 +7,8 @@ item's cached bytes, handed to the transport as a list of buffers (``writelines`
 from __future__ import annotations
 
 from watchcache import apierrors
-from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.continuetoken import UnverifiedContinueToken
+from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.listing import ListScope, list_page
 from watchcache.cache.object import object_key
 from watchcache.cache.predicate import SelectionPredicate
