@@ -33,6 +33,8 @@ class FakeApi:
         self.list_error = 0
         self.watch_error = 0
         self.bookmark_after = 0.2
+        # Event lines (objects) every watch sends first, before its bookmark.
+        self.events: list[dict[str, object]] = []
         self.requests: collections.Counter[str] = collections.Counter()
         self.open_watches = 0
         self.max_open_watches = 0
@@ -59,9 +61,14 @@ class FakeApi:
             await resp.prepare(request)
             timeout = float(request.query.get("timeoutSeconds", "30"))
             started = time.monotonic()
-            await asyncio.sleep(self.bookmark_after)
-            bookmark = {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": str(self.rv)}}}
-            await resp.write(orjson.dumps(bookmark) + b"\n")
+            for obj in self.events:
+                await resp.write(orjson.dumps({"type": "MODIFIED", "object": obj}) + b"\n")
+            if self.bookmark_after < timeout:  # (kube: none unless due before the deadline)
+                await asyncio.sleep(self.bookmark_after)
+                meta = {"resourceVersion": str(self.rv)}
+                await resp.write(
+                    orjson.dumps({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": meta}}) + b"\n"
+                )
             await asyncio.sleep(max(0.0, timeout - (time.monotonic() - started)))
             return resp
         finally:
@@ -74,7 +81,8 @@ async def fake_api() -> AsyncIterator[tuple[FakeApi, UpstreamClient]]:
     api = FakeApi()
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", api.handle)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    # Handlers end when their client goes (a probe closes its watch once it has its bookmark).
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -4,12 +4,16 @@ upstream stays bounded whatever the clients do."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
+from tests.factories import pod
 from tests.upstream.fakeapi import fake_api
+from watchcache.cache.events import ADDED
 from watchcache.dispatch.cacher import Cacher
-from watchcache.dispatch.freshness import reach
+from watchcache.dispatch.freshness import Reached, reach
 from watchcache.resources import PODS
 from watchcache.upstream.consistency import ConsistentReads
+from watchcache.upstream.probes import ProbeLimits
 
 FAR = 1_000_000_000_000_000
 
@@ -67,3 +71,64 @@ def test_consistent_reads_with_a_failing_target_fetch_ask_the_upstream_a_bounded
 
     lists = run(go())
     assert lists <= 10, f"100 clients retrying for 1 s made {lists} target fetches"
+
+
+def pod_json(name: str, rv: int) -> dict[str, object]:
+    return {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": name, "namespace": "d", "resourceVersion": str(rv)}}
+
+
+def test_a_probe_bookmark_proves_the_cache_current_and_serves_every_waiting_read() -> None:
+    async def go() -> tuple[list[Reached], int, int]:
+        async with fake_api() as (api, client):
+            api.rv = 150  # the upstream moved (other resources' writes); no pod changed
+            cacher = Cacher(PODS)
+            cacher.replace([], 100)
+            reads = ConsistentReads(client, fresh_wait=3.0)
+            first = asyncio.ensure_future(reach(cacher, None, reads, 3.0))
+            await asyncio.sleep(0.05)
+            second = asyncio.ensure_future(reach(cacher, None, reads, 3.0))  # joins the proof under way
+            waits = await asyncio.gather(first, second)
+            return [w.how for w in waits], cacher.rv, api.requests["watch"]
+
+    hows, rv, watches = run(go())
+    assert hows == [Reached.PROGRESS, Reached.PROGRESS]
+    assert rv == 150
+    assert watches == 1
+
+
+def test_a_probe_proves_nothing_until_the_cache_has_applied_what_the_probe_saw() -> None:
+    async def go() -> tuple[bool, int, bool]:
+        async with fake_api() as (api, client):
+            api.rv = 150
+            api.events = [pod_json("a", 120)]  # a change the reflector has not delivered yet
+            api.bookmark_after = 0.05
+            cacher = Cacher(PODS)
+            cacher.replace([], 100)
+            reads = ConsistentReads(client, fresh_wait=3.0)
+            waiting = asyncio.ensure_future(reach(cacher, 150, reads, 3.0))
+            await asyncio.sleep(0.5)  # the probe's bookmark came: still not proven, the event is missing
+            before = cacher.rv
+            cacher.apply([(ADDED, pod("a", "d", 120))])  # the reflector delivers it
+            wait = await waiting
+            return wait.reached, before, cacher.rv == 150
+
+    reached, before, at_bookmark = run(go())
+    assert before == 100, "progress was claimed before the cache held the probe's events"
+    assert reached and at_bookmark
+
+
+def test_probes_of_one_resource_are_few_and_staggered_while_reads_wait() -> None:
+    async def go() -> tuple[int, list[float]]:
+        async with fake_api() as (api, client):
+            api.bookmark_after = 10.0  # never before the probe's own end: no proof ever comes
+            cacher = Cacher(PODS)
+            cacher.replace([], 100)
+            reads = ConsistentReads(client, fresh_wait=2.5)
+            await asyncio.gather(*(reach(cacher, FAR, reads, 2.5) for _ in range(200)))
+            return api.max_open_watches, api.watch_starts
+
+    most, starts = run(go())
+    limits = ProbeLimits()
+    assert most <= limits.max_concurrent
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(g >= limits.stagger * 0.9 for g in gaps), gaps
