@@ -233,8 +233,10 @@ def test_odd_accept_headers_get_kubes_406_and_what_cannot_be_cached_is_passed_th
     assert fetch(target, PODS, kubectl).status == 200  # the sim has no Table: it answers the JSON list
     fetch(target, PODS, "application/yaml")
     fetch(target, PODS, "application/vnd.kubernetes.protobuf")  # full objects in protobuf: only the upstream
-    # protobuf preferred, JSON accepted (client-go's typed default): JSON from the cache, not counted
-    typed = fetch(target, PODS, "application/vnd.kubernetes.protobuf, */*")
+    # protobuf preferred, JSON accepted (client-go's typed default): JSON from the cache, not counted (at
+    # resourceVersion=0: a small consistent read of a cache behind the upstream's rv -- the writes of the
+    # tests before moved it -- would be passed through for its freshness, docs/consistency.md)
+    typed = fetch(target, PODS + "?resourceVersion=0", "application/vnd.kubernetes.protobuf, */*")
     assert (typed.status, typed.content_type) == (200, "application/json")
     after = passthrough_counts(quiet.proxy.url)
     delta = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}

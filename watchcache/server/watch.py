@@ -248,6 +248,8 @@ async def serve_watch(
             watcher.deliver(event)
         cacher.add_watcher(watcher)
         # ---- end of the synchronous section.
+        if started is not None:
+            started()  # a watcher now: its in-flight slot is given back (--max-watchers counts it)
 
         response.add_close_callback(lambda: watcher.close(CloseReason.CLIENT_GONE))
         timer = loop.call_later(timeout, watcher.close, CloseReason.TIMEOUT)
