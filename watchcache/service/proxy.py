@@ -83,7 +83,11 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     async def close_tunnels() -> None:
         tunnels.close_all()
 
+    async def stop_proofs() -> None:
+        consistent.stop()  # probe watches and their pumps
+
     wiring.cleanup.insert(0, close_tunnels)
+    wiring.cleanup.insert(0, stop_proofs)
     if options.shard is not None:
         await wire_shard(wiring, options, options.shard)
     wiring.tasks = [
