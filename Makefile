@@ -12,7 +12,7 @@ OVERLAY ?= production
 LOADTEST_PROFILE ?= steady
 LOADTEST_ARGS ?= --users 20 --spawn-rate 10 --duration 30s
 
-.PHONY: run sim test lint fmt clean proto deploy-test deploy-render image loadtest loadtest-ui bench bench-quick chaos
+.PHONY: run sim test test-reference lint fmt clean proto deploy-test deploy-render image loadtest loadtest-ui bench bench-quick chaos
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ sim: $(BIN)/.installed
 ## test: the whole suite
 test: $(BIN)/.installed
 	$(BIN)/pytest -q -n 2 $(PYTEST_ARGS)
+
+## test-reference: the tier against a real kube-apiserver and control plane (shared/tools/kube-reference; run
+## `eval "$$(../shared/tools/kube-reference/env.sh)"` first, else it skips): prints the control-plane timing table
+REFERENCE_TESTS ?= tests/reference tests/e2e/test_reference_negotiation.py tests/e2e/test_kube_auth.py tests/e2e/test_reference_upgrades.py
+test-reference: $(BIN)/.installed
+	$(BIN)/pytest -q -s -rs $(REFERENCE_TESTS) $(PYTEST_ARGS)
 
 ## lint: ruff, mypy, and the import layering (import-linter contracts in pyproject.toml; docs/architecture.md)
 lint: $(BIN)/.installed

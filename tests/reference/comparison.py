@@ -1,0 +1,138 @@
+"""The same control plane, the same scenario: pointed at the apiserver, then at watchcache in front of it.
+
+Used by ``test_control_plane.py`` (one round, with the verdicts) and by
+``loadtest/reference_control_plane.py`` (several rounds, the table of ranges for the docs).
+
+The components' kubeconfig holds the admin token and the server: the apiserver, or the proxy
+(its test CA). ``--authentication-kubeconfig``/``--authorization-kubeconfig`` are the same file,
+so in the proxy run everything the components do goes through the proxy: also the
+``kube-system/extension-apiserver-authentication`` ConfigMap informer they start with (cached),
+and the TokenReviews/SubjectAccessReviews for requests to their own ports (passed through).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.reference.controlplane import PATTERNS, ControlPlane
+from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, start_proxy, wait_for, write_kubeconfig
+from tests.reference.kubelet import FakeKubelet
+from tests.reference.scenario import CRD_RESOURCE, STEPS, Scenario, ensure_crd
+
+TARGETS = ("direct", "proxy")
+# A step through the proxy may take 1.5x its time direct, or FLOOR seconds, whichever is more:
+# sub-second steps are dominated by 50 ms polling and by the controllers' own queues and
+# batching, where a ratio means nothing.
+RATIO = 1.5
+FLOOR = 1.0
+
+
+@dataclass
+class Run:
+    target: str
+    times: dict[str, float]
+    counts: dict[str, Counter[str]]
+    synced: float  # seconds from start until the controllers were synced
+
+
+@dataclass
+class Comparison:
+    runs: list[Run] = field(default_factory=list)
+    kubelet_errors: list[str] = field(default_factory=list)
+    proxy_log: list[str] = field(default_factory=list)
+
+    def of(self, target: str) -> list[Run]:
+        return [r for r in self.runs if r.target == target]
+
+    def slow_steps(self) -> list[str]:
+        """Steps where the proxy's best time is over the allowance of direct's best time."""
+        out = []
+        for step in STEPS:
+            direct = min(r.times[step] for r in self.of("direct"))
+            proxy = min(r.times[step] for r in self.of("proxy"))
+            if proxy > allowance(direct):
+                out.append(f"{step}: {proxy:.2f} s through the proxy, {direct:.2f} s direct")
+        return out
+
+    def total(self, target: str, component: str, pattern: str) -> int:
+        return sum(r.counts[component][pattern] for r in self.of(target))
+
+
+def allowance(direct: float) -> float:
+    return max(RATIO * direct, FLOOR)
+
+
+def compare(kube: KubeEnv, workdir: Path, *, rounds: int = 1, suffix: str = "") -> Comparison:
+    """``rounds`` x (direct, proxy), each with a fresh controller manager and scheduler."""
+    api = Api(kube.url, kube.token, kube.ca)
+    ensure_crd(api)
+    serving = Serving.make(workdir)
+    proxy = start_proxy(kube, serving, resources=f"{DEFAULT_RESOURCES},{CRD_RESOURCE}")
+    kubeconfigs = {
+        "direct": write_kubeconfig(workdir / "direct.kubeconfig", kube.url, kube.ca, kube.token),
+        "proxy": write_kubeconfig(workdir / "proxy.kubeconfig", proxy.url, str(serving.ca.crt), kube.token),
+    }
+    result = Comparison()
+    try:
+        with FakeKubelet(api, "reference-node") as kubelet:
+            for n in range(rounds):
+                for target in TARGETS:
+                    namespace = f"reference-{target}{suffix}-{n}"
+                    result.runs.append(
+                        _run(kube, api, kubeconfigs[target], workdir / f"{target}-{n}", target, namespace)
+                    )
+            result.kubelet_errors = kubelet.errors
+    finally:
+        proxy.stop()
+        result.proxy_log = proxy.log
+        api.close()
+    return result
+
+
+def _run(kube: KubeEnv, api: Api, kubeconfig: Path, workdir: Path, target: str, namespace: str) -> Run:
+    scenario = Scenario(api, namespace)
+    started = time.monotonic()
+    with ControlPlane(kube, kubeconfig, workdir) as cp:
+        cp.wait_synced()
+        synced = time.monotonic() - started
+        try:
+            times = scenario.run()
+        finally:
+            # a failed step must not leave its namespace behind (nothing finalizes it without us)
+            if api.exists(scenario.ns):
+                api.delete(scenario.ns)
+                wait_for(lambda: not api.exists(scenario.ns), 120, f"{namespace} deleted after a failure")
+        return Run(target, times, cp.counts(), synced)
+
+
+def table(result: Comparison) -> str:
+    """Markdown: per step, the times through each target (a range over rounds), and the log counts."""
+    rounds = len(result.of("direct"))
+    head = "| step | direct (s) | through watchcache (s) | allowed (s) |\n|---|---:|---:|---:|"
+    rows = [head]
+    for step in STEPS:
+        d = [r.times[step] for r in result.of("direct")]
+        p = [r.times[step] for r in result.of("proxy")]
+        rows.append(f"| {step} | {_range(d)} | {_range(p)} | {allowance(min(d)):.2f} |")
+    d_sync = [r.synced for r in result.of("direct")]
+    p_sync = [r.synced for r in result.of("proxy")]
+    rows.append(f"| (start-up: components synced) | {_range(d_sync)} | {_range(p_sync)} | |")
+    rows.append("")
+    rows.append(f"Log lines over {rounds} round(s) (direct / through watchcache):")
+    rows.append("")
+    rows.append("| pattern | kube-controller-manager | kube-scheduler |\n|---|---:|---:|")
+    for pattern in PATTERNS:
+        cells = [
+            f"{result.total('direct', c, pattern)} / {result.total('proxy', c, pattern)}"
+            for c in ("kube-controller-manager", "kube-scheduler")
+        ]
+        rows.append(f"| {pattern} | {' | '.join(cells)} |")
+    return "\n".join(rows)
+
+
+def _range(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}" if len(values) == 1 or f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"

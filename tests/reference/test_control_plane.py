@@ -1,0 +1,66 @@
+"""A real kube-controller-manager and kube-scheduler through watchcache, against the same binaries direct.
+
+The kit's binaries are started by the test (as envtest starts its binaries): first pointed at the
+apiserver, then at ``watchcache serve`` in front of it (TLS with a test CA, delegated
+authentication, default workers, the default resources plus a CRD's). Each runs the scenario of
+``scenario.py`` — namespace creation (ServiceAccount, root CA ConfigMap), pod scheduling on fake
+nodes, a Deployment rollout and a new revision, a scale-down, garbage collection of a ReplicaSet
+and its pods and of a custom resource's dependents (metadata informers), namespace deletion —
+and every step through the proxy must complete within ``RATIO`` x its time direct (or ``FLOOR``
+seconds for sub-second steps). The components' logs must show no watch decode error, no
+Unauthorized/Forbidden, and no more (re)lists through the proxy than direct.
+
+The timing table is printed (``make test-reference`` shows it; ``python -m
+loadtest.reference_control_plane --rounds 3`` gives ranges over rounds, as in docs/deploy.md).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.reference.comparison import FLOOR, RATIO, Comparison, compare, table
+from tests.reference.controlplane import other_controller_manager
+from tests.reference.kit import KubeEnv, needs_kube
+
+pytestmark = [pytest.mark.reference, needs_kube]
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    kube = KubeEnv.from_environ()
+    reason = other_controller_manager(kube)
+    if reason:
+        pytest.skip(reason)
+    workdir = tmp_path_factory.mktemp("control-plane")
+    suffix = "-" + os.environ.get("PYTEST_XDIST_WORKER", "main")
+    result = compare(kube, Path(workdir), rounds=1, suffix=suffix)
+    print(f"\n{table(result)}\n(components' logs: {workdir})")
+    return result
+
+
+@pytest.mark.timeout(900)
+def test_every_step_through_the_proxy_within_the_allowance(comparison: Comparison) -> None:
+    slow = comparison.slow_steps()
+    assert not slow, f"slower than {RATIO}x direct (floor {FLOOR} s):\n" + "\n".join(slow) + "\n" + table(comparison)
+
+
+@pytest.mark.timeout(900)
+def test_no_decode_error_no_auth_failure_no_extra_relist(comparison: Comparison) -> None:
+    for component in ("kube-controller-manager", "kube-scheduler"):
+        for pattern in ("decode errors", "Unauthorized", "Forbidden", "watch errors", "too old resource version"):
+            assert comparison.total("proxy", component, pattern) == 0, (component, pattern, table(comparison))
+        lists = "lists (Caches populated)"
+        # one (watch-)list per informer at start, as direct: no relist loop
+        assert comparison.total("proxy", component, lists) == comparison.total("direct", component, lists), table(
+            comparison
+        )
+
+
+@pytest.mark.timeout(900)
+def test_the_fake_kubelet_and_the_proxy_had_no_trouble(comparison: Comparison) -> None:
+    assert comparison.kubelet_errors == []
+    problems = [line for line in comparison.proxy_log if " ERROR " in line or "Traceback" in line]
+    assert problems == [], "".join(problems[:20])
