@@ -250,7 +250,7 @@ def test_errors_are_encoded_as_the_apiserver_encodes_them(ref: Ref, path: str, a
 @pytest.mark.parametrize("accept", [h for h in HEADERS if h not in DIFFERS])
 @pytest.mark.parametrize("path", [CONFIGMAPS, WIDGETS], ids=["configmaps", "widgets"])
 def test_list_first_page(ref: Ref, path: str, accept: str | None) -> None:
-    # (not resourceVersion=0: kube's watch cache ignores the limit then, the proxy pages)
+    # (not resourceVersion=0: kube's watch cache ignores the limit then, and so does the proxy)
     _same(
         ref,
         query(path, labelSelector=LABEL, limit=2, resourceVersion="1", resourceVersionMatch="NotOlderThan"),

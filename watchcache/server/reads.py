@@ -151,8 +151,11 @@ async def serve_list(
     await ensure_ready(ctx, cacher)
     resource = cacher.resource
     scope = ListScope.of(info.namespace if resource.namespaced else None)
+    # As kube's watch cache (computeListLimit): resourceVersion=0 ignores limit. client-go counts on
+    # it: a paged answer there tells its reflector the watch cache is off (``paginatedResult``).
+    limit = 0 if plan.mode is Mode.ANY else opts.limit
     # An unpaged list's answer holds at most the objects in its scope.
-    objects = None if opts.limit else cacher.cache.snapshot().count_range(scope.lo, scope.hi)
+    objects = None if limit else cacher.cache.snapshot().count_range(scope.lo, scope.hi)
     await wait_fresh(ctx, cacher, plan, objects=objects)
     # From here to send(): synchronous, so the snapshot cannot change under us.
     snapshot = snapshot_for(ctx, cacher, plan)
@@ -166,7 +169,7 @@ async def serve_list(
             page_items = []
     else:
         filter_fn = None if predicate.empty else predicate.selector_matches
-        page = list_page(snapshot, scope, filter_fn, limit=opts.limit, start=plan.start)
+        page = list_page(snapshot, scope, filter_fn, limit=limit, start=plan.start)
         page_items, next_start, remaining, scanned = page.items, page.next_start, page.remaining, page.scanned
     cacher.lists += 1
     cacher.list_fetched += scanned

@@ -1,0 +1,27 @@
+"""Answers a client can tell apart from kube-apiserver's, found by the reference tier's differential tests.
+
+Each test states what kube-apiserver v1.36 answered (``tests/reference/test_differential.py``
+compares against it live when the kit is there); these run without the kit, on the handler.
+"""
+
+from __future__ import annotations
+
+from tests.server.harness import Harness, arun
+
+
+@arun
+async def test_a_list_at_resource_version_0_ignores_limit():
+    # kube's cacher (computeListLimit): "the limit is ignored for requests that set RV == 0". client-go
+    # relies on it: a paged answer to its rv=0 LIST makes the reflector believe the watch cache is off
+    # (paginatedResult) and page its later relists at an exact rv.
+    h = Harness()
+    for query in ({"resourceVersion": "0", "limit": "2"}, {"resourceVersion": "0", "limit": "2",
+                                                           "resourceVersionMatch": "NotOlderThan"}):  # fmt: skip
+        resp = await h.list(**query)
+        assert resp.status == 200
+        doc = resp.json()
+        assert [i["metadata"]["name"] for i in doc["items"]] == [f"p{i}" for i in range(5)]
+        assert doc["metadata"] == {"resourceVersion": "10"}  # no continue, no remainingItemCount
+    # any other resourceVersion still pages
+    assert len((await h.list(limit="2")).json()["items"]) == 2
+    assert len((await h.list(limit="2", resourceVersion="10")).json()["items"]) == 2
