@@ -6,6 +6,8 @@ compares against it live when the kit is there); these run without the kit, on t
 
 from __future__ import annotations
 
+import pytest
+
 from tests.server.harness import Harness, arun
 
 
@@ -25,3 +27,26 @@ async def test_a_list_at_resource_version_0_ignores_limit():
     # any other resourceVersion still pages
     assert len((await h.list(limit="2")).json()["items"]) == 2
     assert len((await h.list(limit="2", resourceVersion="10")).json()["items"]) == 2
+
+
+@pytest.mark.parametrize("rv", ["0", ""], ids=["rv0", "unset"])
+@arun
+async def test_a_watch_from_0_or_unset_with_bookmarks_ends_its_initial_events_with_a_bookmark(rv: str):
+    # kube >= 1.34 defaults such a watch to sendInitialEvents=true&resourceVersionMatch=NotOlderThan
+    # (SetListOptionsDefaults): the initial ADDED events are followed by the initial-events-end bookmark.
+    h = Harness()
+    query = {"allowWatchBookmarks": "true", **({"resourceVersion": rv} if rv else {})}
+    events = (await h.watch(**query)).events()
+    assert [e["type"] for e in events] == ["ADDED"] * 5 + ["BOOKMARK"]
+    assert events[-1]["object"] == {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "10", "annotations": {"k8s.io/initial-events-end": "true"}},
+    }
+
+
+@arun
+async def test_other_watches_get_no_initial_events_end_bookmark():
+    h = Harness()
+    assert [e["type"] for e in (await h.watch(resourceVersion="0")).events()] == ["ADDED"] * 5  # no bookmarks
+    assert (await h.watch(resourceVersion="10", allowWatchBookmarks="true")).events() == []  # from an rv

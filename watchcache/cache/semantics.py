@@ -165,7 +165,10 @@ def plan_watch(opts: ListOptions) -> WatchPlan:
         rv = parse_resource_version(rv_text)
         mode = Mode.NOT_OLDER_THAN if opts.send_initial_events else Mode.EXACT
     if opts.send_initial_events is None:
+        # kube >= 1.34 defaults a watch from "" or "0" to sendInitialEvents=true (with NotOlderThan:
+        # SetListOptionsDefaults), so its initial events end with the initial-events-end bookmark
+        # when bookmarks are allowed; from any other rv there are no initial events.
         initial = mode in (Mode.MOST_RECENT, Mode.ANY)
-        return WatchPlan(mode, rv, initial, False)
+        return WatchPlan(mode, rv, initial, initial and opts.allow_watch_bookmarks)
     initial = opts.send_initial_events
     return WatchPlan(mode, rv, initial, initial and opts.allow_watch_bookmarks)
