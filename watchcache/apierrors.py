@@ -86,17 +86,13 @@ def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str, str]]
     qualified = f"{kind}.{group}" if group else kind
     text = "; ".join(f"{field}: {msg}" for field, _, msg in causes)
     message = f'{qualified} "{name}" is invalid: ' + ("[" + text + "]" if len(causes) > 1 else text)
-    return StatusError(
-        422,
-        "Invalid",
-        message,
-        details={
-            "name": name,
-            "group": group,
-            "kind": kind,
-            "causes": [{"reason": r, "message": m, "field": f} for f, r, m in causes],
-        },
-    )
+    # kube's StatusDetails: name and group are omitted when empty (ListOptions has no name).
+    details: dict[str, Any] = {"name": name} if name else {}
+    if group:
+        details["group"] = group
+    details["kind"] = kind
+    details["causes"] = [{"reason": r, "message": m, "field": f} for f, r, m in causes]
+    return StatusError(422, "Invalid", message, details=details)
 
 
 def invalid_list_options(causes: list[tuple[str, str, str]]) -> StatusError:
@@ -145,6 +141,10 @@ def method_not_supported(group: str, resource: str, action: str) -> StatusError:
     )
 
 
+# kube's etcd store, for a LIST at a compacted resourceVersion (a watch says "too old resource version").
+LIST_TOO_OLD = "The resourceVersion for the provided list is too old."
+
+
 def resource_expired(message: str, list_continue: str | None = None) -> StatusError:
     """410 Expired: the requested resourceVersion left the history window."""
     return StatusError(410, "Expired", message, list_continue=list_continue)
@@ -155,7 +155,7 @@ def too_large_resource_version(wanted: int, current: int, retry_seconds: int = 1
     err = StatusError(
         504,
         "Timeout",
-        f"Too large resource version: {wanted}, current: {current}",
+        f"Timeout: Too large resource version: {wanted}, current: {current}",  # kube's NewTimeoutError
         details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]},
         retry_after=retry_seconds,
     )

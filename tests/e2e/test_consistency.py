@@ -476,7 +476,7 @@ def test_future_resource_version_is_504_with_retry_after(quick_timeout: Proc) ->
         assert res.status == 504, res
         status = res.json()
         assert (status["kind"], status["code"], status["reason"]) == ("Status", 504, "Timeout")
-        assert status["message"].startswith(f"Too large resource version: {current + 1000}")
+        assert status["message"].startswith(f"Timeout: Too large resource version: {current + 1000}")
         assert int(res.headers["Retry-After"]) >= 1
         assert 0.4 <= waited < 3, f"waited {waited:.2f}s with --fresh-wait 0.5"
 

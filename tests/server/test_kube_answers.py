@@ -50,3 +50,69 @@ async def test_other_watches_get_no_initial_events_end_bookmark():
     h = Harness()
     assert [e["type"] for e in (await h.watch(resourceVersion="0")).events()] == ["ADDED"] * 5  # no bookmarks
     assert (await h.watch(resourceVersion="10", allowWatchBookmarks="true")).events() == []  # from an rv
+
+
+@arun
+async def test_invalid_list_options_name_no_object():
+    # kube: "details":{"group":"meta.k8s.io","kind":"ListOptions","causes":[...]} -- no empty "name"
+    resp = await (Harness()).list(resourceVersionMatch="NotOlderThan")
+    assert resp.status == 422
+    assert resp.json()["details"] == {
+        "group": "meta.k8s.io",
+        "kind": "ListOptions",
+        "causes": [
+            {
+                "reason": "FieldValueForbidden",
+                "message": "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                "field": "resourceVersionMatch",
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize("name", ["limit", "timeoutSeconds"])
+@arun
+async def test_an_unparsable_integer_is_kubes_400(name: str):
+    resp = await (Harness()).list(**{name: "abc"})
+    assert resp.status == 400
+    assert resp.json()["message"] == 'strconv.ParseInt: parsing "abc": invalid syntax'
+
+
+@arun
+async def test_a_negative_timeout_is_ignored_by_a_list():
+    resp = await (Harness()).list(timeoutSeconds="-1")
+    assert resp.status == 200 and len(resp.json()["items"]) == 5
+
+
+@arun
+async def test_a_watch_with_a_negative_timeout_ends_at_once_as_kubes():
+    # kube: 200, then an ERROR event: 500 InternalError "context deadline exceeded"
+    h = Harness()
+    resp = await h.start_watch(timeoutSeconds="-1").ended(2.0)
+    assert resp.status == 200
+    [event] = resp.events()
+    assert event["type"] == "ERROR"
+    assert (event["object"]["code"], event["object"]["reason"], event["object"]["message"]) == (
+        500,
+        "InternalError",
+        "context deadline exceeded",
+    )
+
+
+@arun
+async def test_a_too_old_exact_list_is_kubes_410():
+    # kube: "The resourceVersion for the provided list is too old." (a watch: "too old resource version: N (M)")
+    h = Harness(max_events=2)
+    for i in range(4):
+        h.write("MODIFIED", "p0", labels={"n": str(i)})
+    resp = await h.list(resourceVersion="10", resourceVersionMatch="Exact")
+    assert resp.status == 410
+    assert resp.json()["message"] == "The resourceVersion for the provided list is too old."
+
+
+@arun
+async def test_a_too_new_resource_version_is_kubes_504_timeout():
+    # kube: NewTimeoutError: "Timeout: Too large resource version: N, current: M"
+    resp = await (Harness(fresh_wait=0.05)).list(resourceVersion="99", resourceVersionMatch="NotOlderThan")
+    assert resp.status == 504
+    assert resp.json()["message"] == "Timeout: Too large resource version: 99, current: 10"

@@ -63,7 +63,12 @@ class WatchPlan:
 
 
 def parse_resource_version(text: str) -> int:
-    """kube's ``APIObjectVersioner.ParseResourceVersion`` (a decimal uint64)."""
+    """kube's ``APIObjectVersioner.ParseResourceVersion`` (a decimal uint64).
+
+    A bad value is a 400 BadRequest. (kube answers a GET or WATCH with it from its storage layer as a
+    500 without a reason; only a LIST gets the 400. A 500 for bad input is not copied: it would make
+    a client's mistake look like a server fault, and no client library sends one.)
+    """
     if text.isascii() and text.isdigit() and len(text) <= 20 and int(text) < 1 << 64:
         return int(text)
     raise apierrors.bad_request(

@@ -30,13 +30,9 @@ def _int(query: Mapping[str, list[str]], name: str) -> int | None:
     try:
         number = int(text, 10)
     except ValueError:
-        raise apierrors.bad_request(
-            f'{name}: Invalid value: "{value}": strconv.ParseInt: parsing "{value}": invalid syntax'
-        ) from None
+        raise apierrors.bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax') from None
     if not -_INT64_MAX - 1 <= number <= _INT64_MAX:
-        raise apierrors.bad_request(
-            f'{name}: Invalid value: "{value}": strconv.ParseInt: parsing "{value}": value out of range'
-        )
+        raise apierrors.bad_request(f'strconv.ParseInt: parsing "{value}": value out of range')
     return number
 
 
@@ -44,19 +40,16 @@ def parse_list_options(query: Mapping[str, list[str]], *, watch_path: bool = Fal
     """The ``ListOptions`` of a get/list/watch request.
 
     A negative ``limit`` means no limit (as kube); ``max_limit`` (if set) clamps the page size
-    so one request cannot pin the loop for an unbounded time. A negative ``timeoutSeconds``
-    is rejected as kube's validation does.
+    so one request cannot pin the loop for an unbounded time.
     """
     limit = _int(query, "limit") or 0
     if limit < 0:
         limit = 0
     if max_limit and limit > max_limit:
         limit = max_limit
+    # A negative timeoutSeconds is not refused (kube validates none): a LIST ignores it, a WATCH
+    # ends at once (``server/watch.py``).
     timeout = _int(query, "timeoutSeconds")
-    if timeout is not None and timeout < 0:
-        raise apierrors.invalid_list_options(
-            [("timeoutSeconds", "FieldValueInvalid", f"Invalid value: {timeout}: must be non-negative")]
-        )
     send_initial = _first(query, "sendInitialEvents")
     return ListOptions(
         resource_version=_first(query, "resourceVersion") or "",

@@ -94,13 +94,13 @@ def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:
                 # state that page read (see ResourceCache, "Groups").
                 raise ResourceVersionTooOld(plan.rv, cache.oldest_rv)
             return cache.snapshot(plan.rv)
-        except ResourceVersionTooOld as e:
+        except ResourceVersionTooOld:
             if plan.mode is Mode.CONTINUE:
                 # As kube: the 410 carries an "inconsistent" token that goes on from the same
                 # key at the newest rv, for clients that accept a list that is not one snapshot.
                 token = ctx.codec.encode(cache.rv, plan.start, cache.group_size(cache.rv)) if plan.start else None
                 raise apierrors.resource_expired(CONTINUE_TOO_OLD, list_continue=token) from None
-            raise apierrors.resource_expired(str(e)) from None
+            raise apierrors.resource_expired(apierrors.LIST_TOO_OLD) from None
         except ResourceVersionTooNew as e:  # the cache moved backwards: a relist restarted it
             raise apierrors.too_large_resource_version(e.requested, e.current) from None
     return cache.snapshot()

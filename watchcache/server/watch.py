@@ -164,6 +164,12 @@ async def serve_watch(
         selector = f"metadata.name={info.name}"
         opts = dataclasses.replace(opts, field_selector=",".join(s for s in (opts.field_selector, selector) if s))
     predicate = parse_predicate(cacher, namespace, opts)
+    if opts.timeout_seconds is not None and opts.timeout_seconds < 0:
+        # kube: the watch's context is past its deadline before it starts.
+        response.start_chunked(200, content_type=encoding.watch_content_type)
+        response.write_chunk([encoding.error_frame(apierrors.internal_error("context deadline exceeded"))])
+        response.end_chunked()
+        return
     await ensure_ready(ctx, cacher)
 
     error: apierrors.StatusError | None = None

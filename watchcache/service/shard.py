@@ -28,6 +28,7 @@ from watchcache.shard.ownership import owner_of
 
 log = logging.getLogger("watchcache")
 
+
 async def wire_shard(wiring: Wiring, options: RunOptions, shard: ShardOptions) -> None:
     """Adds followers, this worker's sockets, group readiness and ``/debug/shards`` to ``wiring``."""
     ctx = wiring.ctx
