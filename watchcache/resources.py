@@ -37,6 +37,39 @@ def _path_getter(path: str) -> FieldGetter:
     return get
 
 
+# The API groups kube-apiserver serves itself. Everything else is a custom resource (served by the
+# apiextensions handler as unstructured objects) or an aggregated API. The differences a client sees:
+# a built-in group has go-restful's router layer in front (server/negotiation.py), a custom
+# resource's LIST items keep their kind/apiVersion, and its field selectors are the CRD's.
+BUILTIN_GROUPS = frozenset(
+    {
+        "",
+        "admissionregistration.k8s.io",
+        "apiextensions.k8s.io",
+        "apiregistration.k8s.io",
+        "apps",
+        "authentication.k8s.io",
+        "authorization.k8s.io",
+        "autoscaling",
+        "batch",
+        "certificates.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "internal.apiserver.k8s.io",
+        "networking.k8s.io",
+        "node.k8s.io",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "resource.k8s.io",
+        "scheduling.k8s.io",
+        "storage.k8s.io",
+        "storagemigration.k8s.io",
+    }
+)
+
+
 @dataclass(frozen=True)
 class ResourceType:
     group: str
@@ -55,7 +88,9 @@ class ResourceType:
     typed_prefix: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        fields = ("metadata.name", "metadata.namespace", *self.extra_fields)
+        # A cluster-scoped custom resource cannot select on metadata.namespace (kube's crConverter).
+        scope = ("metadata.namespace",) if self.namespaced or not self.custom else ()
+        fields = ("metadata.name", *scope, *self.extra_fields)
         object.__setattr__(self, "getters", {f: _path_getter(f) for f in fields})
         # Every object's JSON is stored without its opening brace; this prefix turns it
         # back into a typed object for GET and watch frames at the cost of a writelines.
@@ -65,6 +100,11 @@ class ResourceType:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def custom(self) -> bool:
+        """A custom resource (or an aggregated API's): not in a group kube-apiserver serves itself."""
+        return self.group not in BUILTIN_GROUPS
 
     @property
     def list_kind(self) -> str:

@@ -116,3 +116,22 @@ async def test_a_too_new_resource_version_is_kubes_504_timeout():
     resp = await (Harness(fresh_wait=0.05)).list(resourceVersion="99", resourceVersionMatch="NotOlderThan")
     assert resp.status == 504
     assert resp.json()["message"] == "Timeout: Too large resource version: 99, current: 10"
+
+
+@arun
+async def test_a_custom_resources_field_selector_beyond_name_and_namespace_goes_upstream():
+    # Perhaps one of the CRD's selectableFields (GA in 1.32): the upstream knows, the cache does not.
+    from watchcache.dispatch.cacher import Cacher
+    from watchcache.resources import ResourceType
+
+    widgets = ResourceType("example.com", "v1", "widgets", "Widget", True, "widget")
+    h = Harness()
+    cacher = Cacher(widgets)
+    cacher.replace([], 10)
+    h.ctx.cachers[widgets] = cacher
+    h.ctx.registry.add(widgets)
+    path = "/apis/example.com/v1/namespaces/default/widgets"
+    assert (await h.request(path, {"fieldSelector": "metadata.name=a"})).status == 200  # from the cache
+    await h.request(path, {"fieldSelector": "spec.color=red"})
+    assert h.upstream.forwarded == [path]
+    assert h.handler.passed_through == {"field-selector": 1}

@@ -77,11 +77,13 @@ class Encoding:
             + b',"items":['
         )
         parts = [head]
-        sep = b"{"
+        # A custom resource's items are unstructured objects in kube: they keep kind and apiVersion.
+        first = resource.typed_prefix if resource.custom else b"{"
+        sep, rest = first, b"," + first
         for obj in items:
             parts.append(sep)
             parts.append(obj.body)
-            sep = b",{"
+            sep = rest
         parts.append(b"]}")
         return parts
 

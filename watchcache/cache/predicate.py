@@ -8,8 +8,45 @@ from __future__ import annotations
 
 from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
+from watchcache.quoting import go_quote
 from watchcache.resources import ResourceType
-from watchcache.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+from watchcache.selectors import (
+    FieldSelector,
+    LabelSelector,
+    SelectorError,
+    UnsupportedFieldError,
+    parse_field_selector,
+    parse_label_selector,
+)
+
+_NOT_SUPPORTED = "field label not supported: {}"
+# Built-in kinds whose field selectors kube converts with a function of their own, and how it words
+# a field it does not know (k8s.io/kubernetes/pkg/apis/*/conversion.go). The others use
+# runtime.DefaultMetaV1FieldSelectorConversion's message (``_default_message``).
+_CONVERSION_MESSAGES: dict[tuple[str, str], str] = {
+    **{("", kind): _NOT_SUPPORTED for kind in ("Pod", "Node", "ReplicationController", "Event", "Namespace",
+                                               "Secret", "Service")},
+    ("certificates.k8s.io", "CertificateSigningRequest"): _NOT_SUPPORTED,
+    ("events.k8s.io", "Event"): _NOT_SUPPORTED,
+    ("batch", "Job"): "field label {q} not supported for Job",
+}  # fmt: skip
+
+
+class UnsupportedField(SelectorError):
+    """A field selector names a field the resource cannot select, worded as kube words it for the
+    kind. For a custom resource (``custom``) only the upstream knows: the CRD's selectableFields."""
+
+    def __init__(self, resource: ResourceType, field: str) -> None:
+        template = _CONVERSION_MESSAGES.get((resource.group, resource.kind))
+        if resource.custom:
+            template = _NOT_SUPPORTED
+        if template is None:
+            message = f'{go_quote(field)} is not a known field selector: only "metadata.name", "metadata.namespace"'
+        else:
+            message = template.format(field, q=go_quote(field))
+        super().__init__(message)
+        self.field = field
+        self.custom = resource.custom
 
 
 class SelectionPredicate:
@@ -28,12 +65,13 @@ class SelectionPredicate:
     def parse(
         cls, resource: ResourceType, namespace: str | None, label_selector: str, field_selector: str
     ) -> SelectionPredicate:
-        """Raises SelectorError (a 400 for the client) on bad syntax or an unsupported field."""
-        return cls(
-            namespace if resource.namespaced else None,
-            parse_label_selector(label_selector),
-            parse_field_selector(field_selector, resource.selectable_fields),
-        )
+        """Raises SelectorError (a 400 for the client) on bad syntax, UnsupportedField on a field the
+        resource cannot select."""
+        try:
+            fields = parse_field_selector(field_selector, resource.selectable_fields)
+        except UnsupportedFieldError as e:
+            raise UnsupportedField(resource, e.field) from None
+        return cls(namespace if resource.namespaced else None, parse_label_selector(label_selector), fields)
 
     def matches(self, obj: CachedObject) -> bool:
         if self.namespace is not None and obj.namespace != self.namespace:

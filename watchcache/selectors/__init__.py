@@ -1,6 +1,6 @@
 """Kubernetes label and field selectors with apimachinery's syntax, semantics and errors."""
 
-from watchcache.selectors.errors import SelectorError
+from watchcache.selectors.errors import SelectorError, UnsupportedFieldError
 from watchcache.selectors.fields import (
     FieldRequirement,
     FieldSelector,
@@ -17,6 +17,7 @@ __all__ = [
     "LabelSelector",
     "Operator",
     "SelectorError",
+    "UnsupportedFieldError",
     "escape_field_value",
     "parse_field_selector",
     "parse_label_selector",

@@ -1,4 +1,4 @@
-"""The one error type selector parsing raises."""
+"""The error type selector parsing raises, and its one special case (a field the resource cannot select)."""
 
 from __future__ import annotations
 
@@ -10,3 +10,12 @@ class SelectorError(ValueError):
     the same input, because it goes back to the client verbatim in a 400 BadRequest
     ``Status`` and people paste those into searches.
     """
+
+
+class UnsupportedFieldError(SelectorError):
+    """A field selector names a field the resource cannot select (``field``); the caller words it
+    for the resource's kind, as kube-apiserver's conversion functions do."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f"field label not supported: {field}")
+        self.field = field

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from watchcache.selectors.errors import SelectorError
+from watchcache.selectors.errors import SelectorError, UnsupportedFieldError
 from watchcache.selectors.labels import Operator
 
 __all__ = [
@@ -212,7 +212,7 @@ def parse_field_selector(text: str, supported: Collection[str]) -> FieldSelector
     reqs: list[FieldRequirement] = []
     for field, op, value in parsed:
         if field not in supported:
-            raise SelectorError(f"field label not supported: {field}")
+            raise UnsupportedFieldError(field)
         if not field and not value:
             continue  # apimachinery's Transform drops a term that is empty on both sides
         reqs.append(FieldRequirement(field, op, value))

@@ -46,39 +46,6 @@ METADATA_LIST = "PartialObjectMetadataList"
 TABLE = "Table"
 
 
-# The API groups kube-apiserver serves itself, through go-restful routes (the router layer).
-# Custom resources are served by the apiextensions handler, which has no router layer: an Accept
-# header the router would refuse is negotiated by the handler alone (``application/*`` is JSON).
-# A group not listed may be either, so such requests are left to the upstream.
-BUILTIN_GROUPS = frozenset(
-    {
-        "",
-        "admissionregistration.k8s.io",
-        "apiextensions.k8s.io",
-        "apiregistration.k8s.io",
-        "apps",
-        "authentication.k8s.io",
-        "authorization.k8s.io",
-        "autoscaling",
-        "batch",
-        "certificates.k8s.io",
-        "coordination.k8s.io",
-        "discovery.k8s.io",
-        "events.k8s.io",
-        "flowcontrol.apiserver.k8s.io",
-        "internal.apiserver.k8s.io",
-        "networking.k8s.io",
-        "node.k8s.io",
-        "policy",
-        "rbac.authorization.k8s.io",
-        "resource.k8s.io",
-        "scheduling.k8s.io",
-        "storage.k8s.io",
-        "storagemigration.k8s.io",
-    }
-)
-
-
 class PassReason(enum.StrEnum):
     """Why a request goes to the upstream instead of the cache: a small fixed set (a metric label)."""
 
@@ -92,6 +59,7 @@ class PassReason(enum.StrEnum):
     MEDIA_TYPE = "media-type"
     CONSISTENT_READ = "consistent-read"
     UPSTREAM_CONTINUE = "upstream-continue"  # the next page of a list the upstream answered
+    FIELD_SELECTOR = "field-selector"  # a custom resource's field only its CRD knows (selectableFields)
     UPGRADE = "upgrade"
 
 
@@ -323,7 +291,7 @@ def choose(header: str | None, endpoint: Endpoint, verb: str, resource: Resource
 
     Raises ``NotAcceptable`` where kube would answer 406 itself, before reading anything.
     """
-    if header and endpoint.passes_through and resource.group not in BUILTIN_GROUPS:
+    if header and endpoint.passes_through and resource.custom:
         produces = endpoint.media_types + STREAM_TYPES
         if not _router_accepts(header, produces):
             return PassReason.MEDIA_TYPE  # a custom resource has no router layer, an aggregated API has one

@@ -11,7 +11,7 @@ from watchcache.cache.continuetoken import UnverifiedContinueToken
 from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.listing import ListScope, list_page
 from watchcache.cache.object import object_key
-from watchcache.cache.predicate import SelectionPredicate
+from watchcache.cache.predicate import SelectionPredicate, UnsupportedField
 from watchcache.cache.semantics import ListOptions, Mode, ReadPlan, plan_get, plan_list
 from watchcache.cache.store import ResourceVersionTooNew, ResourceVersionTooOld, Snapshot
 from watchcache.dispatch import freshness
@@ -109,6 +109,10 @@ def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:
 def parse_predicate(cacher: Cacher, namespace: str, opts: ListOptions) -> SelectionPredicate:
     try:
         return SelectionPredicate.parse(cacher.resource, namespace, opts.label_selector, opts.field_selector)
+    except UnsupportedField as e:
+        if e.custom:  # perhaps one of the CRD's selectableFields: the upstream knows
+            raise PassThrough(PassReason.FIELD_SELECTOR) from None
+        raise apierrors.bad_request(str(e)) from None
     except SelectorError as e:
         raise apierrors.bad_request(str(e)) from None
 

@@ -1,0 +1,75 @@
+"""Custom resources are written as kube-apiserver writes them, and select what kube lets them select.
+
+kube-apiserver serves a custom resource as unstructured objects: every LIST item keeps its
+``kind``/``apiVersion`` (built-in kinds' items have none). A field selector on a custom resource
+may name the CRD's ``selectableFields``, which only the upstream knows: such a request is passed
+through. Built-in kinds refuse an unknown field with the wording of their own conversion function.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from watchcache.cache.encoding import FULL_JSON
+from watchcache.cache.object import encode_object
+from watchcache.cache.predicate import SelectionPredicate, UnsupportedField
+from watchcache.resources import CONFIGMAPS, DEPLOYMENTS, NODES, PODS, ResourceType
+from watchcache.selectors import SelectorError
+
+WIDGETS = ResourceType("example.com", "v1", "widgets", "Widget", True, "widget")
+CLUSTER_WIDGETS = ResourceType("example.com", "v1", "clusterwidgets", "ClusterWidget", False, "clusterwidget")
+
+
+def widget(name: str) -> dict:
+    return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name, "namespace": "ns",
+            "resourceVersion": "5"}, "spec": {"size": 1}}  # fmt: skip
+
+
+def test_custom_resource_list_items_keep_their_type_meta():
+    objs = [encode_object(WIDGETS, widget(n)) for n in ("a", "b")]
+    doc = orjson.loads(b"".join(FULL_JSON.list_parts(WIDGETS, objs, 7, None, None)))
+    assert [(i["kind"], i["apiVersion"], i["metadata"]["name"]) for i in doc["items"]] == [
+        ("Widget", "example.com/v1", "a"),
+        ("Widget", "example.com/v1", "b"),
+    ]
+    assert doc["kind"] == "WidgetList"
+
+
+def test_built_in_list_items_have_no_type_meta():
+    cm = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "5"}, "data": {}}
+    doc = orjson.loads(b"".join(FULL_JSON.list_parts(CONFIGMAPS, [encode_object(CONFIGMAPS, cm)], 7, None, None)))
+    assert "kind" not in doc["items"][0]
+
+
+@pytest.mark.parametrize(
+    ("resource", "message"),
+    [
+        (CONFIGMAPS, '"data.x" is not a known field selector: only "metadata.name", "metadata.namespace"'),
+        (DEPLOYMENTS, '"data.x" is not a known field selector: only "metadata.name", "metadata.namespace"'),
+        (PODS, "field label not supported: data.x"),
+        (NODES, "field label not supported: data.x"),
+    ],
+)
+def test_an_unknown_field_is_refused_in_kubes_words_for_the_kind(resource: ResourceType, message: str):
+    with pytest.raises(SelectorError) as e:
+        SelectionPredicate.parse(resource, "ns", "", "data.x=1")
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize(
+    ("resource", "selector"),
+    [(WIDGETS, "spec.size=1"), (CLUSTER_WIDGETS, "spec.size=1"), (CLUSTER_WIDGETS, "metadata.namespace=ns")],
+)
+def test_a_custom_resources_unknown_field_is_the_upstreams_to_judge(resource: ResourceType, selector: str):
+    # spec.size may be one of the CRD's selectableFields; a cluster-scoped CRD does not select on
+    # metadata.namespace (kube: "field label not supported")
+    with pytest.raises(UnsupportedField) as e:
+        SelectionPredicate.parse(resource, None, "", selector)
+    assert e.value.custom
+
+
+def test_a_custom_resource_selects_on_name_and_namespace_from_the_cache():
+    p = SelectionPredicate.parse(WIDGETS, "ns", "", "metadata.name=a,metadata.namespace=ns")
+    assert p.matches(encode_object(WIDGETS, widget("a")))
+    assert not p.matches(encode_object(WIDGETS, widget("b")))
