@@ -115,3 +115,28 @@ async def _own_endpoints_need_a_grant_on_their_path(path: str) -> None:
     assert (await send(h, path, "prometheus-token"))[0] == 200
     for health in ("/healthz", "/livez", "/readyz"):
         assert (await send(h, health))[0] == 200
+
+
+@pytest.mark.parametrize("path", ["/api/v1/namespaces/default/pods", "/api/v1/namespaces/default/pods?watch=1",
+                                  "/debug/cache"])  # fmt: skip
+@pytest.mark.parametrize(("token", "status"), [("not-a-token", 401), ("dave-token", 403)])
+def test_refusals_are_in_protobuf_for_a_protobuf_client_as_from_kube(path: str, token: str, status: int) -> None:
+    # kube-apiserver negotiates its 401/403 Status like any error: client-go's typed clients
+    # ("application/vnd.kubernetes.protobuf,application/json") get it in protobuf.
+    async def run() -> None:
+        h, _ = handler()
+        accept = "application/vnd.kubernetes.protobuf,application/json"
+        hdrs = {"authorization": f"Bearer {token}", "accept": accept}
+        req = Request("GET", path.encode(), path.split("?", 1)[0], {}, hdrs, b"", "1.1", "test")
+        with pytest.raises(apierrors.StatusError) as e:
+            await h(req, FakeResponse())
+        assert e.value.code == status
+        assert e.value.content_type == "application/vnd.kubernetes.protobuf"
+        assert e.value.body().startswith(b"k8s\x00")
+        hdrs["accept"] = "application/json"
+        req = Request("GET", path.encode(), path.split("?", 1)[0], {}, hdrs, b"", "1.1", "test")
+        with pytest.raises(apierrors.StatusError) as e:
+            await h(req, FakeResponse())
+        assert (e.value.code, e.value.content_type) == (status, "application/json")
+
+    asyncio.run(run())

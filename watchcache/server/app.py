@@ -188,7 +188,7 @@ class ApiHandler:
         route = self.routes.get(path)
         if (route is not None or path == "/debug/cache") and self.ctx.gate is not None:
             # The proxy's own endpoints, as kube-apiserver's: a SubjectAccessReview for the path.
-            await self.ctx.gate.check_path(request, peercert=request.peercert)
+            await self._authorize(request, None)
         if route is not None:
             content_type = "text/plain; version=0.0.4; charset=utf-8" if path == "/metrics" else "application/json"
             response.send(200, await route(), content_type=content_type)
@@ -207,7 +207,7 @@ class ApiHandler:
         decision = self._decide(request, info)
         if isinstance(decision, NotAcceptable):
             if self.ctx.gate is not None:
-                await self.ctx.gate.check(request, info, peercert=request.peercert)
+                await self._authorize(request, info)
             if decision.media in (None, JSON) or not self.endpoint.passes_through:
                 raise decision
             decision = PassReason.MEDIA_TYPE  # kube writes this 406 in YAML or protobuf: let it
@@ -215,7 +215,7 @@ class ApiHandler:
             if self.ctx.gate is not None:
                 # Before any cached byte, and before a follower replica is built for it: 401/403
                 # as the upstream would answer (once per watch).
-                await self.ctx.gate.check(request, info, peercert=request.peercert)
+                await self._authorize(request, info)
             if not self._cache_for(resource):
                 decision = PassReason.UNCACHED_RESOURCE
         if isinstance(decision, Encoding):
@@ -249,6 +249,19 @@ class ApiHandler:
         finally:
             self.streams -= 1
         return verb, resource
+
+    async def _authorize(self, request: Request, info: RequestInfo | None) -> None:
+        """The gate's review of a cached read (``info``) or of one of this server's own paths; its
+        401/403 encoded as kube encodes them for the client's Accept (protobuf for client-go's typed clients)."""
+        gate = self.ctx.gate
+        assert gate is not None
+        try:
+            if info is None:
+                await gate.check_path(request, peercert=request.peercert)
+            else:
+                await gate.check(request, info, peercert=request.peercert)
+        except apierrors.StatusError as e:
+            raise render_error(e, request.headers.get("accept"), self.endpoint) from None
 
     def _decide(self, request: Request, info: RequestInfo) -> Encoding | PassReason | NotAcceptable:
         """How the cache answers this request (an encoding), why it does not, or kube's 406 for it."""
