@@ -198,11 +198,6 @@ def _comparable(answer: Any, *, list_body: bool) -> Any:
         if "continue" in meta:
             meta["continue"] = "<token>"
         doc = {**doc, "metadata": meta}
-    if isinstance(doc, dict) and doc.get("kind") == "WidgetList":
-        # Known difference, not negotiation: kube keeps kind/apiVersion on a custom resource's list
-        # items, the cache stores objects without TypeMeta (clients fill it in from the list).
-        items = [{k: v for k, v in i.items() if k not in ("kind", "apiVersion")} for i in doc["items"]]
-        doc = {**doc, "items": items}
     if isinstance(doc, dict) and doc.get("kind") == "Table":
         # Age cells are relative to the moment of the answer
         doc = {**doc, "rows": [{"object": r["object"]} for r in doc.get("rows", [])]}
