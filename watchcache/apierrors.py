@@ -84,7 +84,7 @@ def bad_request(message: str) -> StatusError:
 def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str, str]]) -> StatusError:
     """422 Invalid; ``causes`` are (field, reason, message) as in ``field.ErrorList``."""
     qualified = f"{kind}.{group}" if group else kind
-    text = "; ".join(f"{field}: {msg}" for field, _, msg in causes)
+    text = ", ".join(f"{field}: {msg}" for field, _, msg in causes)  # as utilerrors.NewAggregate
     message = f'{qualified} "{name}" is invalid: ' + ("[" + text + "]" if len(causes) > 1 else text)
     # kube's StatusDetails: name and group are omitted when empty (ListOptions has no name).
     details: dict[str, Any] = {"name": name} if name else {}

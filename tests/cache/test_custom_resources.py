@@ -73,3 +73,14 @@ def test_a_custom_resource_selects_on_name_and_namespace_from_the_cache():
     p = SelectionPredicate.parse(WIDGETS, "ns", "", "metadata.name=a,metadata.namespace=ns")
     assert p.matches(encode_object(WIDGETS, widget("a")))
     assert not p.matches(encode_object(WIDGETS, widget("b")))
+
+
+def test_a_custom_resources_last_page_says_continue_empty():
+    # kube's unstructured lists write "continue": "" when there is no next page (built-in kinds omit it)
+    objs = [encode_object(WIDGETS, widget("a"))]
+    assert orjson.loads(b"".join(FULL_JSON.list_parts(WIDGETS, objs, 7, None, None)))["metadata"] == {
+        "resourceVersion": "7",
+        "continue": "",
+    }
+    paged = orjson.loads(b"".join(FULL_JSON.list_parts(WIDGETS, objs, 7, "tok", 3)))["metadata"]
+    assert paged == {"resourceVersion": "7", "continue": "tok", "remainingItemCount": 3}

@@ -135,3 +135,41 @@ async def test_a_custom_resources_field_selector_beyond_name_and_namespace_goes_
     await h.request(path, {"fieldSelector": "spec.color=red"})
     assert h.upstream.forwarded == [path]
     assert h.handler.passed_through == {"field-selector": 1}
+
+
+@arun
+async def test_several_invalid_list_options_are_listed_as_kube_aggregates_them():
+    resp = await (Harness()).request(
+        "/api/v1/namespaces/default/pods", {"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "Exact"}
+    )
+    assert resp.status == 422
+    assert resp.json()["message"] == (
+        'ListOptions.meta.k8s.io "" is invalid: [resourceVersionMatch: Forbidden: sendInitialEvents requires setting '
+        'resourceVersionMatch to NotOlderThan, resourceVersionMatch: Unsupported value: "Exact": supported values: '
+        '"NotOlderThan"]'
+    )
+
+
+@arun
+async def test_a_list_with_an_unparsable_resource_version_says_invalid_resource_version():
+    resp = await (Harness()).list(resourceVersion="abc")
+    assert (resp.status, resp.json()["message"]) == (
+        400,
+        'invalid resource version: resourceVersion: Invalid value: "abc": strconv.ParseUint: parsing "abc": '
+        "invalid syntax",
+    )
+
+
+@arun
+async def test_a_continue_token_is_read_before_the_resource_version_next_to_it():
+    # kube: a garbage token is "invalid continue token" whatever the resourceVersion beside it;
+    # a good one with a resourceVersion other than 0 is refused for the combination.
+    h = Harness()
+    resp = await h.list(**{"continue": "not-a-token", "resourceVersion": "5"})
+    assert resp.status == 400 and resp.json()["message"].startswith("invalid continue token: ")
+    token = (await h.list(limit="2")).json()["metadata"]["continue"]
+    resp = await h.list(**{"continue": token, "resourceVersion": "5"})
+    assert (resp.status, resp.json()["message"]) == (
+        400,
+        "specifying resource version is not allowed when using continue",
+    )

@@ -28,12 +28,16 @@ PROTOBUF = "application/vnd.kubernetes.protobuf"
 _EVENT_TAIL = frame_tail()
 
 
-def _json_list_meta(rv: int, continue_token: str | None, remaining: int | None) -> bytes:
+def _json_list_meta(rv: int, continue_token: str | None, remaining: int | None, *, unstructured: bool = False) -> bytes:
+    """ListMeta; ``unstructured`` (a custom resource's list, as kube writes it): ``"continue": ""`` on
+    the last page, which typed lists omit."""
     meta = b'{"resourceVersion":"' + str(rv).encode() + b'"'
     if continue_token is not None:
         meta += b',"continue":"' + continue_token.encode() + b'"'
         if remaining is not None:
             meta += b',"remainingItemCount":' + str(remaining).encode()
+    elif unstructured:
+        meta += b',"continue":""'
     return meta + b"}"
 
 
@@ -73,7 +77,7 @@ class Encoding:
             + b'","apiVersion":"'
             + resource.api_version.encode()
             + b'","metadata":'
-            + _json_list_meta(rv, continue_token, remaining)
+            + _json_list_meta(rv, continue_token, remaining, unstructured=resource.custom)
             + b',"items":['
         )
         parts = [head]

@@ -134,21 +134,25 @@ def plan_list(opts: ListOptions, codec: ContinueCodec) -> ReadPlan:
     validate_list_options(opts)
     rv_text = opts.resource_version
     if opts.continue_token:
-        # "Invalid, treated as Continue Token, Exact" for "0"; HTTP 400 for any other value.
-        if rv_text and rv_text != "0":
-            raise apierrors.bad_request("specifying resource version is not allowed when using continue")
+        # The token first, as kube: a bad one is "invalid continue token" whatever else is given.
         try:
             rv, start, group = codec.decode_with_group(opts.continue_token)
         except UnverifiedContinueToken:
             raise  # the caller decides: the upstream's own token, or a forgery (400)
         except InvalidContinueToken as e:
             raise apierrors.bad_request(f"invalid continue token: {e}") from None
+        # "Invalid, treated as Continue Token, Exact" for "0"; HTTP 400 for any other value.
+        if rv_text and rv_text != "0":
+            raise apierrors.bad_request("specifying resource version is not allowed when using continue")
         return ReadPlan(Mode.CONTINUE, rv, start, group)
     if not rv_text:
         return ReadPlan(Mode.MOST_RECENT)
     if rv_text == "0":
         return ReadPlan(Mode.ANY)
-    rv = parse_resource_version(rv_text)
+    try:
+        rv = parse_resource_version(rv_text)
+    except apierrors.StatusError as e:  # a LIST words it so (a GET or WATCH does not)
+        raise apierrors.bad_request(f"invalid resource version: {e.message}") from None
     match = opts.resource_version_match
     if match == EXACT:
         return ReadPlan(Mode.EXACT, rv)
