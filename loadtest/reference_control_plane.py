@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="direct+proxy rounds (default 3)")
     parser.add_argument("--workdir", type=Path, help="keep the components' logs here (default: a temporary dir)")
+    parser.add_argument("--proxy-args", default="", help="more flags for watchcache serve, e.g. '--workers 1'")
+    parser.add_argument(
+        "--identity", choices=("token", "certificate"), default="token",
+        help="the components' credential: the admin token, or a system:masters client certificate (default token)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         kube = KubeEnv.from_environ()
@@ -39,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="reference-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        result = compare(kube, workdir, rounds=args.rounds, suffix="-bench")
+        result = compare(
+            kube, workdir, rounds=args.rounds, suffix="-bench", proxy_args=tuple(args.proxy_args.split()),
+            identity=args.identity,
+        )  # fmt: skip
     print(table(result))
     slow = result.slow_steps()
     if slow:

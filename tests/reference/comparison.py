@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.reference.controlplane import PATTERNS, ControlPlane
 from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, start_proxy, wait_for, write_kubeconfig
 from tests.reference.kubelet import FakeKubelet
@@ -43,6 +45,11 @@ class Comparison:
     runs: list[Run] = field(default_factory=list)
     kubelet_errors: list[str] = field(default_factory=list)
     proxy_log: list[str] = field(default_factory=list)
+    # The proxy's own counts over its runs (its /metrics, summed over workers): requests passed through
+    # by reason, how their clients were presented upstream, consistent reads served or passed through.
+    passthrough: Counter[str] = field(default_factory=Counter)
+    identity_routes: Counter[str] = field(default_factory=Counter)
+    consistent_reads: Counter[str] = field(default_factory=Counter)
 
     def of(self, target: str) -> list[Run]:
         return [r for r in self.runs if r.target == target]
@@ -65,15 +72,41 @@ def allowance(direct: float) -> float:
     return max(RATIO * direct, FLOOR)
 
 
-def compare(kube: KubeEnv, workdir: Path, *, rounds: int = 1, suffix: str = "") -> Comparison:
-    """``rounds`` x (direct, proxy), each with a fresh controller manager and scheduler."""
+def compare(
+    kube: KubeEnv,
+    workdir: Path,
+    *,
+    rounds: int = 1,
+    suffix: str = "",
+    proxy_args: tuple[str, ...] = (),
+    identity: str = "token",
+) -> Comparison:
+    """``rounds`` x (direct, proxy), each with a fresh controller manager and scheduler; ``proxy_args``
+    are added to ``watchcache serve``'s (default: none, so default workers).
+
+    ``identity``: the components authenticate with the admin token (passed through as given), or
+    (``certificate``) with a client certificate of ``system:masters`` signed by the cluster's CA, as
+    kubeadm's components do: the proxy then verifies it (``--client-ca-file``) and presents the
+    apiserver's front-proxy certificate for their pass-through requests (``--client-cert-passthrough
+    front-proxy``, the default once ``--proxy-client-cert-file`` is given).
+    """
     api = Api(kube.url, kube.token, kube.ca)
     ensure_crd(api)
     serving = Serving.make(workdir)
-    proxy = start_proxy(kube, serving, resources=f"{DEFAULT_RESOURCES},{CRD_RESOURCE}")
+    token: str | None = kube.token
+    cert = None
+    if identity == "certificate":
+        assert kube.front_proxy is not None, "KUBE_REFERENCE_FRONT_PROXY_CERT unset"
+        cert = kube.issue_client_cert(workdir, "control-plane", "/CN=reference-control-plane/O=system:masters")
+        token = None
+        proxy_args = (
+            "--client-ca-file", kube.ca, "--proxy-client-cert-file", str(kube.front_proxy.crt),
+            "--proxy-client-key-file", str(kube.front_proxy.key), *proxy_args,
+        )  # fmt: skip
+    proxy = start_proxy(kube, serving, *proxy_args, resources=f"{DEFAULT_RESOURCES},{CRD_RESOURCE}")
     kubeconfigs = {
-        "direct": write_kubeconfig(workdir / "direct.kubeconfig", kube.url, kube.ca, kube.token),
-        "proxy": write_kubeconfig(workdir / "proxy.kubeconfig", proxy.url, str(serving.ca.crt), kube.token),
+        "direct": write_kubeconfig(workdir / "direct.kubeconfig", kube.url, kube.ca, token, cert),
+        "proxy": write_kubeconfig(workdir / "proxy.kubeconfig", proxy.url, str(serving.ca.crt), token, cert),
     }
     result = Comparison()
     try:
@@ -85,6 +118,7 @@ def compare(kube: KubeEnv, workdir: Path, *, rounds: int = 1, suffix: str = "") 
                         _run(kube, api, kubeconfigs[target], workdir / f"{target}-{n}", target, namespace)
                     )
             result.kubelet_errors = kubelet.errors
+        _scrape(Api(proxy.url, kube.token, str(serving.ca.crt)), result)
     finally:
         proxy.stop()
         result.proxy_log = proxy.log
@@ -106,6 +140,20 @@ def _run(kube: KubeEnv, api: Api, kubeconfig: Path, workdir: Path, target: str, 
                 api.delete(scenario.ns)
                 wait_for(lambda: not api.exists(scenario.ns), 120, f"{namespace} deleted after a failure")
         return Run(target, times, cp.counts(), synced)
+
+
+def _scrape(proxy: Api, result: Comparison) -> None:
+    status, _, body = proxy.raw("GET", "/metrics", accept="text/plain")
+    assert status == 200, body[:300]
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name == "watchcache_passthrough_requests_total":
+                result.passthrough[sample.labels["reason"]] += int(sample.value)
+            elif sample.name == "watchcache_passthrough_identity_total":
+                result.identity_routes[sample.labels["route"]] += int(sample.value)
+            elif sample.name == "apiserver_watch_cache_consistent_read_total":
+                served = "passed through" if sample.labels.get("fallback") == "true" else "from the cache"
+                result.consistent_reads[served] += int(sample.value)
 
 
 def table(result: Comparison) -> str:
@@ -130,7 +178,16 @@ def table(result: Comparison) -> str:
             for c in ("kube-controller-manager", "kube-scheduler")
         ]
         rows.append(f"| {pattern} | {' | '.join(cells)} |")
+    rows.append("")
+    rows.append("watchcache over its runs:")
+    rows.append(f"- passed through, by reason: {_counts(result.passthrough)}")
+    rows.append(f"- pass-through identity: {_counts(result.identity_routes)}")
+    rows.append(f"- consistent reads: {_counts(result.consistent_reads)}")
     return "\n".join(rows)
+
+
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counter.most_common() if v) or "none"
 
 
 def _range(values: list[float]) -> str:

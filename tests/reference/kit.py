@@ -45,6 +45,20 @@ class KubeEnv:
     bin: Path
     home: Path
     control_plane: bool
+    front_proxy: Pair | None = None  # the request-header client certificate the apiserver believes
+
+    def issue_client_cert(self, workdir: Path, name: str, subject: str) -> Pair:
+        """A client certificate signed by the kit's CA (which the apiserver trusts), made from a copy
+        of the CA in ``workdir`` so that nothing is written into the kit's pki/."""
+        pki = self.home / "pki"
+        ca = Pair(workdir / "kit-ca.crt", workdir / "kit-ca.key")
+        ca.crt.write_bytes((pki / "ca.crt").read_bytes())
+        ca.key.write_bytes((pki / "ca.key").read_bytes())
+        ca.key.chmod(0o600)
+        try:
+            return Pki(workdir).issue(ca, name, subject)
+        finally:
+            ca.key.unlink()
 
     @classmethod
     def from_environ(cls) -> KubeEnv:
@@ -60,6 +74,9 @@ class KubeEnv:
             Path(e.get("KUBE_REFERENCE_BIN", "")),
             Path(e.get("KUBE_REFERENCE_HOME", "")),
             e.get("KUBE_REFERENCE_CONTROL_PLANE") == "1",
+            Pair(Path(e["KUBE_REFERENCE_FRONT_PROXY_CERT"]), Path(e["KUBE_REFERENCE_FRONT_PROXY_KEY"]))
+            if e.get("KUBE_REFERENCE_FRONT_PROXY_CERT")
+            else None,
         )
 
 
@@ -228,13 +245,17 @@ def _ready(api: Api) -> bool:
         return False
 
 
-def write_kubeconfig(path: Path, server: str, ca_file: str, token: str) -> Path:
-    """A kubeconfig for ``server`` with the CA that signed its certificate and a bearer token."""
+def write_kubeconfig(path: Path, server: str, ca_file: str, token: str | None, cert: Pair | None = None) -> Path:
+    """A kubeconfig for ``server`` with the CA that signed its certificate, and a bearer token or a
+    client certificate."""
+    user: dict[str, str] = {"token": token} if token else {}
+    if cert is not None:
+        user = {"client-certificate": str(cert.crt), "client-key": str(cert.key)}
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "target", "cluster": {"server": server, "certificate-authority": ca_file}}],
-        "users": [{"name": "user", "user": {"token": token}}],
+        "users": [{"name": "user", "user": user}],
         "contexts": [{"name": "target", "context": {"cluster": "target", "user": "user"}}],
         "current-context": "target",
     }

@@ -10,6 +10,7 @@ and every step through the proxy must complete within ``RATIO`` x its time direc
 seconds for sub-second steps). The components' logs must show no watch decode error, no
 Unauthorized/Forbidden, and no more (re)lists through the proxy than direct.
 
+It runs twice: the components authenticate with a bearer token, then with a client certificate.
 The timing table is printed (``make test-reference`` shows it; ``python -m
 loadtest.reference_control_plane --rounds 3`` gives ranges over rounds, as in docs/deploy.md).
 """
@@ -28,16 +29,18 @@ from tests.reference.kit import KubeEnv, needs_kube
 pytestmark = [pytest.mark.reference, needs_kube]
 
 
-@pytest.fixture(scope="module")
-def comparison(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+@pytest.fixture(scope="module", params=["token", "certificate"])
+def comparison(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    """The components' credential: the admin token (passed through as given), or a client certificate
+    (verified by the proxy, passed through with the front-proxy certificate)."""
     kube = KubeEnv.from_environ()
     reason = other_controller_manager(kube)
     if reason:
         pytest.skip(reason)
-    workdir = tmp_path_factory.mktemp("control-plane")
-    suffix = "-" + os.environ.get("PYTEST_XDIST_WORKER", "main")
-    result = compare(kube, Path(workdir), rounds=1, suffix=suffix)
-    print(f"\n{table(result)}\n(components' logs: {workdir})")
+    workdir = tmp_path_factory.mktemp(f"control-plane-{request.param}")
+    suffix = f"-{request.param[:4]}-" + os.environ.get("PYTEST_XDIST_WORKER", "main")
+    result = compare(kube, Path(workdir), rounds=1, suffix=suffix, identity=request.param)
+    print(f"\n[{request.param}]\n{table(result)}\n(components' logs: {workdir})")
     return result
 
 
@@ -57,6 +60,15 @@ def test_no_decode_error_no_auth_failure_no_extra_relist(comparison: Comparison)
         assert comparison.total("proxy", component, lists) == comparison.total("direct", component, lists), table(
             comparison
         )
+
+
+@pytest.mark.timeout(900)
+def test_the_components_reached_the_apiserver_as_themselves(comparison: Comparison) -> None:
+    routes = comparison.identity_routes
+    assert routes["refused"] == 0
+    # a token as given ("client"); a certificate user through the front-proxy certificate
+    assert routes["client"] > 0 or routes["front-proxy"] > 0, routes
+    assert not (routes["client"] and routes["front-proxy"]), routes
 
 
 @pytest.mark.timeout(900)
