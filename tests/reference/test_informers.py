@@ -24,7 +24,7 @@ import pytest
 from tests.e2e.conftest import Proc
 from tests.e2e.metaclient import Target
 from tests.reference.informers import FLAVORS, Informer
-from tests.reference.kit import Api, ApiError, KubeEnv, Serving, needs_kube, start_proxy, wait_for
+from tests.reference.kit import Api, KubeEnv, Serving, drop_namespace, needs_kube, start_proxy, wait_for
 
 pytestmark = [pytest.mark.reference, needs_kube]
 
@@ -57,18 +57,7 @@ def _obj(resource: str, name: str, i: int) -> dict:
 
 
 def _clean(api: Api) -> None:
-    if not api.exists(f"/api/v1/namespaces/{NS}"):
-        return
-    # No controller manager: the test deletes the content (a finalized namespace would leave it in etcd)
-    for resource in (*KINDS, "serviceaccounts"):
-        api.delete(f"/api/v1/namespaces/{NS}/{resource}", gracePeriodSeconds=0)
-    api.delete(f"/api/v1/namespaces/{NS}")
-    try:
-        api.call("PUT", f"/api/v1/namespaces/{NS}/finalize", {"metadata": {"name": NS}, "spec": {"finalizers": []}})
-    except ApiError as e:
-        if e.status != 404:
-            raise
-    wait_for(lambda: not api.exists(f"/api/v1/namespaces/{NS}"), 60, f"{NS} gone")
+    drop_namespace(api, NS, (*KINDS, "serviceaccounts"))
 
 
 @pytest.fixture(scope="module")
