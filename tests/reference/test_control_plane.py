@@ -11,6 +11,8 @@ seconds for sub-second steps). The components' logs must show no watch decode er
 Unauthorized/Forbidden, and no more (re)lists through the proxy than direct.
 
 It runs twice: the components authenticate with a bearer token, then with a client certificate.
+The apiserver is shared: while a controller manager runs, it acts on every namespace (it finalizes
+namespaces other tests left Terminating, collects their orphans), as it would in a cluster.
 The timing table is printed (``make test-reference`` shows it; ``python -m
 loadtest.reference_control_plane --rounds 3`` gives ranges over rounds, as in docs/deploy.md).
 """
