@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.reference.controlplane import PATTERNS, ControlPlane
 from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, start_proxy, wait_for, write_kubeconfig
 from tests.reference.kubelet import FakeKubelet
-from tests.reference.scenario import CRD_RESOURCE, STEPS, Scenario, ensure_crd
+from tests.reference.scenario import CRD_NAME, CRD_RESOURCE, STEPS, Scenario, ensure_crd
 
 TARGETS = ("direct", "proxy")
 # A step through the proxy may take 1.5x its time direct, or FLOOR seconds, whichever is more:
@@ -122,6 +122,7 @@ def compare(
     finally:
         proxy.stop()
         result.proxy_log = proxy.log
+        api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
         api.close()
     return result
 
