@@ -29,6 +29,10 @@ __all__ = ["ADDED", "DELETED", "MODIFIED", "Harness", "WatchStream", "until"]
 class FakeUpstream:
     """Knows the upstream's rv; proves nothing (the cache reaches an rv by the test's writes)."""
 
+    # As the simulated cluster: an rv older than the window is compacted (a proxy's upstream may
+    # still have it: tests set this to True to see such reads passed through).
+    answers_old_reads = False
+
     def __init__(self) -> None:
         self.rv = 0
         self.consistent_calls = 0

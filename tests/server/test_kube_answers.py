@@ -111,6 +111,21 @@ async def test_a_too_old_exact_list_is_kubes_410():
 
 
 @arun
+async def test_a_too_old_exact_list_passes_through_to_an_upstream_that_may_still_have_it():
+    # kube-apiserver reads an Exact LIST older than its watch cache from etcd (200 until etcd
+    # compacts it): in front of it the proxy cannot know, so the upstream answers.
+    h = Harness(max_events=2)
+    h.upstream.answers_old_reads = True
+    for i in range(4):
+        h.write("MODIFIED", "p0", labels={"n": str(i)})
+    await h.list(resourceVersion="10", resourceVersionMatch="Exact")
+    assert h.upstream.forwarded == ["/api/v1/namespaces/default/pods"]
+    # Inside the window the cache answers itself.
+    resp = await h.list(resourceVersion=str(h.cacher.rv), resourceVersionMatch="Exact")
+    assert resp.status == 200 and h.upstream.forwarded == ["/api/v1/namespaces/default/pods"]
+
+
+@arun
 async def test_a_too_new_resource_version_is_kubes_504_timeout():
     # kube: NewTimeoutError: "Timeout: Too large resource version: N, current: M"
     resp = await (Harness(fresh_wait=0.05)).list(resourceVersion="99", resourceVersionMatch="NotOlderThan")

@@ -25,6 +25,11 @@ class Upstream(Progress, Protocol):
     """Where the truth is: answers what the cache cannot (writes, the rest of the API), and tells a
     cache that is behind where the upstream is and proves its progress (``freshness.Progress``)."""
 
+    # True when the upstream may still answer an exact read older than this cache's history
+    # (kube-apiserver reads it from etcd until etcd compacts it): such a LIST passes through
+    # instead of getting our 410. False when the upstream's history is this cache's own (the sim).
+    answers_old_reads: bool
+
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         """Answer a request the cache does not serve. Raises StatusError."""
 

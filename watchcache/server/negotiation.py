@@ -61,6 +61,7 @@ class PassReason(enum.StrEnum):
     UPSTREAM_CONTINUE = "upstream-continue"  # the next page of a list the upstream answered
     FIELD_SELECTOR = "field-selector"  # a custom resource's field only its CRD knows (selectableFields)
     UPGRADE = "upgrade"
+    OLD_EXACT_READ = "old-exact-read"  # an Exact LIST older than the history window (kube reads etcd)
 
 
 @dataclass(frozen=True)

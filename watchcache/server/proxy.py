@@ -15,6 +15,10 @@ from watchcache.upstream.identity import PassthroughIdentity
 
 
 class ProxyUpstream:
+    # kube-apiserver answers an Exact LIST older than its watch cache from etcd (200 until etcd
+    # compacts that revision, then 410): only it can say which.
+    answers_old_reads = True
+
     def __init__(
         self,
         client: UpstreamClient,

@@ -100,6 +100,8 @@ def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:
                 # key at the newest rv, for clients that accept a list that is not one snapshot.
                 token = ctx.codec.encode(cache.rv, plan.start, cache.group_size(cache.rv)) if plan.start else None
                 raise apierrors.resource_expired(CONTINUE_TOO_OLD, list_continue=token) from None
+            if ctx.upstream.answers_old_reads:
+                raise PassThrough(PassReason.OLD_EXACT_READ) from None
             raise apierrors.resource_expired(apierrors.LIST_TOO_OLD) from None
         except ResourceVersionTooNew as e:  # the cache moved backwards: a relist restarted it
             raise apierrors.too_large_resource_version(e.requested, e.current) from None

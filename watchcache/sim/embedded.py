@@ -36,6 +36,9 @@ _WRITES = frozenset({"create", "update", "patch", "delete"})
 
 
 class SimUpstream:
+    # The cluster's history is its caches' own: an rv older than their window is compacted.
+    answers_old_reads = False
+
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
         self.discovery = Discovery(cluster.registry)
