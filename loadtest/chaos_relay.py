@@ -9,8 +9,8 @@ connection to the target, byte for byte. A control endpoint (``--control``, HTTP
 
 ``latency`` delays every chunk in each direction (order kept), ``bandwidth`` caps each direction
 of each connection (0: unlimited), ``split`` (bytes, 0: off) writes each chunk in pieces of at most
-that size a couple of milliseconds apart, so that the receiver reads them separately (a watch
-stream's lines, and groups of lines, then straddle network reads). Settings apply to chunks
+that size ``split_pause`` seconds apart (default 2 ms), so that the receiver reads them
+separately (a watch stream's lines, and groups of lines, then straddle network reads). Settings apply to chunks
 read after the change, on existing connections too. Backpressure is kept: a bounded queue per
 direction, and writes are drained, so a throttled watch stream fills the upstream's buffers as a
 slow network would.
@@ -43,6 +43,7 @@ class Settings:
     jitter: float = 0.0
     bandwidth: int = 0
     split: int = 0
+    split_pause: float = SPLIT_PAUSE
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Relay:
             jitter=max(0.0, float(spec.get("jitter", 0.0))),
             bandwidth=max(0, int(spec.get("bandwidth", 0))),
             split=max(0, int(spec.get("split", 0))),
+            split_pause=max(0.0, float(spec.get("split_pause", SPLIT_PAUSE))),
         )
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -141,7 +143,7 @@ class Relay:
             if split:
                 for i in range(0, len(data), split):
                     if i:
-                        await asyncio.sleep(SPLIT_PAUSE)
+                        await asyncio.sleep(self.settings.split_pause)
                     dst.write(data[i : i + split])
                     await dst.drain()
             else:

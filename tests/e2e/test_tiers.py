@@ -2,18 +2,23 @@
 
 ::
 
-    watchcache sim --state-file J   <-  inner: serve --upstream sim --workers 2
+    watchcache sim --state-file J   <-  cut (a relay in this process: closed and reopened to cut the
+                                        inner tier off its upstream while the changes are made)
+                                    <-  inner: serve --upstream cut --workers 2
                                     <-  relay (in this process; during the relist it writes every chunk
-                                        in 150-byte pieces, so groups of events straddle network reads)
+                                        in 150-byte pieces 25 ms apart, so groups of events straddle
+                                        network reads)
                                     <-  outer: serve --upstream relay  <-  informer-style clients
 
 The clients (``tests/reliability/clients.py``) list in pages of 7 items (every list is chunked,
 read at the first page's rv while the sim churns pods), watch with bookmarks and resume every few
-seconds from the newest rv they saw. The inner tier is made to relist configmaps — a compaction
-while its configmaps rv trails the upstream's, so its resume gets 410 — while changes it never
-saw are made: one configmap created, three deleted, one modified. Its diff (the three deletions
-share one rv) travels to the outer tier as ordinary events, split across reads by the relay. The
-watch-guarantee checker (``tests/reliability/checker.py``) then checks every client's record
+seconds from the newest rv they saw. The inner tier is made to relist configmaps: cut off its
+upstream, it misses changes made meanwhile — one configmap created, three deleted, one
+modified — and a compaction after them, so its resume gets 410 whatever rv it held. Its diff
+travels to the outer tier announced (a BOOKMARK annotated with its end rv), split across reads by
+the relay; the outer tier buffers it and applies it as one relist of its own, so no client of it
+ever reads the diff's intermediate states (its deletions' rvs are stamped, not the upstream's).
+The watch-guarantee checker (``tests/reliability/checker.py``) then checks every client's record
 against the sim's journal: nothing lost, repeated or reordered, every LIST the state at its rv.
 """
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -46,6 +52,7 @@ SPECS = [
     WatchSpec("pods", "ns-1"),
 ]
 DOOMED = ["e2e-del-0", "e2e-del-1", "e2e-del-2"]
+TOOK_DIFF = re.compile(r"took the upstream's relist diff of configmaps at rv (\d+): \d+ changes in (\d+) reads")
 
 
 def relist_rvs(*procs: Proc) -> dict[str, set[int]]:
@@ -90,29 +97,32 @@ def test_two_tiers_compose_lists_resumes_and_a_relist_of_the_inner_tier(tmp_path
     )  # fmt: skip
     procs: list[Proc] = [sim]
     try:
-        # The sim never bookmarks (300 s): a bookmark could bring the inner tier's configmaps rv level
-        # with the upstream's and spare it the relist this test is about.
-        inner = start("serve", "--upstream", sim.url, "--resources", "pods,configmaps", "--workers", "2",
-                      "--bookmark-interval", "1")  # fmt: skip
-        procs.append(inner)
-        wait_ready(inner)
-        asyncio.run(scenario(journal, sim, inner, procs))
+        asyncio.run(scenario(journal, sim, procs))
     finally:
         for proc in reversed(procs):
             with contextlib.suppress(Exception):
                 proc.stop()
 
 
-async def scenario(journal: Path, sim: Proc, inner: Proc, procs: list[Proc]) -> None:
+async def serve(upstream_port: int, workers: int) -> Proc:
+    proc = await asyncio.to_thread(
+        start, "serve", "--upstream", f"http://127.0.0.1:{upstream_port}", "--resources", "pods,configmaps",
+        "--workers", str(workers), "--bookmark-interval", "1",
+    )  # fmt: skip
+    await asyncio.to_thread(wait_ready, proc)
+    return proc
+
+
+async def scenario(journal: Path, sim: Proc, procs: list[Proc]) -> None:
+    sim_host, sim_port = sim.host_port.split(":")
+    cut = Relay(sim_host, int(sim_port))
+    cut_port = await cut.start("127.0.0.1", 0)
+    inner = await serve(cut_port, workers=2)
+    procs.append(inner)
     host, inner_port = inner.host_port.split(":")
     relay = Relay(host, int(inner_port))
-    port = await relay.start("127.0.0.1", 0)
-    outer = await asyncio.to_thread(
-        start, "serve", "--upstream", f"http://127.0.0.1:{port}", "--resources", "pods,configmaps",
-        "--workers", "1", "--bookmark-interval", "1",
-    )  # fmt: skip
+    outer = await serve(await relay.start("127.0.0.1", 0), workers=1)
     procs.append(outer)
-    await asyncio.to_thread(wait_ready, outer)
     for name in ["e2e-keep", "e2e-mod", *DOOMED]:
         await asyncio.to_thread(write, sim.url, "POST", cm_path("ns-0"), labelled(name))
 
@@ -133,22 +143,29 @@ async def scenario(journal: Path, sim: Proc, inner: Proc, procs: list[Proc]) -> 
         await until("every client to list", lambda: all(inf.counters.lists for inf in informers))
         await asyncio.sleep(2.0)  # a few resumes on the outer tier before the relist
 
-        relay.configure({"split": 150})
+        # 25 ms between 150-byte pieces: through 2 ms pauses a busy 2-core CI machine (the suite runs
+        # two workers) left the outer tier unscheduled, and it read the whole group at once.
+        relay.configure({"split": 150, "split_pause": 0.025})
         split_before = metric(outer.url, "watchcache_split_groups_total", resource="configmaps")
-        # A pod write last: the inner tier's configmaps rv now trails the upstream's, so its resume
-        # after the compaction is answered 410 and it relists. The pod churn keeps it so anyway.
+        # The inner tier, cut off, misses the changes and the compaction after them (so its resume
+        # gets 410 whatever rv a bookmark or a consistency probe had brought it to): it relists.
+        lost = "reflector configmaps: watching -> backoff"
+        before = sum(lost in line for line in inner.log)
+        await cut.close()
+        await until("the inner tier to lose its watch", lambda: sum(lost in line for line in inner.log) > before)
         answers = await asyncio.to_thread(
             pipelined,
             sim.url,
             [
-                ("POST", "/sim/compact", None, "application/json"),
                 ("POST", cm_path("ns-0"), labelled("e2e-new"), "application/json"),
                 *[("DELETE", cm_path("ns-0", name), None, "application/json") for name in DOOMED],
                 ("PATCH", cm_path("ns-0", "e2e-mod"), {"data": {"v": "2"}}, "application/merge-patch+json"),
+                ("POST", "/sim/compact", None, "application/json"),
             ],
         )
-        assert [status for status, _ in answers] == [200, 201, 200, 200, 200, 200], answers
-        changed = max(rv_of(body) for _, body in answers[1:])
+        assert [status for status, _ in answers] == [201, 200, 200, 200, 200, 200], answers
+        changed = max(rv_of(body) for _, body in answers[:-1])
+        await cut.start("127.0.0.1", cut_port)
         await until("the inner tier to relist configmaps", lambda: logged(inner, "relisted configmaps"))
         await until("the outer tier to apply the diff", lambda: cache_rv(outer.url, "configmaps") >= changed)
         relay.configure({})
@@ -170,11 +187,15 @@ async def scenario(journal: Path, sim: Proc, inner: Proc, procs: list[Proc]) -> 
         for session in sessions:
             await session.close()
         await relay.close()
+        await cut.close()
 
     # The scenario did what it says.
     assert not logged(outer, "relisted configmaps"), "the outer tier relisted instead of applying the diff"
+    taken = [m for line in outer.log if (m := TOOK_DIFF.search(line))]
+    assert taken, "the outer tier did not take the inner tier's relist diff as a relist"
+    assert max(int(m.group(2)) for m in taken) >= 2, "the diff did not straddle two reads: the relay did not split it"
     split = metric(outer.url, "watchcache_split_groups_total", resource="configmaps") - split_before
-    assert split >= 1, "no group of the diff straddled two reads: the relay did not split it"
+    assert split == 0, "the outer tier applied part of the diff as events"
     assert any(len(r[2]) > 7 for inf in informers for r in inf.records if r[0] == "list"), "no chunked list"
     assert sum(inf.counters.watches for inf in informers) > 3 * len(informers), "too few resumes"
     whole = [inf for inf in cm_clients if inf.spec == SPECS[0]]

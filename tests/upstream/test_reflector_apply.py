@@ -174,3 +174,64 @@ def test_a_successful_list_resets_the_backoff():
         return r.backoff.next()
 
     assert asyncio.run(main()) <= 0.2
+
+
+def test_a_tiers_relist_diff_is_taken_as_one_relist_whatever_the_reads():
+    """Inner tier relists; its frames reach the outer tier's reflector one line per read.
+
+    Applied event by event, the diff would give the outer tier states the upstream never had
+    (the deletions' rvs are stamped). Announced, it is buffered and applied as one relist at
+    the same rv: no intermediate state, the same frames for the outer tier's own watchers,
+    history restarting at the same rv.
+    """
+    from watchcache.cache.predicate import SelectionPredicate
+    from watchcache.watchers.watcher import Watcher
+
+    class Sink:
+        def wake(self, watcher: Watcher) -> None:
+            pass
+
+        def closed(self, watcher: Watcher, reason: str) -> None:
+            pass
+
+        def lagging(self, watcher: Watcher) -> None:
+            pass
+
+    def watcher(c: Cacher) -> Watcher:
+        w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), c.rv, Sink(), allow_bookmarks=True)  # type: ignore[arg-type]
+        c.add_watcher(w)
+        return w
+
+    async def run() -> None:
+        start = [pod("a", "d", 1), pod("b", "d", 2), pod("c", "d", 3), pod("m", "d", 4)]
+        inner, outer = Cacher(PODS), Cacher(PODS)
+        inner.replace(start, 10)
+        outer.replace(start, 10)
+        r = Reflector(client=None, cacher=outer)  # type: ignore[arg-type]
+        to_outer, outer_client = watcher(inner), watcher(outer)
+        # Upstream: n added at 11, b deleted at 12, c at 13, m modified at 14; inner relists at 15.
+        inner.relist([pod("a", "d", 1), pod("m", "d", 14), pod("n", "d", 11)], 15)
+        frames, _ = to_outer.take()
+        lines = b"".join(frames).splitlines()
+        assert b"relist-diff-end" in lines[0] and b'"BOOKMARK"' in lines[-1]
+        for one in lines[:-1]:
+            r._apply([one])
+            assert outer.rv == 10 and keys(r) == ["d/a", "d/b", "d/c", "d/m"]  # nothing half-applied
+        r._apply([lines[-1]])
+        assert keys(r) == ["d/a", "d/m", "d/n"] and outer.rv == 15 and outer.cache.oldest_rv == 15
+        assert r.diffs_taken == 1
+        mine, _ = outer_client.take()
+        assert b"".join(mine) == b"".join(frames)  # the same announcement, diff and bookmark
+
+    asyncio.run(run())
+
+
+def test_a_relist_diff_cut_short_by_the_end_of_the_stream_is_dropped():
+    r = reflector()
+    announce = {"watchcache.io/relist-diff-end": "15"}
+    marker = {"kind": "Pod", "metadata": {"resourceVersion": "10", "annotations": announce}}
+    r._apply([line("BOOKMARK", marker), line("DELETED", pod_json("a", 14))])
+    assert keys(r) == ["d/a"] and r.cacher.rv == 10
+    r.drop_diff()  # what _watch does when it starts again
+    r._apply([line("ADDED", pod_json("b", 11))])  # a plain event after a reconnect applies at once
+    assert keys(r) == ["d/a", "d/b"]

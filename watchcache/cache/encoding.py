@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import orjson
+
 from watchcache.apierrors import StatusError
 from watchcache.cache.events import WatchEvent, frame_head, frame_tail
 from watchcache.cache.metadata import metadata_json, metadata_protobuf
@@ -41,10 +43,25 @@ def _json_list_meta(rv: int, continue_token: str | None, remaining: int | None, 
     return meta + b"}"
 
 
-def _bookmark_meta(rv: int, initial_events_end: bool) -> bytes:
-    meta = b'"metadata":{"resourceVersion":"' + str(rv).encode() + b'"'
+# A BOOKMARK so annotated announces a relist diff ending at the annotation's rv (see
+# ``Cacher.relist``): a watchcache tier in front applies the diff as one relist of its own.
+RELIST_DIFF_ANNOTATION = "watchcache.io/relist-diff-end"
+
+
+def _annotations(initial_events_end: bool, relist_diff_end: int | None) -> dict[str, str]:
+    out = {}
     if initial_events_end:
-        meta += b',"annotations":{"k8s.io/initial-events-end":"true"}'
+        out["k8s.io/initial-events-end"] = "true"
+    if relist_diff_end is not None:
+        out[RELIST_DIFF_ANNOTATION] = str(relist_diff_end)
+    return out
+
+
+def _bookmark_meta(rv: int, initial_events_end: bool, relist_diff_end: int | None = None) -> bytes:
+    meta = b'"metadata":{"resourceVersion":"' + str(rv).encode() + b'"'
+    annotations = _annotations(initial_events_end, relist_diff_end)
+    if annotations:
+        meta += b',"annotations":' + orjson.dumps(annotations)
     return meta + b"}"
 
 
@@ -102,8 +119,11 @@ class Encoding:
         """One ADDED frame of the initial events, in pieces (the object's bytes are not copied)."""
         return (frame_head("ADDED") + resource.typed_prefix, obj.body, _EVENT_TAIL)
 
-    def bookmark_frame(self, resource: ResourceType, rv: int, *, initial_events_end: bool = False) -> bytes:
-        return frame_head("BOOKMARK") + resource.typed_prefix + _bookmark_meta(rv, initial_events_end) + b"}}\n"
+    def bookmark_frame(
+        self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
+    ) -> bytes:
+        meta = _bookmark_meta(rv, initial_events_end, relist_diff_end)
+        return frame_head("BOOKMARK") + resource.typed_prefix + meta + b"}}\n"
 
     def error_frame(self, error: StatusError) -> bytes:
         return frame_head("ERROR") + error.body() + _EVENT_TAIL
@@ -151,8 +171,10 @@ class MetadataJson(Encoding):
     def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
         return (frame_head("ADDED") + self.item_head, metadata_json(obj), b"}" + _EVENT_TAIL)
 
-    def bookmark_frame(self, resource: ResourceType, rv: int, *, initial_events_end: bool = False) -> bytes:
-        return frame_head("BOOKMARK") + self.prefix + _bookmark_meta(rv, initial_events_end) + b"}}\n"
+    def bookmark_frame(
+        self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
+    ) -> bytes:
+        return frame_head("BOOKMARK") + self.prefix + _bookmark_meta(rv, initial_events_end, relist_diff_end) + b"}}\n"
 
 
 class MetadataProtobuf(Encoding):
@@ -203,10 +225,13 @@ class MetadataProtobuf(Encoding):
     def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
         return (wire.watch_frame(b"ADDED", self._envelope(metadata_protobuf(obj))),)
 
-    def bookmark_frame(self, resource: ResourceType, rv: int, *, initial_events_end: bool = False) -> bytes:
+    def bookmark_frame(
+        self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
+    ) -> bytes:
         meta: dict[str, object] = {"resourceVersion": str(rv)}
-        if initial_events_end:
-            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        annotations = _annotations(initial_events_end, relist_diff_end)
+        if annotations:
+            meta["annotations"] = annotations
         return wire.watch_frame(b"BOOKMARK", self._envelope(wire.object_meta(meta)))
 
     def error_frame(self, error: StatusError) -> bytes:

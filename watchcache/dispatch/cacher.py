@@ -184,10 +184,19 @@ class Cacher:
         Watchers that allow bookmarks then get a BOOKMARK at ``rv`` at once, so a client
         that reconnects resumes from ``rv`` (inside the new window) rather than from an
         object's older resourceVersion.
+
+        Before the diff, those watchers get a BOOKMARK at the old rv annotated with ``rv``
+        (``RELIST_DIFF_ANNOTATION``; clients ignore annotations they do not know). The
+        diff's intermediate states are no state of the upstream (its deletions' rvs are
+        unknown): a watchcache tier in front, told so, buffers the diff and applies it as
+        one relist at ``rv`` of its own instead of serving those states as real ones.
         """
+        before = self.cache.rv
         events = self.cache.relist(objects, rv)
         self.initializations += 1
         self.events_received += len(events)
+        if events:
+            self._announce_relist(before, rv)
         self.dispatcher.dispatch(events)
         frames: dict[Encoding, bytes] = {}
         for watcher in list(self.dispatcher.watchers()):
@@ -203,6 +212,20 @@ class Cacher:
             self._feed(_on_relist, events, rv)
         self._wake_waiters()
         return events
+
+    def _announce_relist(self, before: int, rv: int) -> None:
+        frames: dict[Encoding, bytes] = {}
+        for watcher in list(self.dispatcher.watchers()):
+            try:
+                frame = frames.get(watcher.encoding)
+                if frame is None:
+                    frame = frames[watcher.encoding] = watcher.encoding.bookmark_frame(
+                        self.resource, before, relist_diff_end=rv
+                    )
+                watcher.announce(before, frame)
+            except Exception:
+                log.exception("the relist announcement for %r failed; ending it", watcher)
+                self.dispatcher.fail(watcher)
 
     def progress(self, rv: int) -> None:
         if self.cache.progress(rv):

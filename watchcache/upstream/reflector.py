@@ -30,6 +30,7 @@ import aiohttp
 import orjson
 
 from watchcache.backoff import Backoff
+from watchcache.cache.encoding import RELIST_DIFF_ANNOTATION
 from watchcache.cache.events import BOOKMARK, DELETED, ERROR
 from watchcache.cache.object import CachedObject, ObjectError, encode_object, parse_resource_version
 from watchcache.dispatch.cacher import Cacher
@@ -77,6 +78,12 @@ class Reflector:
         # has several frames at that rv a watch may not resume *at* it, see ResourceCache.relist, so
         # lists should not keep reporting it).
         self.after_relist: Callable[[Cacher], object] | None = None
+        # A relist diff announced by an upstream watchcache tier (see _take_diff): its end rv and
+        # the changes read so far, over as many reads as it takes.
+        self._diff_end: int | None = None
+        self._diff: list[tuple[str, CachedObject]] = []
+        self._diff_reads = 0
+        self.diffs_taken = 0
 
     def _set_state(self, state: ReflectorState, why: str = "") -> None:
         if state is not self.state:
@@ -189,6 +196,7 @@ class Reflector:
             "timeoutSeconds": str(timeout),
         }
         stream = self.client.watch(self.resource, params, stall_timeout=self.config.stall_timeout)
+        self.drop_diff()
         try:
             async for lines in stream:
                 self._apply(lines)
@@ -207,6 +215,8 @@ class Reflector:
         """
         cacher = self.cacher
         batch: list[tuple[str, CachedObject]] = []
+        if self._diff_end is not None:
+            self._diff_reads += 1
         last = cacher.rv
         # Keys of the group of events at `last` (None: not looked up yet; _MARK: `last` is a list's
         # or a bookmark's rv, after which no event can come at `last`).
@@ -225,16 +235,30 @@ class Reflector:
                 if batch:
                     cacher.apply(batch)
                     batch = []
-                rv = parse_resource_version((raw.get("metadata") or {}).get("resourceVersion"))
+                meta = raw.get("metadata") or {}
+                rv = parse_resource_version(meta.get("resourceVersion"))
+                if self._diff_end is not None and rv >= self._diff_end:
+                    self._take_diff()
+                    last, group = cacher.rv, _MARK
+                    continue
                 cacher.progress(rv)
                 if rv > last:
                     last, group = rv, _MARK
+                end = (meta.get("annotations") or {}).get(RELIST_DIFF_ANNOTATION)
+                if end is not None and self._diff_end is None:
+                    self._diff_end, self._diff, self._diff_reads = parse_resource_version(end), [], 1
                 continue
             try:
                 obj = encode_object(self.resource, raw)
             except ObjectError as e:
                 log.warning("%s: dropping malformed %s event: %s", self.resource.qualified, kind, e)
                 continue
+            if self._diff_end is not None:
+                if obj.rv <= self._diff_end:
+                    self._diff.append((DELETED if kind == DELETED else kind, obj))
+                    continue
+                self._take_diff()  # an upstream that sent no BOOKMARK at the diff's end
+                last, group = cacher.rv, _MARK
             if obj.rv > last:
                 last, group = obj.rv, None
             elif obj.rv < last:
@@ -249,6 +273,43 @@ class Reflector:
         if batch:
             cacher.apply(batch)
         self.last_event_at = time.monotonic()
+
+    def drop_diff(self) -> None:
+        """Forget a diff cut short by the end of its stream: the resume from the old rv gets 410."""
+        self._diff_end, self._diff, self._diff_reads = None, [], 0
+
+    def _take_diff(self) -> None:
+        """Apply an upstream tier's relist diff as one relist here, at its end rv.
+
+        Applied event by event, the diff would put states in this cache (and in reads at
+        their rvs) that the upstream never had: its deletions carry stamped rvs. As one
+        relist, this tier's watchers get the same diff (``ResourceCache.relist`` orders it
+        the same way from the same states), and its history restarts at the same rv.
+        """
+        end, changes, reads = self._diff_end, self._diff, self._diff_reads
+        assert end is not None
+        self._diff_end, self._diff, self._diff_reads = None, [], 0
+        cacher = self.cacher
+        if end <= cacher.rv:
+            return
+        state = {obj.key: obj for obj in cacher.cache.snapshot().iter_range("", None)}
+        for kind, obj in changes:
+            if kind == DELETED:
+                state.pop(obj.key, None)
+            else:
+                state[obj.key] = obj
+        events = cacher.relist(state.values(), end)
+        self.diffs_taken += 1
+        if self.after_relist is not None:
+            self.after_relist(cacher)
+        log.info(
+            "took the upstream's relist diff of %s at rv %d: %d changes in %d reads, %d delivered to watchers",
+            self.resource.qualified,
+            end,
+            len(changes),
+            reads,
+            len(events),
+        )
 
     def _group_at(self, rv: int, batch: list[tuple[str, CachedObject]]) -> set[str]:
         """The keys of the group at ``rv``: in this batch, and in the cache if the group started there."""

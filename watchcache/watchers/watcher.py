@@ -265,6 +265,17 @@ class Watcher:
         self._enqueue(frame or self.encoding.bookmark_frame(self.resource, rv), rv)
         return True
 
+    def announce(self, rv: int, frame: bytes) -> bool:
+        """Queue a BOOKMARK ``frame`` at ``rv`` that announces something (a relist diff), not progress.
+
+        Sent even at the watch's start rv, which an ordinary bookmark is not; never to a
+        lagging watcher, whose unsent frames are gone (it catches up from history or ends).
+        """
+        if self.closed or not self.allow_bookmarks or self.lagging or rv < self.last_rv:
+            return False
+        self._enqueue(frame, rv)
+        return True
+
     def expire(self, error: bytes) -> None:
         """End the watch with ``error`` (an ERROR frame, 410) after what is pending: the client relists."""
         if self.closed:
