@@ -40,9 +40,10 @@ REFERENCE_TESTS ?= tests/reference tests/e2e/test_reference_negotiation.py tests
 test-reference: $(BIN)/.installed
 	$(BIN)/pytest -q -s -rs $(REFERENCE_TESTS) $(PYTEST_ARGS)
 
-## lint: ruff, mypy, and the import layering (import-linter contracts in pyproject.toml; docs/architecture.md)
+## lint: ruff (lint and format), mypy, and the import layering (import-linter contracts in pyproject.toml; docs/architecture.md)
 lint: $(BIN)/.installed
 	$(BIN)/ruff check watchcache tests loadtest
+	$(BIN)/ruff format --check watchcache tests loadtest
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from watchcache.quoting import go_quote
+
 
 class StatusError(Exception):
     """An API error that carries its own ``Status`` body."""
@@ -136,7 +138,7 @@ def method_not_supported(group: str, resource: str, action: str) -> StatusError:
     return StatusError(
         405,
         "MethodNotAllowed",
-        f"{action} is not supported on resources of kind {_qualified(group, resource)!r}",
+        f"{action} is not supported on resources of kind {go_quote(_qualified(group, resource))}",  # %q
         details={"kind": resource, "group": group} if group else {"kind": resource},
     )
 
@@ -175,7 +177,7 @@ def unsupported_media_type(content_type: str) -> StatusError:
         415,
         "UnsupportedMediaType",
         f"the body of the request was in an unknown format - accepted media types include: {accepted}; "
-        f"got {content_type!r}",
+        f"got {go_quote(content_type)}",
     )
 
 

@@ -44,7 +44,7 @@ def test_handle_write_cluster_scoped_create(sim: SimCluster) -> None:
 )
 def test_handle_write_methods_not_allowed(sim: SimCluster, method: str, name: str, action: str) -> None:
     err = raises(405, "MethodNotAllowed", handle_write, sim, method, PODS, "default", name, MERGE, b"{}")
-    assert err.message == f"{action} is not supported on resources of kind 'pods'"
+    assert err.message == f'{action} is not supported on resources of kind "pods"'
 
 
 def test_handle_write_create_needs_a_namespace_for_namespaced_types(sim: SimCluster) -> None:
