@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -22,8 +21,7 @@ from tests.e2e.conftest import Stack, start_stack
 from tests.e2e.httpkube import get, get_ok
 from tests.e2e.test_metrics import scrape, total
 from tests.e2e.upgrading import WebSocket, raw_upgrade
-
-needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
+from tests.tools import KUBECTL_INSTALL, require
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +42,16 @@ def target(stack: Stack) -> tuple[str, str]:
 def kubectl(url: str, home: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     (home / "kubeconfig").write_text("")
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "KUBECONFIG": str(home / "kubeconfig")}
-    argv = ["kubectl", "--server", url, "--cache-dir", str(home / "cache"), "--request-timeout=20s", "-n", "ns-0"]
+    argv = [
+        require("kubectl", KUBECTL_INSTALL),
+        "--server",
+        url,
+        "--cache-dir",
+        str(home / "cache"),
+        "--request-timeout=20s",
+        "-n",
+        "ns-0",
+    ]
     return subprocess.run([*argv, *args], env=env, input=stdin, capture_output=True, timeout=60)
 
 
@@ -56,7 +63,6 @@ def both(stack: Stack, home: Path, *args: str, stdin: bytes | None = None) -> su
     return through
 
 
-@needs_kubectl
 def test_kubectl_exec_output_stdin_and_exit_codes(stack: Stack, target, tmp_path: Path) -> None:
     pod, container = target
     before = total(scrape(stack.proxy.url)[1], "watchcache_tunnels_total", protocol="websocket", outcome="switched")
@@ -78,7 +84,6 @@ def test_kubectl_exec_output_stdin_and_exit_codes(stack: Stack, target, tmp_path
     assert after - before == 4  # the four sessions that ran were tunnels through the proxy
 
 
-@needs_kubectl
 def test_kubectl_cp_both_ways(stack: Stack, target, tmp_path: Path) -> None:
     pod, container = target
     src = tmp_path / "payload.bin"
@@ -91,7 +96,6 @@ def test_kubectl_cp_both_ways(stack: Stack, target, tmp_path: Path) -> None:
     assert back.read_bytes() == src.read_bytes()
 
 
-@needs_kubectl
 def test_kubectl_attach_with_stdin(stack: Stack, target, tmp_path: Path) -> None:
     pod, container = target
     run = both(stack, tmp_path, "attach", "-i", pod, "-c", container, stdin=b"attached input\n")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -29,6 +28,7 @@ from tests.e2e.conftest import Proc, start
 from tests.e2e.test_metrics import total
 from tests.e2e.test_tls_limits import make_pki
 from tests.e2e.upgrading import WebSocket, raw_upgrade
+from tests.tools import KUBECTL_INSTALL, require
 from tests.upgrade_upstream import FakeUpstream
 
 pytestmark = pytest.mark.skipif(
@@ -228,18 +228,14 @@ def test_a_real_tunnel_through_kube_apiservers_pod_proxy(setup: Setup, backend: 
     assert direct == through and direct[0] == 403
 
 
-needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
-
-
 def kubectl(server: str, ca: str, token: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (home / "kubeconfig").write_text("")
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "KUBECONFIG": str(home / "kubeconfig")}
-    argv = ["kubectl", "--server", server, "--certificate-authority", ca, "--token", token,
+    argv = [require("kubectl", KUBECTL_INSTALL), "--server", server, "--certificate-authority", ca, "--token", token,
             "--cache-dir", str(home / "cache"), "--request-timeout=20s", "-n", NAMESPACE, *args]  # fmt: skip
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 
-@needs_kubectl
 def test_kubectl_exec_and_port_forward_fail_exactly_as_without_the_proxy(setup: Setup, tmp_path: Path) -> None:
     """kubectl tries WebSocket, then falls back to SPDY: both upgrades go through the proxy to kube."""
     ref = setup.ref

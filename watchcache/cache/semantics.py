@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from watchcache import apierrors
 from watchcache.cache.continuetoken import ContinueCodec, InvalidContinueToken, UnverifiedContinueToken
+from watchcache.quoting import go_quote
 
 EXACT = "Exact"
 NOT_OLDER_THAN = "NotOlderThan"
@@ -81,8 +82,8 @@ def _forbidden(field: str, detail: str) -> tuple[str, str, str]:
 
 
 def _not_supported(field: str, value: str, supported: list[str]) -> tuple[str, str, str]:
-    values = ", ".join(f'"{v}"' for v in supported)
-    return (field, "FieldValueNotSupported", f'Unsupported value: "{value}": supported values: {values}')
+    values = ", ".join(go_quote(v) for v in supported)
+    return (field, "FieldValueNotSupported", f"Unsupported value: {go_quote(value)}: supported values: {values}")
 
 
 def validate_list_options(opts: ListOptions) -> None:
