@@ -555,7 +555,7 @@ def test_connection_limits_per_client_429_then_total_closed_at_accept(serve: Ser
 
 
 def test_a_request_holds_its_bytes_until_its_answer_starts(serve: Serve) -> None:
-    started, release = threading.Event(), threading.Event()
+    started, release, seen = threading.Event(), threading.Event(), threading.Event()
 
     async def handler(req: Request, resp: Response) -> None:
         if req.path == "/stream":  # a watch: answered for a long time
@@ -565,7 +565,8 @@ def test_a_request_holds_its_bytes_until_its_answer_starts(serve: Serve) -> None
                 await asyncio.sleep(0.01)
             resp.end_chunked()
         else:
-            await asyncio.sleep(0.3)
+            while not seen.is_set():  # answered once the test has seen its bytes held
+                await asyncio.sleep(0.01)
             resp.send(200, b"{}")
 
     srv = serve(handler)
@@ -573,6 +574,7 @@ def test_a_request_holds_its_bytes_until_its_answer_starts(serve: Serve) -> None
     f = sock.makefile("rb")
     sock.sendall(b"POST /slow HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n" + b"x" * 1000)
     wait_until(lambda: srv.admission.buffered > 1000)  # being handled, not answered yet
+    seen.set()
     assert read_reply(f).status == 200
     wait_until(lambda: srv.admission.buffered == 0)
     sock.sendall(GET % b"/stream")

@@ -8,6 +8,7 @@ import itertools
 
 from tests.factories import pod
 from tests.upstream.fakeapi import fake_api
+from tests.waiting import until
 from watchcache.cache.events import ADDED
 from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.freshness import Reached, reach
@@ -85,8 +86,8 @@ def test_a_probe_bookmark_proves_the_cache_current_and_serves_every_waiting_read
             cacher.replace([], 100)
             reads = ConsistentReads(client, fresh_wait=3.0)
             first = asyncio.ensure_future(reach(cacher, None, reads, 3.0))
-            await asyncio.sleep(0.05)
-            second = asyncio.ensure_future(reach(cacher, None, reads, 3.0))  # joins the proof under way
+            await until(lambda: api.requests["watch"] == 1)  # the first read's probe is under way
+            second = asyncio.ensure_future(reach(cacher, None, reads, 3.0))  # joins it
             waits = await asyncio.gather(first, second)
             return [w.how for w in waits], cacher.rv, api.requests["watch"]
 
@@ -106,7 +107,8 @@ def test_a_probe_proves_nothing_until_the_cache_has_applied_what_the_probe_saw()
             cacher.replace([], 100)
             reads = ConsistentReads(client, fresh_wait=3.0)
             waiting = asyncio.ensure_future(reach(cacher, 150, reads, 3.0))
-            await asyncio.sleep(0.5)  # the probe's bookmark came: still not proven, the event is missing
+            # The probe's bookmark came: it waits for the cache to apply the event it saw (120).
+            await until(lambda: any(rv == 120 for rv, _, _ in cacher._waiters))
             before = cacher.rv
             cacher.apply([(ADDED, pod("a", "d", 120))])  # the reflector delivers it
             wait = await waiting
