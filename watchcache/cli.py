@@ -8,6 +8,7 @@ from pathlib import Path
 
 from watchcache.auth.options import add_auth_flags
 from watchcache.cache.store import CacheConfig
+from watchcache.http.h2protocol import H2Limits
 from watchcache.http.protocol import HttpLimits
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
@@ -22,6 +23,7 @@ from watchcache.upstream.reflector import ReflectorConfig
 
 _CACHE = CacheConfig()
 _HTTP = HttpLimits()
+_H2 = H2Limits()
 _SERVE = ServeConfig()
 _REFLECTOR = ReflectorConfig()
 _SIM = SimOptions()
@@ -93,6 +95,12 @@ def _common(p: argparse.ArgumentParser, *, per_client: int = _HTTP.max_connectio
                    "Needed in front of a real cluster: kubectl and client-go send no bearer token or client "
                    "certificate to an http:// server")
     p.add_argument("--tls-private-key-file", help="the key of --tls-cert-file")
+    p.add_argument("--http2", action="store_true", help="offer HTTP/2 (ALPN h2) as well as HTTP/1.1 on the TLS "
+                   "listener, as kube-apiserver does: a client-go process then multiplexes its watches on one "
+                   "connection (needs --tls-cert-file; docs/deploy.md says when to turn it on; default off)")
+    _flag(p, "--http2-max-streams-per-connection", _H2.max_concurrent_streams, "HTTP/2 streams (each watch holds "
+          "one) a client may open at once on one connection: SETTINGS_MAX_CONCURRENT_STREAMS, kube-apiserver's "
+          "flag and default")
     p.add_argument("--client-ca-file", help="accept client certificates signed by this CA (user = CN, groups = O), "
                    "as kube-apiserver does; their pass-through requests need --client-cert-passthrough (else 403)")
     p.add_argument("--continue-token-key-file", type=Path, help="file with the key that signs continue tokens; share "

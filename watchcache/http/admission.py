@@ -12,7 +12,23 @@ from __future__ import annotations
 __all__ = ["LIMITS", "Admission"]
 
 #: Rejection counters, by the limit that refused (the ``limit`` label of the metric).
-LIMITS = ("connections", "connections_per_client", "request_buffer", "header_timeout", "body_timeout")
+LIMITS = (
+    "connections",
+    "connections_per_client",
+    "request_buffer",
+    "header_timeout",
+    "body_timeout",
+    # HTTP/2 (watchcache.http.h2protocol): a stream refused (431, 400 for an upgrade) or reset, a
+    # connection closed with GOAWAY (streams, rapid reset, control frames, protocol errors), or
+    # ended after an unauthenticated request.
+    "http2_header_list",
+    "http2_upgrade",
+    "http2_streams",
+    "http2_rapid_reset",
+    "http2_control_flood",
+    "http2_protocol",
+    "http2_unauthenticated",
+)
 
 
 class Admission:
@@ -22,6 +38,8 @@ class Admission:
         "buffered",
         "by_client",
         "connections",
+        "h2_connections",
+        "h2_streams",
         "max_buffered",
         "max_connections",
         "max_per_client",
@@ -39,6 +57,9 @@ class Admission:
         # and not answered yet, over all connections.
         self.buffered = 0
         self.rejected: dict[str, int] = dict.fromkeys(LIMITS, 0)
+        # Of ``connections``, those speaking HTTP/2, and their streams open now.
+        self.h2_connections = 0
+        self.h2_streams = 0
 
     def connect(self, client: str) -> str | None:
         """Count a new connection from ``client`` (an address); the limit it is over, or None.

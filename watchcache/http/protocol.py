@@ -36,11 +36,13 @@ import httptools
 from watchcache import apierrors
 from watchcache.http.admission import Admission
 from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
+from watchcache.http.response import Response
 
 __all__ = [
     "Admission",
     "ConnectionClosed",
     "Handler",
+    "Http1Response",
     "HttpLimits",
     "Request",
     "Response",
@@ -56,8 +58,8 @@ MAX_PIPELINE = 16
 
 #: Probes answered even when the request buffer is full: a liveness probe must not fail
 #: because of other clients' bodies (small body-less requests only).
-_PROBES = frozenset({b"/healthz", b"/livez", b"/readyz"})
-_PROBE_MAX_HEAD = 8192
+PROBES = frozenset({b"/healthz", b"/livez", b"/readyz"})
+PROBE_MAX_HEAD = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,10 @@ class Request:
     # Headers sent on more than one line: their values, one per line (``headers`` joins them
     # with ", " for lookups). None when no header was repeated, as in almost every request.
     repeated: dict[str, list[str]] | None = None
+    # Set while handling: the connection must not serve another request after this one. On HTTP/2
+    # (kube's UnauthenticatedHTTP2DOSMitigation) a GOAWAY follows the answer, so that a client
+    # nobody authenticated cannot multiplex; HTTP/1.1 has one request at a time anyway.
+    close_connection: bool = False
 
     def header_lines(self) -> list[tuple[str, str]]:
         """Every header as received, one (name, value) per line: a repeated header stays repeated.
@@ -202,8 +208,8 @@ def _content_type_line(content_type: str) -> bytes:
 _BODYLESS = frozenset({204, 304})
 
 
-class Response:
-    """The answer to one request; writes go straight to the connection's transport."""
+class Http1Response:
+    """The answer to one HTTP/1.1 request (a :class:`Response`); writes go straight to the connection's transport."""
 
     __slots__ = (
         "_chunked",
@@ -481,6 +487,7 @@ class HttpProtocol(asyncio.Protocol):
         "_dead",
         "_early",
         "_flow",
+        "_h2",
         "_handler",
         "_head_raw",
         "_head_size",
@@ -510,8 +517,17 @@ class HttpProtocol(asyncio.Protocol):
         "_url",
     )
 
-    def __init__(self, handler: Handler, limits: HttpLimits, server_line: bytes, admission: Admission) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        limits: HttpLimits,
+        server_line: bytes,
+        admission: Admission,
+        h2: Callable[[], asyncio.Protocol] | None = None,
+    ) -> None:
         self._handler = handler
+        # The HTTP/2 protocol a TLS connection goes to when ALPN chose ``h2`` (None: HTTP/1.1 only).
+        self._h2 = h2
         self._limits = limits
         self._server_line = server_line
         self._admission = admission
@@ -536,7 +552,7 @@ class HttpProtocol(asyncio.Protocol):
         self._read_paused = False
         # (request, keep-alive, bytes held) or an error to answer in its turn.
         self._queue: deque[tuple[Request, bool, int] | _ProtocolError] = deque()
-        self._active: Response | None = None
+        self._active: Http1Response | None = None
         self._task: asyncio.Task[None] | None = None  # the loop only keeps weak references
         self._header_timer: asyncio.TimerHandle | None = None
         self._ka_timer: asyncio.TimerHandle | None = None
@@ -569,11 +585,16 @@ class HttpProtocol(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses, but have the same API.
         self._transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=self._limits.high_water, low=self._limits.low_water)
-        peer = transport.get_extra_info("peername")
-        host = ""
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            host = peer[0]
-            self._remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+        if self._h2 is not None:
+            ssl_object = transport.get_extra_info("ssl_object")
+            if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
+                # ALPN chose HTTP/2 (--http2): the connection is the HTTP/2 protocol's from now on.
+                h2proto = self._h2()
+                transport.set_protocol(h2proto)
+                self._closing = self._dead = True
+                h2proto.connection_made(transport)
+                return
+        self._remote, host, peercert = peer_identity(transport)
         refused = self._admission.connect(host)
         if refused == "connections":
             # Over the process's limit: nothing is read, nothing is held. Answering would mean
@@ -584,11 +605,6 @@ class HttpProtocol(asyncio.Protocol):
             return
         self._client = host
         self._refused = refused is not None
-        peercert = transport.get_extra_info("peercert") or None
-        ssl_object = transport.get_extra_info("ssl_object") if peercert else None
-        if peercert and ssl_object is not None:
-            # kube's credential id of a certificate user is the SHA-256 of the certificate's DER.
-            peercert = {**peercert, "x509sha256": hashlib.sha256(ssl_object.getpeercert(True)).hexdigest()}
         self._peercert = peercert
         self._header_timer = self._loop.call_later(self._limits.header_timeout, self._on_header_timeout)
 
@@ -745,7 +761,7 @@ class HttpProtocol(asyncio.Protocol):
         version = parser.get_http_version()
         raw = self._url
         try:
-            path, query = _split_target(raw)
+            path, query = split_target(raw)
         except ValueError:
             raise _ProtocolError(400, "BadRequest", "invalid request target") from None
         # Hold the head and the announced body against the limits before reading the body.
@@ -836,18 +852,18 @@ class HttpProtocol(asyncio.Protocol):
             return
         item = queue.popleft()
         if isinstance(item, _ProtocolError):
-            resp = Response(self, False, False, False)
+            resp = Http1Response(self, False, False, False)
             resp._handler_done = True
             status = apierrors.StatusError(item.code, item.reason, item.message, retry_after=item.retry_after)
             extra = () if item.retry_after is None else (("Retry-After", str(item.retry_after)),)
             resp.send(item.code, status.body(), headers=extra)
             return
         request, keep_alive, self._active_size = item
-        resp = Response(self, keep_alive, request.method == "HEAD", request.http_version == "1.0")
+        resp = Http1Response(self, keep_alive, request.method == "HEAD", request.http_version == "1.0")
         self._active = resp
         self._task = self._loop.create_task(self._run(request, resp))
 
-    async def _run(self, request: Request, response: Response) -> None:
+    async def _run(self, request: Request, response: Http1Response) -> None:
         try:
             await self._handler(request, response)
         except apierrors.StatusError as err:
@@ -879,7 +895,7 @@ class HttpProtocol(asyncio.Protocol):
         if response._finished:
             self._finish(response)
 
-    def _finish(self, response: Response) -> None:
+    def _finish(self, response: Http1Response) -> None:
         """The handler returned and its response is complete: move on to the next request."""
         if not response._keep_alive:
             self._active = None
@@ -939,9 +955,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def _probe(self, size: int) -> bool:
         """A small body-less health probe, admitted over the request buffer limit."""
-        if size > _PROBE_MAX_HEAD or self._content_length or "transfer-encoding" in self._headers:
+        if size > PROBE_MAX_HEAD or self._content_length or "transfer-encoding" in self._headers:
             return False
-        return self._url.partition(b"?")[0] in _PROBES
+        return self._url.partition(b"?")[0] in PROBES
 
     # -- closing and timers
 
@@ -1015,7 +1031,23 @@ def _too_much_buffered() -> _ProtocolError:
     )
 
 
-def _split_target(raw: bytes) -> tuple[str, dict[str, list[str]]]:
+def peer_identity(transport: asyncio.BaseTransport) -> tuple[str, str, dict[str, Any] | None]:
+    """The peer's ``host:port`` (for logs and X-Forwarded-For), its host (the per-client limit),
+    and its verified client certificate with ``x509sha256`` (kube's credential id of a certificate
+    user: the SHA-256 of its DER)."""
+    peer = transport.get_extra_info("peername")
+    host = remote = ""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = peer[0]
+        remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    peercert = transport.get_extra_info("peercert") or None
+    ssl_object = transport.get_extra_info("ssl_object") if peercert else None
+    if peercert and ssl_object is not None:
+        peercert = {**peercert, "x509sha256": hashlib.sha256(ssl_object.getpeercert(True)).hexdigest()}
+    return remote, host, peercert
+
+
+def split_target(raw: bytes) -> tuple[str, dict[str, list[str]]]:
     """Decoded path and query of a request target; ValueError (incl. Unicode errors) -> 400."""
     if raw[:1] == b"/":
         path_b, _, query_b = raw.partition(b"?")
@@ -1038,13 +1070,15 @@ def create_protocol_factory(
     *,
     server_header: str | None = None,
     admission: Admission | None = None,
+    h2: Callable[[], asyncio.Protocol] | None = None,
 ) -> Callable[[], asyncio.Protocol]:
     """A protocol factory for ``loop.create_server``; one ``HttpProtocol`` per connection.
 
-    ``admission`` is shared by every connection of the server (its counters are the metrics).
+    ``admission`` is shared by every connection of the server (its counters are the metrics);
+    ``h2`` makes the protocol of a TLS connection whose ALPN chose HTTP/2.
     """
     server_line = _header_line("Server", server_header) if server_header else b""
-    return functools.partial(HttpProtocol, handler, limits, server_line, admission or limits.admission())
+    return functools.partial(HttpProtocol, handler, limits, server_line, admission or limits.admission(), h2)
 
 
 async def start_server(
@@ -1058,10 +1092,12 @@ async def start_server(
     server_header: str | None = None,
     ssl: Any = None,
     admission: Admission | None = None,
+    h2: Callable[[], asyncio.Protocol] | None = None,
 ) -> asyncio.AbstractServer:
-    """Listen on ``host:port`` (or an already bound ``sock``, e.g. one per worker process); TLS with ``ssl``."""
+    """Listen on ``host:port`` (or an already bound ``sock``, e.g. one per worker process); TLS with ``ssl``,
+    HTTP/2 with ``h2`` when the TLS context offers it (ALPN)."""
     loop = asyncio.get_running_loop()
-    factory = create_protocol_factory(handler, limits, server_header=server_header, admission=admission)
+    factory = create_protocol_factory(handler, limits, server_header=server_header, admission=admission, h2=h2)
     kwargs: dict[str, Any] = {"backlog": 2048}
     if ssl is not None:
         kwargs["ssl"] = ssl

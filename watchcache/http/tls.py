@@ -1,7 +1,9 @@
 """TLS serving: the serving certificate (reloaded when its files change) and optional client certificates.
 
-HTTP/1.1 only (ALPN ``http/1.1``): watch streams are written straight to the transport, which
-HTTP/2's framing would not allow without a library of its own.
+ALPN offers ``http/1.1``, and ``h2`` first with ``--http2`` (watchcache.http.h2protocol), as
+kube-apiserver does: clients that speak HTTP/2 (client-go, kubectl) then multiplex their watches
+on one connection. Connection upgrades (exec, attach, port-forward) stay on HTTP/1.1: client-go
+dials those with ALPN ``http/1.1`` only.
 """
 
 from __future__ import annotations
@@ -38,14 +40,20 @@ class TlsOptions:
 
 class ServingCert:
     def __init__(
-        self, cert_file: str, key_file: str, client_ca_file: str | None = None, requestheader_ca_file: str | None = None
+        self,
+        cert_file: str,
+        key_file: str,
+        client_ca_file: str | None = None,
+        requestheader_ca_file: str | None = None,
+        *,
+        http2: bool = False,
     ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
         self.client_ca_file = client_ca_file
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.set_alpn_protocols(["http/1.1"])
+        ctx.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
         if client_ca_file:
             # Optional, as kube-apiserver: a client may present a certificate or a bearer token.
             ctx.load_verify_locations(cafile=client_ca_file)

@@ -25,6 +25,7 @@ from watchcache.auth.authn import CertAuthenticator
 from watchcache.auth.requestheader import ca_subjects
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.dispatch.cacher import Cacher
+from watchcache.http.h2protocol import create_h2_factory
 from watchcache.http.protocol import start_server
 from watchcache.http.tls import ServingCert
 from watchcache.metrics import CacheCollector, Metrics, render
@@ -121,7 +122,8 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
     cert = None
     if options.tls is not None:
         tls = options.tls
-        cert = ServingCert(tls.cert_file, tls.key_file, tls.client_ca_file, wiring.requestheader_ca_file)
+        http2 = options.http2 is not None
+        cert = ServingCert(tls.cert_file, tls.key_file, tls.client_ca_file, wiring.requestheader_ca_file, http2=http2)
         wiring.housekeeping.append(cert.reload_if_changed)
         if cert.client_ca_file and wiring.ctx.gate is not None:
             # Beside a request-header CA, only the client CA's certificates are users.
@@ -135,6 +137,9 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
         limits=options.http,
         ssl=cert.context if cert else None,
         admission=admission,
+        h2=create_h2_factory(wiring.handler, options.http, options.http2, admission)
+        if cert is not None and options.http2 is not None
+        else None,
     )
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     who = name if shard is None else f"{name} worker {shard.worker_id}"

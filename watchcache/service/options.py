@@ -15,6 +15,7 @@ from pathlib import Path
 from watchcache.auth import AuthOptions
 from watchcache.auth.options import auth_options
 from watchcache.cache.store import CacheConfig
+from watchcache.http.h2protocol import H2Limits
 from watchcache.http.protocol import HttpLimits
 from watchcache.http.tls import TlsOptions
 from watchcache.resources import ResourceType
@@ -73,6 +74,8 @@ class RunOptions:
     http: HttpLimits = field(default_factory=HttpLimits)
     # Serve HTTPS (None: plain HTTP).
     tls: TlsOptions | None = None
+    # Offer HTTP/2 (ALPN h2) on the TLS listener, with these limits (None: HTTP/1.1 only; --http2).
+    http2: H2Limits | None = None
     # Connection upgrades passed through to the upstream (exec, attach, port-forward).
     tunnels: TunnelLimits = field(default_factory=TunnelLimits)
     # How pass-through requests of client-certificate users reach the upstream (None: refused).
@@ -117,6 +120,7 @@ class RunOptions:
                 max_request_buffer_bytes=args.max_request_buffer_bytes,
             ),
             tls=TlsOptions.from_files(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file),
+            http2=_http2(args),
             cache=CacheConfig(history_max_events=args.history_max_events, history_max_age=args.history_max_age),
             resources=tuple(r.strip() for r in g.get("resources", "").split(",") if r.strip()),
             continue_key=key,
@@ -133,6 +137,14 @@ class RunOptions:
             identity=identity_options(args) if "client_cert_passthrough" in g else None,
             shard=shard,
         )
+
+
+def _http2(args: argparse.Namespace) -> H2Limits | None:
+    if not getattr(args, "http2", False):
+        return None
+    if not args.tls_cert_file:
+        raise ValueError("--http2 needs --tls-cert-file: HTTP/2 is offered over TLS only (ALPN h2), as kube does")
+    return H2Limits(max_concurrent_streams=args.http2_max_streams_per_connection)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -1,0 +1,748 @@
+"""HTTP/2 server connection (``--http2``: ALPN ``h2`` on the TLS listener), on the kept ``h2`` library.
+
+Each stream becomes the same :class:`~watchcache.http.protocol.Request` the HTTP/1.1 server
+makes, answered through an :class:`~watchcache.http.h2stream.H2Response` by the same handler,
+so cached reads, watches, pass-through and errors work per stream unchanged. ``h2`` does the
+framing, HPACK and flow-control bookkeeping; this module decides what a stream may cost.
+
+Writes: handlers queue bytes on their streams; the first queue of a loop pass schedules one
+``_pump``, which turns every marked stream's queue into DATA frames as far as its window and
+the connection's allow (``min(window, max frame size)`` each) and writes all frames of the pass
+-- HEADERS, DATA, acks of every stream -- in ONE ``transport.write``. A stream whose window is
+closed waits in ``_blocked`` until a WINDOW_UPDATE; its queue stops growing at the high-water
+mark (:attr:`H2Response.writable`), and its watcher takes the slow path of an HTTP/1.1 watcher
+whose socket is full (bounded buffer, lag and catch up, the process-wide budget).
+
+Limits that hold before authentication, as Go's http2 server and kube-apiserver set them
+(docs/security.md, "HTTP/2"); every refusal is counted in ``Admission.rejected``:
+
+- SETTINGS_MAX_CONCURRENT_STREAMS (kube's ``--http2-max-streams-per-connection``, 100); a
+  client that opens more anyway gets a connection error (``h2``); handlers still running for
+  streams the client reset count too, and past 4x the limit the connection gets GOAWAY
+  ENHANCE_YOUR_CALM (Go's ``too_many_early_resets``).
+- header list: over ``--max-header-bytes`` 431 (as Go), over twice that a connection error
+  (HPACK bomb); a request with a connection-specific header (``Connection``, ``Upgrade``, ...)
+  400 with kube's Status (connection upgrades -- exec, attach, port-forward -- need HTTP/1.1).
+- request bodies: 413 over ``--max-body-bytes``, 408 if not complete within
+  ``--body-timeout``, 429 over the process's request buffer, as on HTTP/1.1.
+- rapid reset (CVE-2023-44487): streams the client resets before their answer is complete
+  draw from a token bucket; empty, it is GOAWAY ENHANCE_YOUR_CALM and close.
+- PING / SETTINGS / PRIORITY / empty-DATA floods: another bucket; and, as Go's
+  ``maxQueuedControlFrames``, at most 10,000 control frames answered while the client does
+  not read.
+- kube's UnauthenticatedHTTP2DOSMitigation: after a request that was anonymous or got 401
+  (``Request.close_connection``), GOAWAY: the streams open finish, no new one is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from h2.errors import ErrorCodes
+from hyperframe.frame import GoAwayFrame
+
+from watchcache import apierrors
+from watchcache.http.admission import Admission
+from watchcache.http.flowcontrol import FlowControl
+from watchcache.http.h2stream import CONNECTION_SPECIFIC, H2Response
+from watchcache.http.protocol import PROBE_MAX_HEAD, PROBES, Handler, HttpLimits, Request, peer_identity, split_target
+
+__all__ = ["H2Limits", "H2Protocol", "create_h2_factory"]
+
+logger = logging.getLogger("watchcache.http.h2protocol")
+
+_REQUIRED = (b":method", b":scheme", b":path")
+
+
+@dataclass(frozen=True, slots=True)
+class H2Limits:
+    """HTTP/2's own limits; the HTTP/1.1 ones (header and body sizes, timeouts) apply per stream too."""
+
+    # SETTINGS_MAX_CONCURRENT_STREAMS: kube-apiserver's --http2-max-streams-per-connection default,
+    # which is also what Go clients assume before they see it. Each watch holds one for its life.
+    max_concurrent_streams: int = 100
+    # The request-body window of a stream: kube's MaxUploadBufferPerStream (256 KiB, "99% of
+    # resources"); the connection's is that times the stream limit (kube's MaxUploadBufferPerConnection).
+    initial_window_size: int = 256 * 1024
+    # Streams reset by the client before their answer completed (rapid reset): a burst, then a rate.
+    # A controller stopping its informers resets each watch once: 2x the stream limit in a burst.
+    reset_burst: int = 200
+    reset_rate: float = 100.0
+    # PING, SETTINGS, PRIORITY and empty DATA frames: each costs us a frame or work and carries nothing.
+    control_burst: int = 1000
+    control_rate: float = 100.0
+    # Control frames answered (ACKs) while the transport is paused (Go's maxQueuedControlFrames).
+    max_queued_control_frames: int = 10_000
+
+
+class _Bucket:
+    """A token bucket: ``take`` is False once more than ``burst`` were taken faster than ``rate``/s."""
+
+    __slots__ = ("at", "burst", "rate", "tokens")
+
+    def __init__(self, burst: int, rate: float, now: float) -> None:
+        self.burst = float(burst)
+        self.rate = rate
+        self.tokens = float(burst)
+        self.at = now
+
+    def take(self, now: float) -> bool:
+        tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if tokens < 1.0:
+            self.tokens = tokens
+            return False
+        self.tokens = tokens - 1.0
+        return True
+
+
+class _Refused(Exception):
+    """A stream answered with a Status before its handler runs (431, 400, 413, 429, 408)."""
+
+    def __init__(self, error: apierrors.StatusError, limit: str | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.limit = limit
+
+
+class H2Protocol(asyncio.Protocol):
+    """One HTTP/2 client connection: its streams, their handlers, and the limits on what it may cost."""
+
+    def __init__(
+        self, handler: Handler, limits: HttpLimits, h2limits: H2Limits, server_line: bytes, admission: Admission
+    ) -> None:
+        self._handler = handler
+        self._limits = limits
+        self._h2limits = h2limits
+        self.server_header = server_line.partition(b": ")[2].strip() if server_line else b""
+        self._admission = admission
+        self._loop = asyncio.get_running_loop()
+        self.stream_high_water = limits.high_water
+        self.stream_low_water = limits.low_water
+        self.flow = FlowControl()
+        self.closing = False  # no more writes: we closed, or the peer did
+        self.lost = False
+        self._transport: asyncio.Transport = None  # type: ignore[assignment]
+        self._client: str | None = None
+        self._refused = False
+        self._remote = ""
+        self._peercert: dict[str, Any] | None = None
+        config = h2.config.H2Configuration(
+            client_side=False,
+            header_encoding=None,
+            # Validated here instead: h2 would end the whole connection where Go answers one stream.
+            validate_inbound_headers=False,
+            normalize_inbound_headers=False,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+        self._conn = h2.connection.H2Connection(config)
+        sc = h2.settings.SettingCodes
+        self._conn.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                sc.MAX_CONCURRENT_STREAMS: h2limits.max_concurrent_streams,
+                sc.INITIAL_WINDOW_SIZE: h2limits.initial_window_size,
+                sc.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
+                sc.ENABLE_PUSH: 0,
+            },
+        )
+        # Over the advertised size a stream gets 431 (Go); over twice that, decoding stops (HPACK bomb).
+        self._conn.decoder.max_header_list_size = 2 * limits.max_header_bytes
+        self._streams: dict[int, H2Response] = {}
+        self._dirty: dict[int, H2Response] = {}
+        self._blocked: dict[int, H2Response] = {}
+        self._pump_scheduled = False
+        # Request bytes this connection holds (Admission.buffered), against --max-connection-buffer-bytes.
+        self._held = 0
+        self._buffer_cap = max(limits.max_connection_buffer_bytes, limits.max_header_bytes + limits.max_body_bytes)
+        # Handler tasks alive, those of streams already reset included (Go's curHandlers).
+        self._tasks = 0
+        now = self._loop.time()
+        self._resets = _Bucket(h2limits.reset_burst, h2limits.reset_rate, now)
+        self._control = _Bucket(h2limits.control_burst, h2limits.control_rate, now)
+        self._queued_control = 0
+        # Graceful GOAWAY sent: streams above this id are refused, the connection closes when idle.
+        self._goaway_last: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._idle_since = now
+
+    # ------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport = cast(asyncio.Transport, transport)
+        transport.set_write_buffer_limits(high=self._limits.high_water, low=self._limits.low_water)
+        self._remote, host, self._peercert = peer_identity(transport)
+        refused = self._admission.connect(host)
+        if refused == "connections":
+            self.closing = True
+            transport.close()
+            return
+        self._client = host
+        self._refused = refused is not None
+        self._admission.h2_connections += 1
+        conn = self._conn
+        conn.initiate_connection()
+        window = self._h2limits.initial_window_size * self._h2limits.max_concurrent_streams
+        if window > 65535:
+            conn.increment_flow_control_window(window - 65535)
+        transport.write(conn.data_to_send())
+        # The preface and a first request within the head timeout; then the idle timeout between streams.
+        self._timer = self._loop.call_later(self._limits.header_timeout, self._on_timer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = self.lost = True
+        self.flow.connection_lost()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for stream in list(self._streams.values()):
+            self._drop(stream)
+        self._admission.h2_streams -= len(self._streams)
+        self._streams.clear()
+        self._dirty.clear()
+        self._blocked.clear()
+        if self._client is not None:
+            self._admission.disconnect(self._client)
+            self._admission.h2_connections -= 1
+            self._client = None
+
+    def pause_writing(self) -> None:
+        self.flow.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.flow.resume_writing()
+        self._queued_control = 0
+        if self._blocked:
+            self._dirty.update(self._blocked)
+            self._blocked.clear()
+        self._schedule()
+        # Streams whose queue is short already were waiting on the transport alone.
+        for stream in self._streams.values():
+            if stream.out_bytes <= self.stream_low_water:
+                stream.wake_writers()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            events = self._conn.receive_data(data)
+        except h2.exceptions.ProtocolError as e:
+            code = getattr(e, "error_code", ErrorCodes.PROTOCOL_ERROR)
+            limit = "http2_streams" if isinstance(e, h2.exceptions.TooManyStreamsError) else "http2_protocol"
+            self._admission.rejected[limit] += 1
+            logger.debug("closing %s: HTTP/2 %s (%s)", self._remote, e, code)
+            self._close()  # h2 queued the GOAWAY; it is written before the close
+            return
+        for event in events:
+            self._event(event)
+            if self.closing:
+                return
+        if not self._pump_scheduled:
+            self._write_pending()
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    # ------------------------------------------------------------ events
+
+    def _event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.DataReceived):
+            self._on_data(event)
+        elif isinstance(event, h2.events.RequestReceived):
+            self._on_request(event)
+        elif isinstance(event, h2.events.StreamEnded):
+            stream = self._streams.get(event.stream_id or 0)
+            if stream is not None:
+                stream.remote_ended = True
+                self._request_complete(stream)
+        elif isinstance(event, h2.events.WindowUpdated):
+            self._on_window(event.stream_id or 0)
+        elif isinstance(event, h2.events.StreamReset):
+            self._on_reset(event)
+        elif isinstance(event, h2.events.PingReceived | h2.events.PriorityUpdated):
+            self._control_frame()
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self._control_frame()
+            if h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings:
+                self._on_window(0)
+        elif isinstance(event, h2.events.TrailersReceived):
+            stream = self._streams.get(event.stream_id or 0)
+            if stream is not None and event.stream_ended:
+                stream.remote_ended = True
+                self._request_complete(stream)
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._close()
+
+    def _control_frame(self) -> None:
+        if not self._control.take(self._loop.time()):
+            self._enhance_your_calm("http2_control_flood")
+            return
+        if self.flow.paused:
+            self._queued_control += 1
+            if self._queued_control > self._h2limits.max_queued_control_frames:
+                self._enhance_your_calm("http2_control_flood")
+
+    def _enhance_your_calm(self, limit: str) -> None:
+        self._admission.rejected[limit] += 1
+        logger.debug("closing %s: %s", self._remote, limit)
+        self._fatal(ErrorCodes.ENHANCE_YOUR_CALM)
+
+    def _on_request(self, event: h2.events.RequestReceived) -> None:
+        sid = cast(int, event.stream_id)
+        conn = self._conn
+        if self._goaway_last is not None and sid > self._goaway_last:
+            conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            return
+        if self._tasks >= 4 * self._h2limits.max_concurrent_streams:
+            self._enhance_your_calm("http2_streams")  # Go: too_many_early_resets
+            return
+        if self._timer is not None and not self._streams:
+            self._timer.cancel()
+            self._timer = None
+        stream = H2Response(self, sid)
+        self._streams[sid] = stream
+        self._admission.h2_streams += 1
+        try:
+            request = self._request(stream, event.headers or [])
+        except _Refused as refusal:
+            self._refuse(stream, refusal)
+            return
+        except ValueError:  # malformed pseudo-headers or names: a stream error, as Go's
+            self._admission.rejected["http2_protocol"] += 1
+            conn.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
+            self._forget(stream)
+            return
+        stream.request = request
+        stream.head_only = request.method == "HEAD"
+        if event.stream_ended is None:  # else the StreamEnded event that follows starts the handler
+            stream.body_timer = self._loop.call_later(self._limits.body_timeout, self._on_body_timeout, stream)
+
+    def _request(self, stream: H2Response, fields: list[tuple[bytes, bytes]]) -> Request:
+        """The request of a HEADERS block; raises _Refused (answered with a Status) or ValueError (reset)."""
+        pseudo: dict[bytes, bytes] = {}
+        headers: dict[str, str] = {}
+        repeated: dict[str, list[str]] | None = None
+        size = 0
+        for name, value in fields:
+            size += len(name) + len(value) + 32
+            if name[:1] == b":":
+                if headers or name in pseudo or name not in (b":method", b":scheme", b":path", b":authority"):
+                    raise ValueError("invalid pseudo-header")
+                pseudo[name] = value
+                continue
+            if name != name.lower() or not name:
+                raise ValueError("invalid header name")
+            key = name.decode("latin-1")
+            text = value.decode("latin-1")
+            old = headers.get(key)
+            if old is None:
+                headers[key] = text
+            elif key == "cookie":  # RFC 9113 8.2.3: cookie crumbs join with "; "
+                headers[key] = f"{old}; {text}"
+            else:
+                headers[key] = f"{old}, {text}"
+                if repeated is None:
+                    repeated = {}
+                repeated.setdefault(key, [old]).append(text)
+        if size > self._limits.max_header_bytes:
+            raise _Refused(
+                apierrors.StatusError(431, "RequestHeaderFieldsTooLarge", "request header fields too large"),
+                "http2_header_list",
+            )
+        for key in CONNECTION_SPECIFIC:
+            if key in headers:
+                upgrade = (
+                    " (connection upgrades -- exec, attach, port-forward -- need HTTP/1.1)"
+                    if key
+                    in (
+                        "connection",
+                        "upgrade",
+                    )
+                    else ""
+                )
+                raise _Refused(
+                    apierrors.bad_request(f'request header "{key}" is not valid in HTTP/2{upgrade}'), "http2_upgrade"
+                )
+        te = headers.get("te")
+        if te is not None and te not in ("trailers", ""):
+            raise _Refused(apierrors.bad_request('request header "TE" may only be "trailers" in HTTP/2'))
+        method = pseudo.get(b":method", b"")
+        if method == b"CONNECT":
+            raise _Refused(apierrors.bad_request("the CONNECT method is not supported"), "http2_upgrade")
+        if any(not pseudo.get(name) for name in _REQUIRED):
+            raise ValueError("missing pseudo-header")
+        if self._refused:
+            self._goaway()  # this connection is over the per-client limit: no further stream
+            raise _Refused(
+                apierrors.too_many_requests("too many connections from this client, please try again later", 1)
+            )
+        raw = pseudo[b":path"]
+        try:
+            path, query = split_target(raw)
+        except ValueError:
+            raise _Refused(apierrors.bad_request("invalid request target")) from None
+        length_text = headers.get("content-length")
+        length = int(length_text) if length_text is not None and length_text.isdigit() else 0
+        if length > self._limits.max_body_bytes:
+            raise _Refused(_too_large_body(self._limits.max_body_bytes), None)
+        if "host" not in headers and b":authority" in pseudo:
+            headers["host"] = pseudo[b":authority"].decode("latin-1")
+        # Held against the limits until answered, as an HTTP/1.1 request's head and announced body.
+        held = size + length
+        admission = self._admission
+        probe = held <= PROBE_MAX_HEAD and not length and raw.partition(b"?")[0] in PROBES
+        if not probe and (admission.buffered + held > admission.max_buffered or self._held + held > self._buffer_cap):
+            admission.rejected["request_buffer"] += 1
+            raise _Refused(_too_much_buffered())
+        self._hold(stream, held)
+        return Request(
+            method.decode("latin-1"),
+            raw,
+            path,
+            query,
+            headers,
+            b"",
+            "2",
+            self._remote,
+            self._peercert,
+            None,
+            repeated,
+        )
+
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        sid = cast(int, event.stream_id)
+        size = len(event.data or b"")
+        # The window reopens at once: what a body may hold is bounded by the limits below, not by it.
+        self._conn.acknowledge_received_data(event.flow_controlled_length or 0, sid)
+        stream = self._streams.get(sid)
+        if stream is None or stream.request is None or stream.request_complete:
+            return  # a refused stream's remaining body: dropped
+        if not size and not event.stream_ended:
+            self._control_frame()  # an empty DATA frame carries nothing
+            return
+        stream.body_size += size
+        if stream.body_size > self._limits.max_body_bytes:
+            self._refuse(stream, _Refused(_too_large_body(self._limits.max_body_bytes)))
+            return
+        length = stream.request.headers.get("content-length")
+        if not (length and length.isdigit()):  # announced bodies were held up front
+            admission = self._admission
+            if admission.buffered + size > admission.max_buffered or self._held + size > self._buffer_cap:
+                admission.rejected["request_buffer"] += 1
+                self._refuse(stream, _Refused(_too_much_buffered()))
+                return
+            self._hold(stream, size)
+        stream.body.append(event.data or b"")
+
+    def _request_complete(self, stream: H2Response) -> None:
+        request = stream.request
+        if request is None or stream.request_complete:
+            return
+        stream.request_complete = True
+        if stream.body_timer is not None:
+            stream.body_timer.cancel()
+            stream.body_timer = None
+        body = stream.body
+        if body:
+            request.body = body[0] if len(body) == 1 else b"".join(body)
+            stream.body = []
+        self._tasks += 1
+        task = stream.task = self._loop.create_task(self._run(stream, request))
+        # A callback, not a finally: a task cancelled before it ever ran (reset at once) runs no finally.
+        task.add_done_callback(lambda _: self._handler_done(stream, request))
+
+    def _on_body_timeout(self, stream: H2Response) -> None:
+        stream.body_timer = None
+        if stream.request_complete or stream.reset or stream.started_:
+            return
+        self._admission.rejected["body_timeout"] += 1
+        timeout = self._limits.body_timeout
+        error = apierrors.StatusError(408, "Timeout", f"Timeout: the request body was not received within {timeout:g}s")
+        self._refuse(stream, _Refused(error))
+
+    def _on_window(self, sid: int) -> None:
+        blocked = self._blocked
+        if not blocked:
+            return
+        if sid == 0:
+            self._dirty.update(blocked)
+            blocked.clear()
+        else:
+            stream = blocked.pop(sid, None)
+            if stream is None:
+                return
+            self._dirty[sid] = stream
+        self._schedule()
+
+    def _on_reset(self, event: h2.events.StreamReset) -> None:
+        stream = self._streams.get(cast(int, event.stream_id))
+        if stream is None:
+            return
+        if event.remote_reset and not stream.end_sent and not self._resets.take(self._loop.time()):
+            self._enhance_your_calm("http2_rapid_reset")
+            return
+        self._drop(stream)
+        self._forget(stream)
+
+    # ------------------------------------------------------------ handlers
+
+    async def _run(self, stream: H2Response, request: Request) -> None:
+        try:
+            await self._handler(request, stream)
+        except apierrors.StatusError as err:
+            if stream.started_:
+                logger.warning("%s %s failed after the response started: %r", request.method, request.path, err)
+            else:
+                extra = () if err.retry_after is None else (("Retry-After", str(err.retry_after)),)
+                stream.send(err.code, err.body(), content_type=err.content_type, headers=extra)
+        except asyncio.CancelledError:
+            pass  # the stream was reset or the connection lost: nobody to answer
+        except Exception:
+            logger.exception("handler failed for %s %s", request.method, request.path)
+            if not stream.started_:
+                stream.send(500, apierrors.internal_error().body())
+        else:
+            if not stream.started_:
+                logger.error("handler for %s %s returned without responding", request.method, request.path)
+                stream.send(500, apierrors.internal_error().body())
+
+    def _handler_done(self, stream: H2Response, request: Request) -> None:
+        self._tasks -= 1
+        stream.handler_done = True
+        stream.task = None
+        if not stream.finished and not stream.reset:
+            self.reset_stream(stream, internal=True)  # a truncated body must not look complete
+        if (request.close_connection or stream.status == 401) and not self.closing:
+            # kube's UnauthenticatedHTTP2DOSMitigation: a client nobody authenticated gets one request.
+            self._admission.rejected["http2_unauthenticated"] += 1
+            self._goaway()
+        self._maybe_forget(stream)
+
+    # ------------------------------------------------------------ for H2Response
+
+    def answered(self, stream: H2Response) -> None:
+        """The stream's answer starts: its request bytes no longer count against the limits."""
+        if stream.held:
+            self._admission.buffered -= stream.held
+            self._held -= stream.held
+            stream.held = 0
+
+    def send_headers(self, stream: H2Response, fields: list[tuple[bytes, bytes]]) -> None:
+        if stream.reset or self.closing:
+            return
+        self._conn.send_headers(stream.sid, fields)
+        self._schedule()
+
+    def mark(self, stream: H2Response) -> None:
+        """``stream`` has bytes (or its end) to send: in the next pump."""
+        if stream.sid not in self._blocked:
+            self._dirty[stream.sid] = stream
+            self._schedule()
+
+    def reset_stream(self, stream: H2Response, *, internal: bool = False) -> None:
+        if stream.reset or self.lost:
+            return
+        if not stream.end_sent:
+            self._conn.reset_stream(stream.sid, ErrorCodes.INTERNAL_ERROR if internal else ErrorCodes.CANCEL)
+            self._schedule()
+        self._drop(stream)
+        self._maybe_forget(stream)
+
+    def log_close_callback_failure(self) -> None:
+        logger.exception("close callback failed")
+
+    # ------------------------------------------------------------ writing
+
+    def _schedule(self) -> None:
+        if not self._pump_scheduled and not self.lost:
+            self._pump_scheduled = True
+            self._loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Every marked stream's queue as DATA within its windows, then one write for the pass."""
+        self._pump_scheduled = False
+        if self.lost:
+            return
+        conn = self._conn
+        if self._dirty and not self.flow.paused:
+            dirty, self._dirty = self._dirty, {}
+            max_frame = conn.max_outbound_frame_size
+            low = self.stream_low_water
+            for sid, stream in dirty.items():
+                if stream.reset or stream.end_sent:
+                    continue
+                before = stream.out_bytes
+                try:
+                    while stream.out:
+                        window = conn.local_flow_control_window(sid)
+                        if window <= 0:
+                            self._blocked[sid] = stream
+                            break
+                        chunk = stream.take(min(window, max_frame))
+                        end = stream.finished and not stream.out
+                        conn.send_data(sid, chunk, end_stream=end)
+                        if end:
+                            self._ended(stream)
+                    if not stream.out and stream.finished and not stream.end_sent:
+                        conn.end_stream(sid)
+                        self._ended(stream)
+                except h2.exceptions.StreamClosedError:  # closed under us: nothing more to send on it
+                    self._drop(stream)
+                    self._maybe_forget(stream)
+                    continue
+                if before > low >= stream.out_bytes:
+                    stream.wake_writers()
+        self._write_pending()
+
+    def _ended(self, stream: H2Response) -> None:
+        stream.end_sent = True
+        if not stream.remote_ended:
+            # Answered before the client finished its body (an error): it need not send the rest.
+            self._conn.reset_stream(stream.sid, ErrorCodes.NO_ERROR)
+            stream.remote_ended = stream.request_complete = True
+        self._maybe_forget(stream)
+
+    def _write_pending(self) -> None:
+        data = self._conn.data_to_send()
+        if data and not self.lost:
+            self._transport.write(data)
+        if self._goaway_last is not None and not self._streams and not self.closing:
+            self._close()
+
+    # ------------------------------------------------------------ stream lifetime
+
+    def _hold(self, stream: H2Response, size: int) -> None:
+        stream.held += size
+        self._held += size
+        self._admission.buffered += size
+
+    def _refuse(self, stream: H2Response, refusal: _Refused) -> None:
+        """Answer ``stream`` with a Status now; the handler never sees it."""
+        if refusal.limit is not None:
+            self._admission.rejected[refusal.limit] += 1
+        if stream.body_timer is not None:
+            stream.body_timer.cancel()
+            stream.body_timer = None
+        stream.body = []
+        stream.handler_done = stream.request_complete = True  # no handler, no more body wanted
+        err = refusal.error
+        extra = () if err.retry_after is None else (("Retry-After", str(err.retry_after)),)
+        if not stream.started_ and not stream.reset:
+            stream.send(err.code, err.body(), headers=extra)
+        self._maybe_forget(stream)
+
+    def _drop(self, stream: H2Response) -> None:
+        """The stream is gone (reset, or the connection lost): stop its handler and release what it holds."""
+        self.answered(stream)
+        if stream.body_timer is not None:
+            stream.body_timer.cancel()
+            stream.body_timer = None
+        self._dirty.pop(stream.sid, None)
+        self._blocked.pop(stream.sid, None)
+        if not stream.reset:
+            stream.gone()
+        task = stream.task
+        if task is not None and not task.done():
+            task.cancel()
+
+    def _maybe_forget(self, stream: H2Response) -> None:
+        if stream.handler_done and (stream.end_sent or stream.reset) and not stream.out:
+            self._forget(stream)
+
+    def _forget(self, stream: H2Response) -> None:
+        if self._streams.pop(stream.sid, None) is None:
+            return
+        self.answered(stream)
+        self._admission.h2_streams -= 1
+        if not self._streams and not self.lost:
+            if self._goaway_last is not None:
+                self._schedule()  # written, then closed
+            elif self._timer is None:
+                self._idle_since = self._loop.time()
+                self._timer = self._loop.call_later(self._limits.keepalive_timeout, self._on_timer)
+
+    # ------------------------------------------------------------ closing
+
+    def _goaway(self) -> None:
+        """Graceful GOAWAY (NO_ERROR): the streams open finish, no new one is served, then close.
+
+        Written by hand: ``h2`` moves to CLOSED on a GOAWAY and would refuse the open streams' DATA.
+        """
+        if self._goaway_last is not None or self.closing:
+            return
+        last = self._conn.highest_inbound_stream_id
+        self._goaway_last = last
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = last
+        frame.error_code = ErrorCodes.NO_ERROR
+        pending = self._conn.data_to_send()
+        self._transport.write(pending + frame.serialize())
+        self._schedule()
+
+    def _fatal(self, code: ErrorCodes) -> None:
+        if not self.closing:
+            self._conn.close_connection(code)
+            self._close()
+
+    def _close(self) -> None:
+        if self.closing:
+            return
+        data = self._conn.data_to_send()
+        if data and not self.lost:
+            self._transport.write(data)
+        self.closing = True
+        self.flow.closing()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for stream in list(self._streams.values()):
+            self._drop(stream)
+        self._transport.close()
+
+    def _on_timer(self) -> None:
+        """No request yet within the head timeout, or idle (no stream) for the keep-alive timeout: close."""
+        self._timer = None
+        if self.closing or self._streams:
+            return
+        if self._conn.highest_inbound_stream_id == 0:
+            self._admission.rejected["header_timeout"] += 1
+            self._fatal(ErrorCodes.NO_ERROR)
+            return
+        remaining = self._idle_since + self._limits.keepalive_timeout - self._loop.time()
+        if remaining > 0.001:
+            self._timer = self._loop.call_later(remaining, self._on_timer)
+        else:
+            self._goaway()
+
+
+def _too_large_body(limit: int) -> apierrors.StatusError:
+    return apierrors.StatusError(413, "RequestEntityTooLarge", f"request body exceeds the limit of {limit} bytes")
+
+
+def _too_much_buffered() -> apierrors.StatusError:
+    return apierrors.too_many_requests("too many request bytes waiting to be answered, please try again later", 1)
+
+
+def create_h2_factory(
+    handler: Handler,
+    limits: HttpLimits,
+    h2limits: H2Limits,
+    admission: Admission,
+    server_line: bytes = b"",
+) -> Callable[[], H2Protocol]:
+    """What the HTTP/1.1 protocol hands a TLS connection to when ALPN chose ``h2``."""
+
+    def factory() -> H2Protocol:
+        return H2Protocol(handler, limits, h2limits, server_line, admission)
+
+    return factory
