@@ -358,6 +358,14 @@ class CacheCollector(Collector):
                 "watchcache_http_connections", "Open client connections", value=admission.connections
             )
             yield GaugeMetricFamily(
+                "watchcache_http2_connections",
+                "Open client connections speaking HTTP/2",
+                value=admission.h2_connections,
+            )
+            yield GaugeMetricFamily(
+                "watchcache_http2_streams", "HTTP/2 streams open (each watch holds one)", value=admission.h2_streams
+            )
+            yield GaugeMetricFamily(
                 "watchcache_http_request_buffer_bytes",
                 "Request bytes (heads and bodies) received or announced and not answered yet",
                 value=admission.buffered,

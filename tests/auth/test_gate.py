@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any, cast
 
@@ -264,3 +265,24 @@ def test_own_paths_are_authorized_as_non_resource_requests(client: LocalReviewCl
         check_path(gate, "/metrics", "not-a-token")
     assert err.value.code == 401
     assert check_path(gate, "/metrics", "admin-token").username == "admin"  # system:masters, no review
+
+
+@pytest.mark.parametrize(
+    ("version", "token", "closes"),
+    [
+        pytest.param("2", None, True, id="h2-anonymous"),
+        pytest.param("2", "nobody-token", True, id="h2-401"),
+        pytest.param("2", "admin-token", False, id="h2-authenticated"),
+        pytest.param("1.1", None, False, id="http1-anonymous"),
+    ],
+)
+def test_an_unauthenticated_http2_request_is_its_connections_last(
+    client: LocalReviewClient, version: str, token: str | None, closes: bool
+) -> None:
+    """kube's UnauthenticatedHTTP2DOSMitigation: anonymous or 401 on HTTP/2 -> GOAWAY after the answer."""
+    gate = Gate.build(client)
+    req = request("/api/v1/namespaces/ns-1/pods", token=token)
+    req.http_version = version
+    with contextlib.suppress(StatusError):
+        asyncio.run(gate.authenticate(req))
+    assert req.close_connection is closes

@@ -97,6 +97,14 @@ class AuthOptions:
     review_timeout: float = 10.0
 
 
+def _one_request(request: Request) -> None:
+    """kube's UnauthenticatedHTTP2DOSMitigation: an HTTP/2 connection whose request was anonymous or
+    refused (401) serves no further request (GOAWAY after this one): HTTP/2 is cheap to abuse for a
+    client nobody authenticated (CVE-2023-44487, CVE-2023-39325)."""
+    if request.http_version == "2":
+        request.close_connection = True
+
+
 class Gate:
     """Authenticate, then authorize, a cached read; counts outcomes in plain ints for metrics.
 
@@ -185,8 +193,10 @@ class Gate:
                 user = await self.tokens.authenticate(request)
             except Exception:
                 self.unauthenticated += 1
+                _one_request(request)
                 raise
         if user is None:
+            _one_request(request)
             if not self.anonymous_enabled:
                 self.unauthenticated += 1
                 raise unauthorized()

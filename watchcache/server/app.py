@@ -20,6 +20,7 @@ from typing import NoReturn
 import orjson
 
 from watchcache import apierrors
+from watchcache.auth.authn import bearer_token
 from watchcache.cache.encoding import Encoding
 from watchcache.http.protocol import Request, Response
 from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
@@ -46,6 +47,11 @@ def long_running(info: RequestInfo) -> bool:
     return info.verb in _LONG_RUNNING_VERBS or (
         info.is_resource_request and info.subresource in _LONG_RUNNING_SUBRESOURCES
     )
+
+
+def _credentials(request: Request) -> bool:
+    """The request carries a bearer token or a client certificate (else the upstream sees it as anonymous)."""
+    return request.peercert is not None or bearer_token(request.headers) is not None
 
 
 class _Slot:
@@ -233,6 +239,9 @@ class ApiHandler:
                 self.inflight -= 1
         reason = decision.value
         self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
+        if request.http_version == "2" and self.ctx.gate is not None and not _credentials(request):
+            # Anonymous to the upstream, which would end its own HTTP/2 connection after it: so does this one.
+            request.close_connection = True
         forwarded = info if info.is_resource_request else None
         if request.upgrade is not None or not long_running(info):
             await self.ctx.upstream.forward(request, response, forwarded)
