@@ -45,7 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
-READY = re.compile(r"ready: listening on (http://[\d.]+:\d+)")
+READY = re.compile(r"ready: listening on (https?://[\d.]+:\d+)")
 STAMP_KEY = "bench/written-at"
 STAMP_MARK = b'"bench/written-at":"'
 CLK_TCK = os.sysconf("SC_CLK_TCK")
