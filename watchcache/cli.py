@@ -17,7 +17,7 @@ from watchcache.service.options import RunOptions, parse_listen, worker_count
 from watchcache.service.proxy import run_proxy
 from watchcache.shard.supervisor import Supervisor
 from watchcache.sim.options import SimOptions
-from watchcache.upstream.config import UpstreamConfig, UpstreamConfigError, from_flags, from_kubeconfig, in_cluster
+from watchcache.upstream.config import UpstreamConfigError, upstream_from_args
 from watchcache.upstream.identity_options import add_identity_flags
 from watchcache.upstream.reflector import ReflectorConfig
 
@@ -152,6 +152,18 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
                    "tunnel is closed whatever it does (default %(default)s: 24 h)")
     _flag(g, "--max-tunnels", _TUNNELS.max_tunnels, "exec/attach/port-forward tunnels open at once per worker; more "
           "get 429 with Retry-After")
+def _sim_auth_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--requestheader-client-ca-file", metavar="FILE", help="believe X-Remote-User/-Group/-Extra-* "
+                   "headers on requests whose client certificate this CA signed (a front proxy, e.g. watchcache "
+                   "serve --proxy-client-cert-file), as kube-apiserver's flag of that name; needs --tls-cert-file "
+                   "and --policy-file")
+    p.add_argument("--anonymous-auth", action=argparse.BooleanOptionalAction, default=_SIM.anonymous, help="with "
+                   "--policy-file: requests without credentials are system:anonymous rather than 401 "
+                   "(default %(default)s, as kube-apiserver)")
+    p.add_argument("--requestheader-allowed-names", default="", metavar="CN,...", help="common names a "
+                   "front-proxy certificate may have (default: any the CA signed)")
+
+
 # fmt: on
 
 
@@ -168,27 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The simulated cluster's clients are tests and benchmarks on one host: no per-address limit.
     _common(sim, per_client=0)
     _sim_flags(sim)
-    sim.add_argument(
-        "--requestheader-client-ca-file",
-        metavar="FILE",
-        help="believe X-Remote-User/-Group/-Extra-* "
-        "headers on requests whose client certificate this CA signed (a front proxy, e.g. watchcache "
-        "serve --proxy-client-cert-file), as kube-apiserver's flag of that name; needs --tls-cert-file "
-        "and --policy-file",
-    )
-    sim.add_argument(
-        "--anonymous-auth",
-        action=argparse.BooleanOptionalAction,
-        default=_SIM.anonymous,
-        help="with --policy-file: requests without credentials are system:anonymous rather than 401 "
-        "(default %(default)s, as kube-apiserver)",
-    )
-    sim.add_argument(
-        "--requestheader-allowed-names",
-        default="",
-        metavar="CN,...",
-        help="common names a front-proxy certificate may have (default: any the CA signed)",
-    )
+    _sim_auth_flags(sim)
     serve = sub.add_parser(
         "serve",
         help="run the watch cache",
@@ -222,24 +214,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _upstream(args: argparse.Namespace) -> UpstreamConfig | None:
-    """The apiserver the flags name; None: the embedded simulated cluster."""
-    if args.kubeconfig:
-        return from_kubeconfig(args.kubeconfig, args.context)
-    if args.in_cluster:
-        return in_cluster()
-    if args.upstream:
-        return from_flags(
-            args.upstream,
-            token_file=args.token_file,
-            client_certificate=args.client_certificate,
-            client_key=args.client_key,
-            certificate_authority=args.certificate_authority,
-            insecure_skip_tls_verify=args.insecure_skip_tls_verify,
-        )
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"), getattr(args, "worker_id", None))
@@ -253,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
             run_sim(RunOptions.from_args(args), SimOptions.from_args(args))
             return 0
-        upstream = _upstream(args)
+        upstream = upstream_from_args(args)
         workers = worker_count(args.workers, upstream is not None)
         if workers > 1 and args.worker_id is None:
             host, port = parse_listen(args.listen)

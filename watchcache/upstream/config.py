@@ -187,3 +187,21 @@ def from_flags(
         client_key=client_key,
         token_file=token_file,
     )
+
+
+def upstream_from_args(args: Any) -> UpstreamConfig | None:
+    """The apiserver ``watchcache serve``'s flags name; None: the embedded simulated cluster."""
+    if args.kubeconfig:
+        return from_kubeconfig(args.kubeconfig, args.context)
+    if args.in_cluster:
+        return in_cluster()
+    if args.upstream:
+        return from_flags(
+            args.upstream,
+            token_file=args.token_file,
+            client_certificate=args.client_certificate,
+            client_key=args.client_key,
+            certificate_authority=args.certificate_authority,
+            insecure_skip_tls_verify=args.insecure_skip_tls_verify,
+        )
+    return None
