@@ -13,6 +13,10 @@ Also, in-process (``--structure``): the Python heap retained per object by the c
 structures (``encode_object`` + the sorted index), measured with tracemalloc on the sim's
 pods, which tells the structural overhead apart from allocator effects in RSS.
 
+The production configuration (``--tls``, ``--authentication delegated``, ``--workers N``; ``--production``)
+applies to both rows (``--workers N`` replaces the default-workers row); with delegated authentication the
+sim enforces ``watchcache/sim/policy-example.yaml`` and every request carries a token.
+
 Run: ``.venv/bin/python loadtest/bench_memory.py --quick`` (20,000 pods) or without (100,000).
 """
 
@@ -62,8 +66,8 @@ def cache_bytes(proc: bl.Proc) -> dict[str, int]:
     }
 
 
-def measure_proxy(sim: bl.Proc, n: int, workers: list[str], settle: float) -> tuple[dict[str, int], dict[str, int]]:
-    proxy = bl.start_proxy(sim.url, extra=workers)
+def measure_proxy(sim: bl.Proc, n: int, flags: list[str], settle: float) -> tuple[dict[str, int], dict[str, int]]:
+    proxy = bl.start_proxy(sim.url, extra=flags)
     try:
         if n:
             bl.wait_objects(proxy, "pods", n)
@@ -146,7 +150,9 @@ def main() -> None:
     p.add_argument("--settle", type=float, default=3.0, help="seconds of quiet before reading RSS")
     p.add_argument("--no-default-workers", action="store_true", help="skip the default-workers row")
     p.add_argument("--structure-only", type=int, help=argparse.SUPPRESS)
+    bl.add_production_flags(p)
     args = p.parse_args()
+    prod = bl.production_from_args(args)
     if args.structure_only:
         print(json.dumps(structure(args.structure_only)))
         return
@@ -154,26 +160,30 @@ def main() -> None:
     info = bl.machine_info()
     bl.log(f"machine: {info}")
     t0 = time.monotonic()
-    configs = [("--workers 1", ["--workers", "1"])]
-    if not args.no_default_workers:
-        configs.append(("default workers", []))
+    files = bl.ProductionFiles(prod.delegated, prod.tls)
+    one = prod.but(workers=1)
+    configs = [("--workers 1", files.proxy_flags(one), one)]
+    if not args.no_default_workers and prod.workers != 1:
+        configs.append(
+            (f"--workers {prod.workers}" if prod.workers else "default workers", files.proxy_flags(prod), prod)
+        )
     rows = []
     results: list[dict[str, Any]] = []
     sim0 = sim = None
     try:
         bl.log("baseline: sim with 0 pods")
-        sim0 = bl.start_sim(objects=0, namespaces=10)
+        sim0 = bl.start_sim(objects=0, namespaces=10, extra=files.sim_flags())
         bl.wait_ready(sim0)
-        base = {name: measure_proxy(sim0, 0, flags, args.settle) for name, flags in configs}
+        base = {name: measure_proxy(sim0, 0, flags, args.settle) for name, flags, _ in configs}
         sim0.stop()
         sim0 = None
         bl.log(f"sim with {n} pods")
         t_sim = time.monotonic()
-        sim = bl.start_sim(objects=n, namespaces=10)
+        sim = bl.start_sim(objects=n, namespaces=10, extra=files.sim_flags())
         bl.wait_ready(sim, 600)
         sim_start_s = time.monotonic() - t_sim
         sim_rss = settle_rss(sim, 1.0)
-        for name, flags in configs:
+        for name, flags, cfg in configs:
             t_sync = time.monotonic()
             rss, cache = measure_proxy(sim, n, flags, args.settle)
             b_rss, b_cache = base[name]
@@ -182,6 +192,7 @@ def main() -> None:
             held = cache["object_bytes"] - b_cache["object_bytes"]
             r = {
                 "config": name,
+                "production": cfg.label,
                 "pods": n,
                 "processes": rss["processes"],
                 "baseline_rss": b_rss["VmRSS"],
@@ -202,7 +213,7 @@ def main() -> None:
             results.append(r)
             rows.append(
                 [
-                    name,
+                    cfg.label,
                     n,
                     r["processes"],
                     b_rss["VmRSS"] / 1e6,
@@ -218,6 +229,7 @@ def main() -> None:
             )
     finally:
         bl.stop_all([sim0, sim])
+        files.cleanup()
     bl.log("in-process structure estimate (tracemalloc)")
     struct = run_structure(min(n, 20000))
     print()

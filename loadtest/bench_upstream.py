@@ -17,6 +17,11 @@ namespaces), 15% nodes. Phases:
    freshness with the upstream (docs/consistency.md), which is where upstream requests are expected.
 
 Goal: exactly one upstream watch per resource type, whatever the number of clients.
+
+The production configuration (``--tls``, ``--authentication delegated``, ``--workers N``; ``--production``)
+applies to the proxy: clients connect with TLS and send ``alice-token``; with delegated authentication
+the sim enforces ``watchcache/sim/policy-example.yaml``, and the proxy's TokenReviews and
+SubjectAccessReviews cross the relay, so they are counted with the other upstream requests.
 Run: ``.venv/bin/python loadtest/bench_upstream.py --quick`` (200 clients) or without (1,000).
 """
 
@@ -125,9 +130,11 @@ async def start_relay(upstream: tuple[str, int], counts: Counts) -> tuple[asynci
 class Client:
     """One informer-like client on raw keep-alive HTTP/1.1 (list, then watch on another connection)."""
 
-    def __init__(self, base: tuple[str, int], path: str) -> None:
+    def __init__(self, base: tuple[str, int], path: str, tls: bool = False, token: str = "") -> None:
         self.base = base
         self.path = path
+        self.ssl = bl.client_tls() if tls else None
+        self.auth = bl.auth_header(token).decode()
         self.rv = ""
         self.watch_bytes = 0
         self.watch_frames = 0
@@ -138,9 +145,9 @@ class Client:
 
     async def _request(self, target: str) -> tuple[int, bytes]:
         if self._list_conn is None:
-            self._list_conn = await asyncio.open_connection(*self.base)
+            self._list_conn = await asyncio.open_connection(*self.base, ssl=self.ssl)
         r, w = self._list_conn
-        w.write(f"GET {target} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n\r\n".encode())
+        w.write(f"GET {target} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n{self.auth}\r\n".encode())
         head = await r.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         m = re.search(rb"(?i)content-length: *(\d+)", head)
@@ -187,8 +194,8 @@ class Client:
         sep = "&" if "?" in self.path else "?"
         target = f"{self.path}{sep}watch=1&resourceVersion={self.rv}&allowWatchBookmarks=true&timeoutSeconds=3600"
         try:
-            r, w = await asyncio.open_connection(*self.base)
-            w.write(f"GET {target} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n\r\n".encode())
+            r, w = await asyncio.open_connection(*self.base, ssl=self.ssl)
+            w.write(f"GET {target} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n{self.auth}\r\n".encode())
             head = await r.readuntil(b"\r\n\r\n")
             self.watch_status = int(head.split(b" ", 2)[1])
             counter[0] += 1
@@ -244,13 +251,18 @@ async def amain(args: argparse.Namespace) -> None:
     counts = Counts()
     sim = proxy = None
     relay = None
+    prod: bl.Production = args.prod
+    files = bl.ProductionFiles(prod.delegated, prod.tls)
     clients: list[Client] = []
     phases: list[dict[str, Any]] = []
     try:
-        sim = bl.start_sim(objects=args.objects, namespaces=10, churn=args.churn)
+        sim = bl.start_sim(objects=args.objects, namespaces=10, churn=args.churn, extra=files.sim_flags())
         bl.wait_ready(sim)
         relay, relay_port = await start_relay(sim.host_port, counts)
-        proxy = await asyncio.to_thread(bl.start_proxy, f"http://127.0.0.1:{relay_port}", extra=args.proxy_args)
+        bl.log(f"proxy: {prod.label}")
+        proxy = await asyncio.to_thread(
+            bl.start_proxy, f"http://127.0.0.1:{relay_port}", extra=[*files.proxy_flags(prod), *args.proxy_args]
+        )
         await asyncio.to_thread(bl.wait_objects, proxy, "pods", args.objects)
         await asyncio.sleep(1.0)
         sync = counts.snapshot()
@@ -266,7 +278,7 @@ async def amain(args: argparse.Namespace) -> None:
                 path = "/api/v1/configmaps"
             else:
                 path = "/api/v1/nodes"
-            clients.append(Client(base, path))
+            clients.append(Client(base, path, proxy.tls, files.client_token))
 
         async def phase(name: str, work: Any) -> dict[str, Any]:
             before = counts.snapshot()
@@ -344,6 +356,7 @@ async def amain(args: argparse.Namespace) -> None:
         if relay is not None:
             relay.close()
         bl.stop_all([sim])
+        files.cleanup()
 
     # ---- report
     total_watch = {r: n for (k, r), n in end.items() if k == "watch"}
@@ -429,7 +442,9 @@ def main() -> None:
     p.add_argument("--hold", type=float, help="seconds the watches are held (default 15, quick 3)")
     p.add_argument("--concurrency", type=int, default=200, help="LISTs in flight at once")
     p.add_argument("--proxy-args", type=lambda s: s.split(), default=[], help="extra flags for the proxy")
+    bl.add_production_flags(p)
     args = p.parse_args()
+    args.prod = bl.production_from_args(args)
     args.clients = args.clients or (200 if args.quick else 1000)
     args.hold = args.hold if args.hold is not None else (3.0 if args.quick else 15.0)
     bl.raise_nofile()

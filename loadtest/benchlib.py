@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
+import dataclasses
 import json
 import os
 import re
 import resource
+import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -189,6 +193,144 @@ def _git_head() -> str:
         return ""
 
 
+# ---------------------------------------------------------------- the production configuration
+
+# The simulated cluster's users (watchcache/sim/policy-example.yaml): the proxy's own identity, a user
+# who may list and watch pods and configmaps everywhere (the watches and LISTs measured), and an admin
+# (the benchmark's writes to the sim and its reads of /debug and /metrics).
+POLICY_FILE = ROOT / "watchcache" / "sim" / "policy-example.yaml"
+PROXY_TOKEN = "watchcache-token"
+CLIENT_TOKEN = "alice-token"
+ADMIN_TOKEN = "admin-token"
+AUTH_MODES = ("none", "delegated")
+# Set by ``Production.setup`` when the sim enforces a policy: sent by ``http()`` on every request.
+_admin_token = ""
+
+
+@dataclass(frozen=True)
+class Production:
+    """How the proxy under test is run: TLS, delegated authentication, worker count.
+
+    ``workers=None`` is the product's default (one per CPU the container may use).
+    """
+
+    tls: bool = False
+    authentication: str = "none"
+    workers: int | None = None
+
+    @property
+    def delegated(self) -> bool:
+        return self.authentication == "delegated"
+
+    @property
+    def label(self) -> str:
+        parts = ["tls" if self.tls else "http"]
+        if self.delegated:
+            parts.append("delegated")
+        parts.append(f"w{self.workers}" if self.workers else "wdefault")
+        return "+".join(parts)
+
+    def but(self, **changes: Any) -> Production:
+        return dataclasses.replace(self, **changes)
+
+
+def add_production_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("production configuration (the proxy under test)")
+    g.add_argument("--tls", action="store_true", help="serve HTTPS (a self-signed certificate made at run time)")
+    g.add_argument(
+        "--authentication",
+        choices=AUTH_MODES,
+        default="none",
+        help="delegated: TokenReview/SubjectAccessReview against the sim's policy; clients send a bearer token",
+    )
+    g.add_argument("--workers", type=int, default=None, help="proxy workers (default: the product's default)")
+    g.add_argument("--production", action="store_true", help="shorthand: --tls --authentication delegated")
+
+
+def production_from_args(args: argparse.Namespace) -> Production:
+    if args.production:
+        args.tls = True
+        args.authentication = "delegated"
+    return Production(tls=args.tls, authentication=args.authentication, workers=args.workers)
+
+
+class ProductionFiles:
+    """The certificate, token file and sim policy a production-configured run needs (one temp dir)."""
+
+    def __init__(self, any_delegated: bool, any_tls: bool) -> None:
+        global _admin_token
+        self.dir = Path(tempfile.mkdtemp(prefix="bench-prod-"))
+        self.policy = any_delegated
+        self.cert: tuple[Path, Path] | None = make_tls_cert(self.dir) if any_tls else None
+        self.token_file = self.dir / "token"
+        self.token_file.write_text(PROXY_TOKEN)
+        if any_delegated:
+            _admin_token = ADMIN_TOKEN
+
+    def sim_flags(self) -> list[str]:
+        """With delegated authentication the sim enforces the policy and answers the reviews."""
+        return ["--policy-file", str(POLICY_FILE)] if self.policy else []
+
+    def proxy_flags(self, prod: Production) -> list[str]:
+        out: list[str] = []
+        if self.policy:
+            out += ["--token-file", str(self.token_file)]  # the proxy's identity at a sim that checks it
+        if prod.tls:
+            assert self.cert is not None
+            out += ["--tls-cert-file", str(self.cert[0]), "--tls-private-key-file", str(self.cert[1])]
+        if prod.delegated:
+            out += ["--authentication", "delegated"]
+        if prod.workers:
+            out += ["--workers", str(prod.workers)]
+        return out
+
+    @property
+    def client_token(self) -> str:
+        return CLIENT_TOKEN if self.policy else ""
+
+    def tls_args(self) -> list[str]:
+        """The ceilings' flags: serve TLS with the proxy's certificate."""
+        assert self.cert is not None
+        return ["--tls-cert", str(self.cert[0]), "--tls-key", str(self.cert[1])]
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def make_tls_cert(directory: Path) -> tuple[Path, Path]:
+    """A self-signed ECDSA P-256 serving certificate for 127.0.0.1 (cheap handshakes for 10,000 watchers)."""
+    crt, key = directory / "serving.crt", directory / "serving.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(crt), "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return crt, key
+
+
+def client_tls() -> ssl.SSLContext:
+    """A client context that trusts anything (the benchmark's own self-signed certificate)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def server_tls(cert: str, key: str) -> ssl.SSLContext:
+    """The ceilings' server context: as ``watchcache.http.tls.ServingCert`` (TLS >= 1.2, ALPN http/1.1)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["http/1.1"])
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def auth_header(token: str) -> bytes:
+    return f"Authorization: Bearer {token}\r\n".encode() if token else b""
+
+
 # ---------------------------------------------------------------- processes
 
 
@@ -211,8 +353,12 @@ class Proc:
 
     @property
     def host_port(self) -> tuple[str, int]:
-        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        host, port = self.url.split("://", 1)[1].rsplit(":", 1)
         return host, int(port)
+
+    @property
+    def tls(self) -> bool:
+        return self.url.startswith("https://")
 
     def cpu(self) -> float:
         """CPU seconds of the process and its children (workers)."""
@@ -355,7 +501,7 @@ def wait_ready(proc: Proc, timeout: float = 300.0) -> None:
             raise RuntimeError(f"{proc.name} exited:\n{proc.log_tail()}")
         with (
             contextlib.suppress(OSError, urllib.error.URLError),
-            urllib.request.urlopen(proc.url + "/readyz", timeout=2.0) as resp,
+            urllib.request.urlopen(proc.url + "/readyz", timeout=2.0, context=client_tls()) as resp,
         ):
             if resp.status == 200:
                 return
@@ -386,9 +532,13 @@ def stop_all(procs: Iterable[Proc | None]) -> None:
 
 
 def http(method: str, url: str, body: bytes | None = None, content_type: str = "application/json") -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": content_type})
+    """One request; https:// without verification, with the benchmark's bearer token if one is set."""
+    headers = {"Content-Type": content_type}
+    if _admin_token:
+        headers["Authorization"] = f"Bearer {_admin_token}"
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=120.0) as resp:
+        with urllib.request.urlopen(req, timeout=120.0, context=client_tls()) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -604,13 +754,32 @@ class _ReaderState:
 class _WatchConn(asyncio.BufferedProtocol):
     """One watch: count frames (``}\\n``), optionally parse stamps. Nothing else is parsed."""
 
-    __slots__ = ("carry", "done", "head", "label", "last", "probing", "request", "sampled", "st", "transport")
+    __slots__ = (
+        "carry",
+        "done",
+        "head",
+        "label",
+        "last",
+        "probe_request",
+        "probing",
+        "request",
+        "sampled",
+        "st",
+        "transport",
+    )
 
     def __init__(
-        self, st: _ReaderState, request: bytes, sampled: bool, done: asyncio.Future[bool], probe: bool = False
+        self,
+        st: _ReaderState,
+        request: bytes,
+        sampled: bool,
+        done: asyncio.Future[bool],
+        probe: bool = False,
+        probe_request: bytes = b"GET /debug/shards HTTP/1.1\r\nHost: bench\r\n\r\n",
     ) -> None:
         self.st = st
         self.request = request
+        self.probe_request = probe_request
         self.sampled = sampled
         self.done = done
         self.head: bytearray | None = bytearray()
@@ -623,7 +792,7 @@ class _WatchConn(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         if self.probing:
-            transport.write(b"GET /debug/shards HTTP/1.1\r\nHost: bench\r\n\r\n")  # type: ignore[attr-defined]
+            transport.write(self.probe_request)  # type: ignore[attr-defined]
         else:
             transport.write(self.request)  # type: ignore[attr-defined]
 
@@ -735,9 +904,15 @@ async def _watch_reader(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     st = _ReaderState(args.sample_every)
     request = (
-        f"GET {args.path} HTTP/1.1\r\nHost: {args.host}:{args.port}\r\nAccept: application/json\r\n"
-        "User-Agent: watchcache-bench\r\n\r\n"
-    ).encode()
+        (
+            f"GET {args.path} HTTP/1.1\r\nHost: {args.host}:{args.port}\r\nAccept: application/json\r\n"
+            "User-Agent: watchcache-bench\r\n"
+        ).encode()
+        + auth_header(args.token)
+        + b"\r\n"
+    )
+    probe_request = b"GET /debug/shards HTTP/1.1\r\nHost: bench\r\n" + auth_header(args.probe_token) + b"\r\n"
+    tls = client_tls() if args.tls else None
     conns: list[_WatchConn] = []
     sem = asyncio.Semaphore(args.connect_concurrency)
 
@@ -748,7 +923,7 @@ async def _watch_reader(args: argparse.Namespace) -> None:
             probe = sampled and args.probe_worker
             try:
                 _, proto = await loop.create_connection(
-                    lambda: _WatchConn(st, request, sampled, done, probe), args.host, args.port
+                    lambda: _WatchConn(st, request, sampled, done, probe, probe_request), args.host, args.port, ssl=tls
                 )
             except OSError as e:
                 st.failed += 1
@@ -868,8 +1043,12 @@ class _FanoutServer:
     Idle until ``/control?rate=R`` (so watchers connect without load, as in the other variants).
     """
 
-    def __init__(self, template: bytes, cap: int) -> None:
+    def __init__(self, template: bytes, cap: int, join: bool = False) -> None:
         self.conns: set[_FanoutConn] = set()
+        # Over TLS: each buffer handed to the transport becomes at least one TLS record (and one
+        # SSL_write); a chunk's size line and CRLF would be records of a few bytes. Joined, the
+        # chunk is one buffer the TLS layer cuts into full 16 KB records.
+        self.join = join
         self.rate = 0.0
         self.stamp_every = 0.0
         self.cap = cap
@@ -929,9 +1108,7 @@ class _FanoutServer:
         parts = c.pending
         c.pending = []
         c.pending_bytes = 0
-        size = sum(map(len, parts))
-        c.transport.writelines([b"%x\r\n" % size, *parts, b"\r\n"])  # type: ignore[attr-defined]
-        self.writes += 1
+        self._write(c, parts)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -970,18 +1147,26 @@ class _FanoutServer:
                 c.pending.extend(frames)
                 self.flush_one(c)
             else:
-                c.transport.writelines([b"%x\r\n" % size, *frames, b"\r\n"])  # type: ignore[attr-defined]
-                self.writes += 1
+                self._write(c, frames)
+
+    def _write(self, c: _FanoutConn, parts: list[bytes]) -> None:
+        chunk = [b"%x\r\n" % sum(map(len, parts)), *parts, b"\r\n"]
+        if self.join:
+            c.transport.write(b"".join(chunk))  # type: ignore[attr-defined]
+        else:
+            c.transport.writelines(chunk)  # type: ignore[attr-defined]
+        self.writes += 1
 
 
 async def _raw_fanout(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     template = Path(args.template).read_bytes()
-    server = _FanoutServer(template, args.cap)
-    srv = await loop.create_server(lambda: _FanoutConn(server), "127.0.0.1", 0, backlog=4096)
+    tls = server_tls(args.tls_cert, args.tls_key) if args.tls_cert else None
+    server = _FanoutServer(template, args.cap, join=tls is not None and not args.no_join)
+    srv = await loop.create_server(lambda: _FanoutConn(server), "127.0.0.1", 0, backlog=4096, ssl=tls)
     port = srv.sockets[0].getsockname()[1]
     gen = asyncio.ensure_future(server.run())
-    print(f"raw-fanout ready: listening on http://127.0.0.1:{port}", flush=True)
+    print(f"raw-fanout ready: listening on {'https' if tls else 'http'}://127.0.0.1:{port}", flush=True)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
@@ -993,14 +1178,36 @@ async def _raw_fanout(args: argparse.Namespace) -> None:
 
 
 class _ListConn(asyncio.Protocol):
-    __slots__ = ("buf", "responses", "transport")
+    """Answers GETs from ``responses``: all at once with ``writelines`` (plain), or paced (``pump``).
 
-    def __init__(self, responses: dict[bytes, list[bytes]]) -> None:
+    Paced (the TLS ceiling): the buffers go to the transport until it is over its high-water mark,
+    the rest when it resumes, as the proxy's ``send_stream`` slices a large body: the TLS layer then
+    never holds (and copies) a whole 30 MB body at once.
+    """
+
+    __slots__ = ("buf", "paused", "pump", "queue", "responses", "transport")
+
+    def __init__(self, responses: dict[bytes, list[bytes]], pump: bool = False) -> None:
         self.responses = responses
         self.buf = b""
+        self.pump = pump
+        self.paused = False
+        self.queue: collections.deque[bytes] = collections.deque()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._pump()
+
+    def _pump(self) -> None:
+        queue, write = self.queue, self.transport.write  # type: ignore[attr-defined]
+        while queue and not self.paused:
+            write(queue.popleft())
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -1015,13 +1222,16 @@ class _ListConn(asyncio.Protocol):
                 self.transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")  # type: ignore[attr-defined]
                 continue
             size = sum(map(len, parts))
-            self.transport.writelines(  # type: ignore[attr-defined]
-                [
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\n"
-                    b"Content-Length: %d\r\n\r\n" % size,
-                    *parts,
-                ]
+            head = (
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\n"
+                b"Content-Length: %d\r\n\r\n" % size
             )
+            if self.pump:
+                self.queue.append(head)
+                self.queue.extend(parts)
+                self._pump()
+            else:
+                self.transport.writelines([head, *parts])  # type: ignore[attr-defined]
 
 
 async def _raw_list(args: argparse.Namespace) -> None:
@@ -1046,12 +1256,34 @@ async def _raw_list(args: argparse.Namespace) -> None:
         if sum(map(len, parts)) != len(body):
             print(f"warning: re-encoded {target} is {sum(map(len, parts))} bytes, proxy's {len(body)}", file=sys.stderr)
         responses[target.encode()] = parts
-    srv = await loop.create_server(lambda: _ListConn(responses), "127.0.0.1", 0, backlog=4096)
+    tls = server_tls(args.tls_cert, args.tls_key) if args.tls_cert else None
+    if tls is not None and not args.no_join:
+        # Over TLS each buffer is one SSL_write and at least one record: pre-join the items into
+        # 64 KB buffers (full 16 KB records), the best a bare server can hand the TLS layer.
+        responses = {t: regroup(parts, 64 << 10) for t, parts in responses.items()}
+    pump = tls is not None and not args.no_join
+    srv = await loop.create_server(lambda: _ListConn(responses, pump), "127.0.0.1", 0, backlog=4096, ssl=tls)
     port = srv.sockets[0].getsockname()[1]
-    print(f"raw-list ready: listening on http://127.0.0.1:{port}", flush=True)
+    print(f"raw-list ready: listening on {'https' if tls else 'http'}://127.0.0.1:{port}", flush=True)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
+
+
+def regroup(parts: list[bytes], size: int) -> list[bytes]:
+    """``parts`` joined into buffers of at least ``size`` bytes (the last one may be shorter)."""
+    out: list[bytes] = []
+    group: list[bytes] = []
+    n = 0
+    for part in parts:
+        group.append(part)
+        n += len(part)
+        if n >= size:
+            out.append(b"".join(group))
+            group, n = [], 0
+    if group:
+        out.append(b"".join(group))
+    return out
 
 
 # ---- list-client
@@ -1060,10 +1292,11 @@ async def _raw_list(args: argparse.Namespace) -> None:
 class _ListClientConn(asyncio.BufferedProtocol):
     """Keep-alive LIST requests back to back; reads whole bodies, keeps only the first 4 KB."""
 
-    def __init__(self, buf: bytearray, host: str) -> None:
+    def __init__(self, buf: bytearray, host: str, token: str = "") -> None:
         self.buf = buf
         self.mv = memoryview(buf)
         self.host = host
+        self.auth = auth_header(token)
         self.head = bytearray()
         self.remaining = -1
         self.first = bytearray()
@@ -1080,7 +1313,7 @@ class _ListClientConn(asyncio.BufferedProtocol):
         self.remaining = -1
         self.first = bytearray()
         self.transport.write(  # type: ignore[attr-defined]
-            f"GET {target} HTTP/1.1\r\nHost: {self.host}\r\nAccept: application/json\r\n\r\n".encode()
+            f"GET {target} HTTP/1.1\r\nHost: {self.host}\r\nAccept: application/json\r\n".encode() + self.auth + b"\r\n"
         )
         return self.waiter
 
@@ -1173,7 +1406,10 @@ async def _list_client(args: argparse.Namespace) -> None:
     conns = []
     for _ in range(args.connections):
         _, proto = await loop.create_connection(
-            lambda: _ListClientConn(buf, f"{args.host}:{args.port}"), args.host, args.port
+            lambda: _ListClientConn(buf, f"{args.host}:{args.port}", args.token),
+            args.host,
+            args.port,
+            ssl=client_tls() if args.tls else None,
         )
         conns.append(proto)
     _emit({"event": "connected", "connections": len(conns)})
@@ -1210,15 +1446,25 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument(
         "--probe-worker", action="store_true", help="sampled connections ask /debug/shards which worker serves them"
     )
+    r.add_argument("--tls", action="store_true", help="connect with TLS (no verification)")
+    r.add_argument("--token", default="", help="bearer token of the watch requests")
+    r.add_argument("--probe-token", default="", help="bearer token of the /debug/shards probes")
     f = sub.add_parser("raw-fanout")
     f.add_argument("--template", required=True)
     f.add_argument("--cap", type=int, default=16 << 20)
+    f.add_argument("--no-join", action="store_true", help="over TLS: writelines the chunk's parts, as plain HTTP")
     rl = sub.add_parser("raw-list")
     rl.add_argument("--bodies", required=True)
+    rl.add_argument("--no-join", action="store_true", help="over TLS: writelines the per-item buffers, as plain HTTP")
+    for server in (f, rl):
+        server.add_argument("--tls-cert", default="", help="serve TLS with this certificate (PEM)")
+        server.add_argument("--tls-key", default="")
     lc = sub.add_parser("list-client")
     lc.add_argument("--host", default="127.0.0.1")
     lc.add_argument("--port", type=int, required=True)
     lc.add_argument("--connections", type=int, default=4)
+    lc.add_argument("--tls", action="store_true")
+    lc.add_argument("--token", default="")
     args = p.parse_args(argv)
     role = {
         "watch-reader": _watch_reader,
