@@ -17,13 +17,13 @@ T = TypeVar("T")
 
 
 class ServerThread:
-    def __init__(self, handler: Handler, limits: HttpLimits) -> None:
+    def __init__(self, handler: Handler, limits: HttpLimits, ssl: Any = None) -> None:
         self.loop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="http-test-loop", daemon=True)
         self.thread.start()
         # Shared by the server's connections; tests read its counters.
         self.admission = limits.admission()
-        server = start_server(handler, "127.0.0.1", 0, limits=limits, admission=self.admission)
+        server = start_server(handler, "127.0.0.1", 0, limits=limits, admission=self.admission, ssl=ssl)
         self.server = cast(asyncio.Server, self.call(server))
         self.host, self.port = self.server.sockets[0].getsockname()[:2]
 
@@ -54,11 +54,11 @@ class ServerThread:
 
 @pytest.fixture
 def serve() -> Iterator[Callable[..., ServerThread]]:
-    """``serve(handler, limits=HttpLimits())`` starts a server, stopped at teardown."""
+    """``serve(handler, limits=HttpLimits(), ssl=None)`` starts a server, stopped at teardown."""
     servers: list[ServerThread] = []
 
-    def start(handler: Handler, limits: HttpLimits | None = None) -> ServerThread:
-        srv = ServerThread(handler, limits or HttpLimits())
+    def start(handler: Handler, limits: HttpLimits | None = None, ssl: Any = None) -> ServerThread:
+        srv = ServerThread(handler, limits or HttpLimits(), ssl)
         servers.append(srv)
         return srv
 

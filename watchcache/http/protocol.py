@@ -287,7 +287,7 @@ class Http1Response:
             if self._head_only or status in _BODYLESS or status < 200:
                 proto._transport.write(head)
             else:
-                proto._transport.writelines([head, *parts])
+                proto._write_parts([head, *parts])
         if self._handler_done:
             proto._finish(self)
 
@@ -318,7 +318,7 @@ class Http1Response:
                     if self._head_only or status in _BODYLESS or status < 200:
                         proto._transport.write(head)
                     else:
-                        proto._transport.writelines([head, *parts])
+                        proto._write_parts([head, *parts])
                 return
             batch: list[bytes] = [head]
             batch_bytes = 0
@@ -328,13 +328,13 @@ class Http1Response:
                 if batch_bytes >= slice_bytes:
                     if proto._closing:
                         return
-                    proto._transport.writelines(batch)
+                    proto._write_parts(batch)
                     batch = []
                     batch_bytes = 0
                     if not proto._flow.writable:
                         await proto._flow.drain()
             if batch and not proto._closing:
-                proto._transport.writelines(batch)
+                proto._write_parts(batch)
         except ConnectionClosed:
             return
         finally:
@@ -375,9 +375,9 @@ class Http1Response:
         if not size:
             return 0  # an empty chunk would end the stream
         if self._http10:
-            proto._transport.writelines(parts)
+            proto._write_parts(parts)
         else:
-            proto._transport.writelines([b"%x\r\n" % size, *parts, _CRLF])
+            proto._write_parts([b"%x\r\n" % size, *parts, _CRLF])
         return size
 
     def end_chunked(self) -> None:
@@ -513,6 +513,7 @@ class HttpProtocol(asyncio.Protocol):
         "_server_line",
         "_switched",
         "_task",
+        "_tls",
         "_transport",
         "_url",
     )
@@ -543,6 +544,7 @@ class HttpProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport = None  # type: ignore[assignment]
+        self._tls = False  # set in connection_made: the transport is TLS (writes are joined first)
         self._flow = FlowControl()
         self._remote = ""
         self._peercert: dict[str, Any] | None = None
@@ -581,9 +583,27 @@ class HttpProtocol(asyncio.Protocol):
 
     # -- asyncio.Protocol
 
+    def _write_parts(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """Hand ``parts`` (a watch chunk, a LIST slice) to the transport as ONE write.
+
+        Plain TCP: ``writelines``, one ``writev`` of the parts as they are, no copy. TLS: joined
+        first. uvloop's TLS transport feeds each buffer to its own ``SSL_write``, and each
+        ``SSL_write`` seals at least one record: a chunk's size line and CRLF became records of a
+        few bytes (29 bytes of header and tag each), a LIST of 10,000 items 20,000 records of one
+        item or one comma, and uvloop pops its backlog from the front of a list (quadratic in
+        the number of buffers). Joined, one ``SSL_write`` fills 16 KB records; the copy is one
+        ``memcpy`` of bytes the TLS layer copies anyway (callers bound a write: ``FLUSH_BYTES``,
+        ``slice_bytes``). Figures: docs/performance.md, "Production configuration".
+        """
+        if self._tls:
+            self._transport.write(b"".join(parts))
+        else:
+            self._transport.writelines(parts)
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have the same API.
         self._transport = transport = cast(asyncio.Transport, transport)
+        self._tls = transport.get_extra_info("ssl_object") is not None
         transport.set_write_buffer_limits(high=self._limits.high_water, low=self._limits.low_water)
         if self._h2 is not None:
             ssl_object = transport.get_extra_info("ssl_object")
