@@ -6,7 +6,6 @@ records the server sealed: their count is what joining the buffers changes.
 
 from __future__ import annotations
 
-import socket
 import ssl
 import subprocess
 from collections.abc import Callable
@@ -90,7 +89,11 @@ class RecordCountingClient:
         return self.plain
 
 
-PARTS = [b'{"type":"MODIFIED","object":{"a":1}}\n', b'{"type":"MODIFIED","object":{"b":2}}\n', b"{" + b"x" * 200 + b"}\n"]
+PARTS = [
+    b'{"type":"MODIFIED","object":{"a":1}}\n',
+    b'{"type":"MODIFIED","object":{"b":2}}\n',
+    b"{" + b"x" * 200 + b"}\n",
+]
 
 
 async def watch_like(req: Request, resp: Response) -> None:
