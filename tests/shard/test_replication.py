@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 
 import pytest
@@ -100,8 +101,10 @@ async def test_owner_relist_reaches_follower_watchers_as_a_diff(tmp_path):
 
 
 @arun
-async def test_follower_that_falls_behind_is_resynced_and_its_watchers_continue(tmp_path):
-    # 20 writes of 200 KB in one loop step: more unsent bytes than the owner keeps for a follower.
+async def test_follower_that_falls_behind_is_resynced_and_its_watchers_continue(tmp_path, monkeypatch):
+    # 20 writes of 200 KB in one loop step: more unsent bytes than the owner keeps for a follower
+    # (beyond what the kernel takes: the default socket buffer, not the 4 MB the owner asks for).
+    monkeypatch.setattr(owner, "FOLLOW_SNDBUF", 64 << 10)
     p = Pair(tmp_path, max_buffer=1 << 20)
     await p.start()
     try:
@@ -328,3 +331,24 @@ async def test_a_bad_worker_request_is_refused_and_the_socket_serves_on(tmp_path
         await until(lambda: p.follower_cacher.ready)
     finally:
         await p.stop()
+
+
+def test_a_follow_connection_asks_for_a_large_kernel_buffer():
+    """A saturated owner must hand a whole pass's events to the kernel at once (see FOLLOW_SNDBUF)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    default = ours.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+
+    class SocketTransport(Transport):
+        def get_extra_info(self, name, default=None):  # type: ignore[no-untyped-def]
+            return ours if name == "socket" else default
+
+    try:
+        owner._FollowConnection(FollowServer(lambda _: None)).connection_made(SocketTransport())
+        got = ours.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        wmem_max = int(Path("/proc/sys/net/core/wmem_max").read_text())
+        # Linux doubles the value asked for (bookkeeping), capped at net.core.wmem_max.
+        assert got >= min(owner.FOLLOW_SNDBUF, wmem_max)
+        assert got > default or wmem_max <= default
+    finally:
+        ours.close()
+        theirs.close()
