@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -28,6 +28,7 @@ from watchcache.dispatch.freshness import Reached, Wait
 from watchcache.http.admission import Admission
 from watchcache.resources import ResourceType
 from watchcache.watchers.budget import WatchBudget
+from watchcache.watchers.flush import FlushScheduler
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # kube-apiserver's apiserver_watch_cache_read_wait_seconds buckets.
@@ -158,6 +159,7 @@ class CacheCollector(Collector):
         admission: Admission | None = None,
         watch_budget: WatchBudget | None = None,
         requests: Any = None,
+        flusher: FlushScheduler | None = None,
     ) -> None:
         self.cachers = cachers
         self.passed_through = passed_through
@@ -172,6 +174,8 @@ class CacheCollector(Collector):
         self.identity = identity
         self.admission = admission
         self.watch_budget = watch_budget
+        # The process's flush scheduler: writes and frames per write (coalescing).
+        self.flusher = flusher
         # The API handler: requests holding in-flight slots, watches passed through.
         self.requests = requests
 
@@ -296,6 +300,25 @@ class CacheCollector(Collector):
                 "watchcache_watch_budget_lagged",
                 "Watchers sent to catch up from history because all watchers' unsent bytes exceeded the budget",
                 value=budget.shed,
+            )
+        flusher = self.flusher
+        if flusher is not None:
+            yield CounterMetricFamily(
+                "watchcache_watch_writes",
+                "Writes to watch connections (one per watcher with frames pending, per flush pass)",
+                value=flusher.writes,
+            )
+            yield CounterMetricFamily(
+                "watchcache_watch_frames_written",
+                "Watch frames (events and bookmarks) carried by those writes",
+                value=flusher.frames,
+            )
+            hist = flusher.frames_per_write
+            yield HistogramMetricFamily(
+                "watchcache_watch_frames_per_write",
+                "Frames per write of each flush pass (its frames over its writes): coalescing; see --watch-flush-interval",
+                buckets=hist.cumulative(),
+                sum_value=hist.sum,
             )
 
     def _reflectors(self) -> Iterator[Metric]:

@@ -53,6 +53,9 @@ NAMED = [
     "watchcache_passthrough_requests_total",
     "watchcache_worker_restarts_total",
     "watchcache_event_delivery_seconds_bucket",
+    "watchcache_watch_writes_total",
+    "watchcache_watch_frames_written_total",
+    "watchcache_watch_frames_per_write_bucket",
 ]
 
 
@@ -97,10 +100,19 @@ def test_metrics_exist_parse_carry_labels_and_move():
             get_ok(url, "/api/v1/pods", limit=5)
             _, second = scrape(url)
             assert total(second, "apiserver_cache_list_total", resource="pods") > lists
-            # The churn goes on: the events counter moves.
+            # The churn goes on: the events counter moves, and so do the writes to our watch.
+            writes = total(first, "watchcache_watch_writes_total")
             wait_until(
                 lambda: total(scrape(url)[1], "apiserver_watch_cache_events_received_total", resource="pods") > received
             )
+            wait_until(lambda: total(scrape(url)[1], "watchcache_watch_writes_total") > writes)
+            _, third = scrape(url)
+            # Every write carried at least one frame; one observation per flush pass that wrote.
+            assert total(third, "watchcache_watch_frames_written_total") >= total(
+                third, "watchcache_watch_writes_total"
+            )
+            passes = total(third, "watchcache_watch_frames_per_write_count")
+            assert 0 < passes <= total(third, "watchcache_watch_writes_total")
         # A worker restart is counted.
         view = get_ok(url, "/debug/shards")
         os.kill(view["pid"], signal.SIGKILL)

@@ -6,16 +6,55 @@ import asyncio
 
 from tests.server.harness import arun
 from tests.waiting import until
-from watchcache.watchers.flush import FlushScheduler
+from watchcache.watchers.flush import FlushScheduler, FramesPerWrite
 
 
 class Stream:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, frames: int = 1) -> None:
         self.loop = loop
+        self.frames = frames
         self.flushed_at: list[float] = []
 
-    def flush(self) -> None:
+    def flush(self) -> int:
         self.flushed_at.append(self.loop.time())
+        return self.frames
+
+
+@arun
+async def test_a_pass_counts_its_writes_and_observes_its_frames_per_write_once():
+    loop = asyncio.get_running_loop()
+    f = FlushScheduler(loop)
+    for frames in (2, 4, 0):  # the last one had nothing to write (e.g. paused by its client)
+        f.mark(Stream(loop, frames))
+    await asyncio.sleep(0)
+    assert (f.flushes, f.writes, f.frames) == (3, 2, 6)
+    hist = f.frames_per_write
+    assert hist.count == 1 and hist.sum == 3.0  # one observation per pass: 6 frames / 2 writes
+    f.mark(Stream(loop, 40))
+    await asyncio.sleep(0)
+    assert (f.writes, f.frames) == (3, 46)
+    assert dict(hist.cumulative()) == {
+        "1.0": 0, "2.0": 0, "4.0": 1, "8.0": 1, "16.0": 1, "32.0": 1, "64.0": 2,
+        "128.0": 2, "256.0": 2, "512.0": 2, "1024.0": 2, "+Inf": 2,
+    }  # fmt: skip
+
+
+def test_frames_per_write_buckets_are_upper_bounds_inclusive():
+    hist = FramesPerWrite()
+    for value in (1, 1.5, 2, 1025):
+        hist.observe(value)
+    cumulative = dict(hist.cumulative())
+    assert cumulative["1.0"] == 1 and cumulative["2.0"] == 3 and cumulative["1024.0"] == 3 and cumulative["+Inf"] == 4
+    assert hist.sum == 1029.5
+
+
+@arun
+async def test_a_pass_without_writes_observes_nothing():
+    loop = asyncio.get_running_loop()
+    f = FlushScheduler(loop)
+    f.mark(Stream(loop, 0))
+    await asyncio.sleep(0)
+    assert f.flushes == 1 and f.writes == 0 and f.frames_per_write.count == 0
 
 
 @arun

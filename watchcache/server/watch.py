@@ -75,20 +75,20 @@ class HttpWatchStream:
         self.flusher.mark(self)
 
     # Flushable
-    def flush(self) -> None:
+    def flush(self) -> int:
         watcher = self.watcher
         if watcher is None or watcher.closed:
-            return
+            return 0
         response = self.response
         if response.closed:
             watcher.close(CloseReason.CLIENT_GONE)
-            return
+            return 0
         if not response.writable:
             # Over the transport's high-water mark: keep frames in the watcher's bounded
             # buffer and flush again once the client has read.
             if self._drain_task is None:
                 self._drain_task = asyncio.ensure_future(self._resume_after_drain())
-            return
+            return 0
         if watcher.pending:
             frames, events = watcher.take(FLUSH_BYTES)
             size = response.write_chunk(frames)
@@ -101,9 +101,10 @@ class HttpWatchStream:
             if watcher.pending or watcher.lagging:
                 self.pending_since = time.monotonic()
                 self.flusher.mark(self)
-            return
+            return events if size else 0
         if watcher.lagging:
             self._catch_up(watcher)
+        return 0
 
     def _catch_up(self, watcher: Watcher) -> None:
         try:

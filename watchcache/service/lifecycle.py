@@ -114,6 +114,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
             identity=getattr(wiring.ctx.upstream, "identity", None),
             admission=admission,
             watch_budget=wiring.ctx.watch_budget,
+            flusher=wiring.ctx.flusher,
         )
     )
     for collector in wiring.collectors:

@@ -11,11 +11,17 @@ previous one ended: the first event after a quiet spell is still written at once
 events closer together share a write. Writes are the cost at moderate rates (~12 µs each with
 1,000 connections, whatever their size), so this trades up to ``interval`` of latency
 for fewer writes; 0 (the default) flushes on every loop pass.
+
+Coalescing is visible to operators: each pass counts the writes it made and the frames they
+carried (plain integers; ``watchcache_watch_writes_total``, and ``watchcache_watch_frames_per_write``
+observed once per pass with the pass's frames over its writes), which is what
+``--watch-flush-interval`` trades latency for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -24,11 +30,42 @@ log = logging.getLogger("watchcache.watchers.flush")
 
 
 class Flushable(Protocol):
-    def flush(self) -> None:
-        """Write everything pending for this stream now."""
+    def flush(self) -> int:
+        """Write everything pending for this stream now; the frames written (0: no write)."""
 
     def flush_failed(self, error: Exception) -> None:
         """``flush`` raised: end this stream (its client resumes); the pass goes on with the others."""
+
+
+class FramesPerWrite:
+    """A histogram in plain integers, observed once per flush pass; exported at scrape time.
+
+    Buckets are powers of two: 1 frame per write means no coalescing; the ceiling's
+    10 ms ticks reach tens (docs/performance.md).
+    """
+
+    BOUNDS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
+
+    __slots__ = ("count", "counts", "sum")
+
+    def __init__(self) -> None:
+        # counts[i]: observations <= BOUNDS[i] and > BOUNDS[i-1]; the last one: > BOUNDS[-1].
+        self.counts = [0] * (len(self.BOUNDS) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.BOUNDS, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(le, cumulative count) pairs, ``+Inf`` last, as Prometheus histograms are written."""
+        out, total = [], 0
+        for bound, n in zip((*map(str, self.BOUNDS), "+Inf"), self.counts, strict=True):
+            total += n
+            out.append((bound, total))
+        return out
 
 
 class FlushScheduler:
@@ -43,6 +80,10 @@ class FlushScheduler:
         self._after: list[Callable[[], object]] = []
         self._scheduled = False
         self.flushes = 0
+        # Writes made (streams that had something to write) and the frames they carried.
+        self.writes = 0
+        self.frames = 0
+        self.frames_per_write = FramesPerWrite()
         # Flushes that raised (each ended its own stream; see _flush_all).
         self.failures = 0
         # Fault injection only (the simulated cluster's "stall"): hold every write.
@@ -86,15 +127,24 @@ class FlushScheduler:
         dirty = self._dirty
         self._dirty = []
         self._scheduled = False
+        writes = frames = 0
         for stream in dirty:
             # One stream's failure must not hold back the streams after it in the pass: they would keep
             # their frames until they overflow. A try costs nothing until it catches in CPython 3.11
             # (loadtest/bench_isolation.py: ~30 ns per stream with or without it).
             try:
-                stream.flush()
+                n = stream.flush()
             except Exception as e:
                 self._failed(stream, e)
+                continue
+            if n:
+                writes += 1
+                frames += n
         self.flushes += len(dirty)
+        if writes:
+            self.writes += writes
+            self.frames += frames
+            self.frames_per_write.observe(frames / writes)
         if self._after:
             jobs, self._after = self._after, []
             for job in jobs:
