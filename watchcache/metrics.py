@@ -316,7 +316,8 @@ class CacheCollector(Collector):
             hist = flusher.frames_per_write
             yield HistogramMetricFamily(
                 "watchcache_watch_frames_per_write",
-                "Frames per write of each flush pass (its frames over its writes): coalescing; see --watch-flush-interval",
+                "Frames per write, one observation per flush pass (its frames over its writes): "
+                "coalescing, see --watch-flush-interval",
                 buckets=hist.cumulative(),
                 sum_value=hist.sum,
             )
