@@ -266,7 +266,7 @@ async def amain(args: argparse.Namespace) -> None:
         await asyncio.to_thread(bl.wait_objects, proxy, "pods", args.objects)
         await asyncio.sleep(1.0)
         sync = counts.snapshot()
-        sim0 = sim_watch_stats(sim)
+        sim0 = await asyncio.to_thread(sim_watch_stats, sim)
         bl.log(f"proxy synced; upstream requests so far: {diff(collections.Counter(), sync)}")
         cached = sorted(r for r, v in sim0.items() if v["watchers"] > 0)
         base = proxy.host_port
@@ -278,18 +278,23 @@ async def amain(args: argparse.Namespace) -> None:
                 path = "/api/v1/configmaps"
             else:
                 path = "/api/v1/nodes"
-            clients.append(Client(base, path, proxy.tls, files.client_token))
+            # alice may read pods and configmaps; nodes only the admin (system:masters) of the policy.
+            token = bl.ADMIN_TOKEN if files.policy and path == "/api/v1/nodes" else files.client_token
+            clients.append(Client(base, path, proxy.tls, token))
 
         async def phase(name: str, work: Any) -> dict[str, Any]:
             before = counts.snapshot()
-            m0 = proxy_metrics(proxy)
+            # In a thread: the relay lives on this loop, and with delegated authentication the
+            # proxy reviews the scrape's token through it (a blocking call here would hold the
+            # review until it times out: a 401).
+            m0 = await asyncio.to_thread(proxy_metrics, proxy)
             t0 = time.monotonic()
             requests = await work()
             took = time.monotonic() - t0
             await asyncio.sleep(0.5)
             after = counts.snapshot()
-            m1 = proxy_metrics(proxy)
-            sims = sim_watch_stats(sim)
+            m1 = await asyncio.to_thread(proxy_metrics, proxy)
+            sims = await asyncio.to_thread(sim_watch_stats, sim)
             p = {
                 "phase": name,
                 "client_requests": requests,
@@ -347,7 +352,7 @@ async def amain(args: argparse.Namespace) -> None:
         await phase("relist", relist)
         await phase("consistent", consistent)
         end = counts.snapshot()
-        sim_end = sim_watch_stats(sim)
+        sim_end = await asyncio.to_thread(sim_watch_stats, sim)
     finally:
         for c in clients:
             await c.close()
