@@ -19,6 +19,10 @@
 
   They talk to the orchestrator with one JSON object per line on stdin/stdout.
 
+  With ``--tls`` (clients) / ``--tls-cert`` and ``--tls-key`` (ceilings) they speak TLS, and clients
+  send ``--token`` as a bearer token: the production configuration (``Production``,
+  ``add_production_flags``, ``ProductionFiles``: certificate, token file, the sim's policy).
+
 Nothing here imports ``watchcache``: the benchmarks drive the real processes over HTTP.
 """
 
