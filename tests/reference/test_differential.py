@@ -500,16 +500,21 @@ def test_a_watch_gets_a_bookmark_before_its_timeout_as_from_the_apiserver(env: E
                       labelSelector="team=none")  # fmt: skip
     direct, proxy = _targets(env)
     results: dict[str, list[Any]] = {}
-    threads = [
-        threading.Thread(target=lambda n=n, t=t: results.__setitem__(n, _frames(t, path)))
-        for n, t in (("want", direct), ("got", proxy))
-    ]
-    for t in threads:
-        t.start()
-    # (whether the watches are open yet or not: either way the write is past their start, unselected)
-    env.api.merge_patch(f"{CONFIGMAPS}/cm-0", {"metadata": {"annotations": {"bump": "1"}}})
-    for t in threads:
-        t.join(30)
+    # kube itself sends none now and then (about 1 watch in 5 here, its bookmark timer against the
+    # deadline): bookmarks are best effort, so a round without kube's is no answer to compare with.
+    for attempt in range(3):
+        threads = [
+            threading.Thread(target=lambda n=n, t=t: results.__setitem__(n, _frames(t, path)))
+            for n, t in (("want", direct), ("got", proxy))
+        ]
+        for t in threads:
+            t.start()
+        # (whether the watches are open yet or not: either way the write is past their start, unselected)
+        env.api.merge_patch(f"{CONFIGMAPS}/cm-0", {"metadata": {"annotations": {"bump": str(attempt + 1)}}})
+        for t in threads:
+            t.join(30)
+        if results["want"]:
+            break
     for name in ("want", "got"):
         kinds = [k for k, _ in results[name]]
         assert kinds and set(kinds) == {"BOOKMARK"}, results  # at least the one 2 s before the timeout
