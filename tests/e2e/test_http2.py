@@ -162,3 +162,42 @@ def test_kubectl_exec_still_works_with_http2_on(tls: Tls, tmp_path: Path) -> Non
     run = kubectl(tls, tmp_path, "exec", "-n", "ns-0", pod, "-c", container, "--", "echo", "over", "http1")
     assert run.returncode == 0, run.stderr
     assert run.stdout == "over http1\n"
+
+
+def test_shutdown_ends_watches_with_their_last_bookmark_then_says_goaway(tmp_path: Path) -> None:
+    """SIGTERM: each HTTP/2 watch gets its final BOOKMARK and END_STREAM, then the connection a GOAWAY
+    (NO_ERROR) before it closes, so a client opens its next stream on a new connection, as from Go."""
+    import signal
+
+    from tests.server.h2client import H2Client, Stream
+
+    pki = Pki(tmp_path)
+    ca = pki.ca("ca", "/CN=h2-shutdown-ca")
+    srv = pki.issue(ca, "srv", "/CN=127.0.0.1", ip_san="127.0.0.1")
+    sim = start("sim", "--objects", "5", "--namespaces", "1")
+    try:
+        proxy = start(
+            "serve", "--upstream", sim.url, "--workers", "1", "--http2",
+            "--tls-cert-file", str(srv.crt), "--tls-private-key-file", str(srv.key),
+        )  # fmt: skip
+        try:
+            host, port = proxy.url.removeprefix("https://").split(":")
+
+            async def scenario() -> tuple[H2Client, Stream]:
+                client = await H2Client.connect(host, int(port))
+                assert client.alpn == "h2"
+                watch = client.request("/api/v1/pods?watch=1&allowWatchBookmarks=true")
+                await client.until(lambda: len(watch.events()) >= 5)  # the initial ADDED events: registered
+                proxy.process.send_signal(signal.SIGTERM)
+                await client.until(lambda: client.closed.is_set(), timeout=20)
+                return client, watch
+
+            client, watch = asyncio.run(scenario())
+            assert watch.ended and watch.reset is None
+            assert watch.events()[-1]["type"] == "BOOKMARK"
+            assert client.goaway is not None and client.goaway.error_code == 0
+            assert proxy.process.wait(20) == 0
+        finally:
+            proxy.stop()
+    finally:
+        sim.stop()

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import weakref
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -673,6 +673,15 @@ class H2Protocol(asyncio.Protocol):
 
     # ------------------------------------------------------------ closing
 
+    @property
+    def transport_ready(self) -> bool:
+        return self._transport is not None and not self.lost
+
+    def goaway(self) -> None:
+        """Shutdown: let the open streams finish, take no new one (see ``H2Connections``)."""
+        self._goaway()
+        self._write_pending()
+
     def _goaway(self) -> None:
         """Graceful GOAWAY (NO_ERROR): the streams open finish, no new one is served, then close.
 
@@ -733,16 +742,41 @@ def _too_much_buffered() -> apierrors.StatusError:
     return apierrors.too_many_requests("too many request bytes waiting to be answered, please try again later", 1)
 
 
+class H2Connections:
+    """What the HTTP/1.1 protocol hands a TLS connection to when ALPN chose ``h2``; knows the live ones.
+
+    ``goaway_all`` at shutdown, as Go's ``http2.Server`` does: a GOAWAY (NO_ERROR) tells each client
+    that its open streams finish here and new ones belong on a new connection (another worker or
+    replica), instead of racing a request against the close.
+    """
+
+    def __init__(
+        self, handler: Handler, limits: HttpLimits, h2limits: H2Limits, admission: Admission, server_line: bytes = b""
+    ) -> None:
+        self._args = (handler, limits, h2limits, server_line, admission)
+        self._live: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+
+    def __call__(self) -> H2Protocol:
+        proto = H2Protocol(*self._args)
+        self._live.add(proto)
+        return proto
+
+    def goaway_all(self) -> int:
+        """GOAWAY on every open connection; how many got one."""
+        sent = 0
+        for proto in list(self._live):
+            if not proto.closing and proto.transport_ready:
+                proto.goaway()
+                sent += 1
+        return sent
+
+
 def create_h2_factory(
     handler: Handler,
     limits: HttpLimits,
     h2limits: H2Limits,
     admission: Admission,
     server_line: bytes = b"",
-) -> Callable[[], H2Protocol]:
+) -> H2Connections:
     """What the HTTP/1.1 protocol hands a TLS connection to when ALPN chose ``h2``."""
-
-    def factory() -> H2Protocol:
-        return H2Protocol(handler, limits, h2limits, server_line, admission)
-
-    return factory
+    return H2Connections(handler, limits, h2limits, admission, server_line)

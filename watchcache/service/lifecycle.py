@@ -130,6 +130,11 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
             # Beside a request-header CA, only the client CA's certificates are users.
             issuers = ca_subjects(cert.client_ca_file) if wiring.requestheader_ca_file else None
             wiring.ctx.gate.certs = CertAuthenticator(issuers)
+    h2 = (
+        create_h2_factory(wiring.handler, options.http, options.http2, admission)
+        if cert is not None and options.http2 is not None
+        else None
+    )
     server = await start_server(
         wiring.handler,
         options.host,
@@ -138,9 +143,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
         limits=options.http,
         ssl=cert.context if cert else None,
         admission=admission,
-        h2=create_h2_factory(wiring.handler, options.http, options.http2, admission)
-        if cert is not None and options.http2 is not None
-        else None,
+        h2=h2,
     )
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     who = name if shard is None else f"{name} worker {shard.worker_id}"
@@ -172,6 +175,10 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
     # and watch handlers flush and end their streams; bounded by the longest read wait.
     deadline = time.monotonic() + options.serve.fresh_wait + 1.0
     await asyncio.sleep(0.05)
+    if h2 is not None:
+        # After the watches' last frames went out (a client on the h2 library stops reading at a
+        # GOAWAY): HTTP/2 clients open new streams elsewhere; the streams still open finish here.
+        h2.goaway_all()
     while wiring.handler.inflight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     for cacher in list(cachers.values()):
