@@ -120,3 +120,16 @@ class FakeResponse:
     def events(self) -> list[dict[str, Any]]:
         data = b"".join(self.chunks)
         return [orjson.loads(line) for line in data.splitlines() if line]
+
+
+class NullSink:
+    """A watcher's sink that does nothing: for tests that read a watcher's frames with ``take()``."""
+
+    def wake(self, watcher: Any) -> None:
+        pass
+
+    def closed(self, watcher: Any, reason: str) -> None:
+        pass
+
+    def lagging(self, watcher: Any) -> None:
+        pass

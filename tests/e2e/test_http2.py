@@ -45,12 +45,12 @@ class Tls:
         raise AssertionError(f"{name} not in /metrics")
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
-    pki = Pki(Path(tmp_path_factory.mktemp("h2e2e")))
+def h2_stack(root: Path, *sim_args: str) -> tuple[Pair, Proc, Proc]:
+    """A sim and `serve --http2` over TLS in front of it: (the CA, the sim, the proxy)."""
+    pki = Pki(root)
     ca = pki.ca("ca", "/CN=h2-e2e-ca")
     srv = pki.issue(ca, "srv", "/CN=127.0.0.1", ip_san="127.0.0.1")
-    sim = start("sim", "--objects", "30", "--namespaces", "2")
+    sim = start("sim", *sim_args)
     try:
         proxy = start(
             "serve", "--upstream", sim.url, "--workers", "1", "--http2",
@@ -59,6 +59,12 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
     except BaseException:
         sim.stop()
         raise
+    return ca, sim, proxy
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
+    ca, sim, proxy = h2_stack(Path(tmp_path_factory.mktemp("h2e2e")), "--objects", "30", "--namespaces", "2")
     t = Tls(ca, proxy)
     deadline = time.monotonic() + 30
     while httpx.get(t.url + "/readyz", verify=t.context, timeout=5).status_code != 200:
@@ -171,33 +177,24 @@ def test_shutdown_ends_watches_with_their_last_bookmark_then_says_goaway(tmp_pat
 
     from tests.server.h2client import H2Client, Stream
 
-    pki = Pki(tmp_path)
-    ca = pki.ca("ca", "/CN=h2-shutdown-ca")
-    srv = pki.issue(ca, "srv", "/CN=127.0.0.1", ip_san="127.0.0.1")
-    sim = start("sim", "--objects", "5", "--namespaces", "1")
+    _, sim, proxy = h2_stack(tmp_path, "--objects", "5", "--namespaces", "1")
+    host, port = proxy.url.removeprefix("https://").split(":")
+
+    async def scenario() -> tuple[H2Client, Stream]:
+        client = await H2Client.connect(host, int(port))
+        assert client.alpn == "h2"
+        watch = client.request("/api/v1/pods?watch=1&allowWatchBookmarks=true")
+        await client.until(lambda: len(watch.events()) >= 5)  # the initial ADDED events: registered
+        proxy.process.send_signal(signal.SIGTERM)
+        await client.until(lambda: client.closed.is_set(), timeout=20)
+        return client, watch
+
     try:
-        proxy = start(
-            "serve", "--upstream", sim.url, "--workers", "1", "--http2",
-            "--tls-cert-file", str(srv.crt), "--tls-private-key-file", str(srv.key),
-        )  # fmt: skip
-        try:
-            host, port = proxy.url.removeprefix("https://").split(":")
-
-            async def scenario() -> tuple[H2Client, Stream]:
-                client = await H2Client.connect(host, int(port))
-                assert client.alpn == "h2"
-                watch = client.request("/api/v1/pods?watch=1&allowWatchBookmarks=true")
-                await client.until(lambda: len(watch.events()) >= 5)  # the initial ADDED events: registered
-                proxy.process.send_signal(signal.SIGTERM)
-                await client.until(lambda: client.closed.is_set(), timeout=20)
-                return client, watch
-
-            client, watch = asyncio.run(scenario())
-            assert watch.ended and watch.reset is None
-            assert watch.events()[-1]["type"] == "BOOKMARK"
-            assert client.goaway is not None and client.goaway.error_code == 0
-            assert proxy.process.wait(20) == 0
-        finally:
-            proxy.stop()
+        client, watch = asyncio.run(scenario())
+        assert watch.ended and watch.reset is None
+        assert watch.events()[-1]["type"] == "BOOKMARK"
+        assert client.goaway is not None and client.goaway.error_code == 0
+        assert proxy.process.wait(20) == 0
     finally:
+        proxy.stop()
         sim.stop()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import pod
+from tests.factories import NullSink, pod
 from tests.server.harness import arun
 from tests.waiting import until
 from watchcache.cache.events import DELETED, MODIFIED
@@ -23,12 +23,6 @@ from watchcache.shard.follower import Follower
 from watchcache.shard.framing import FrameDecoder, encode_frame
 from watchcache.shard.owner import FollowServer, ReplicaFeed
 from watchcache.watchers.watcher import Watcher
-
-
-class Sink:
-    def wake(self, watcher): ...
-    def closed(self, watcher, reason): ...
-    def lagging(self, watcher): ...
 
 
 def state(cacher: Cacher, rv: int | None = None) -> dict[str, bytes]:
@@ -88,7 +82,7 @@ async def test_owner_relist_reaches_follower_watchers_as_a_diff(tmp_path):
     await p.start()
     try:
         await until(lambda: p.follower_cacher.ready)
-        w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.follower_cacher.rv, Sink())
+        w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.follower_cacher.rv, NullSink())
         p.follower_cacher.add_watcher(w)
         p.owner.relist([pod("p0", rv=1), pod("p1", rv=15, labels={"x": "y"}), pod("new", rv=16)], 30)
         await until(lambda: p.follower_cacher.rv == 30)
@@ -109,7 +103,7 @@ async def test_follower_that_falls_behind_is_resynced_and_its_watchers_continue(
     await p.start()
     try:
         await until(lambda: p.follower_cacher.ready)
-        w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.follower_cacher.rv, Sink())
+        w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.follower_cacher.rv, NullSink())
         p.follower_cacher.add_watcher(w)
         for i in range(20):
             p.rv += 1
@@ -255,9 +249,9 @@ async def test_a_feed_that_raises_is_cut_the_follower_resyncs_and_the_owners_wat
     await p.start()
     try:
         await until(lambda: p.follower_cacher.ready)
-        local = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.owner.rv, Sink())
+        local = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.owner.rv, NullSink())
         p.owner.add_watcher(local)
-        remote = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.follower_cacher.rv, Sink())
+        remote = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), p.follower_cacher.rv, NullSink())
         p.follower_cacher.add_watcher(remote)
         real = owner.events_to_pb
 

@@ -5,7 +5,7 @@ import asyncio
 import orjson
 import pytest
 
-from tests.factories import pod
+from tests.factories import NullSink, pod
 from tests.waiting import until
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
@@ -187,18 +187,8 @@ def test_a_tiers_relist_diff_is_taken_as_one_relist_whatever_the_reads():
     from watchcache.cache.predicate import SelectionPredicate
     from watchcache.watchers.watcher import Watcher
 
-    class Sink:
-        def wake(self, watcher: Watcher) -> None:
-            pass
-
-        def closed(self, watcher: Watcher, reason: str) -> None:
-            pass
-
-        def lagging(self, watcher: Watcher) -> None:
-            pass
-
     def watcher(c: Cacher) -> Watcher:
-        w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), c.rv, Sink(), allow_bookmarks=True)  # type: ignore[arg-type]
+        w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), c.rv, NullSink(), allow_bookmarks=True)
         c.add_watcher(w)
         return w
 

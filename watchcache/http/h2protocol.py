@@ -55,6 +55,7 @@ from watchcache.http.admission import Admission
 from watchcache.http.flowcontrol import FlowControl
 from watchcache.http.h2stream import CONNECTION_SPECIFIC, H2Response
 from watchcache.http.protocol import PROBE_MAX_HEAD, PROBES, Handler, HttpLimits, Request, peer_identity, split_target
+from watchcache.ratelimit import TokenBucket
 
 __all__ = ["H2Limits", "H2Protocol", "create_h2_factory"]
 
@@ -84,25 +85,7 @@ class H2Limits:
     max_queued_control_frames: int = 10_000
 
 
-class _Bucket:
-    """A token bucket: ``take`` is False once more than ``burst`` were taken faster than ``rate``/s."""
-
-    __slots__ = ("at", "burst", "rate", "tokens")
-
-    def __init__(self, burst: int, rate: float, now: float) -> None:
-        self.burst = float(burst)
-        self.rate = rate
-        self.tokens = float(burst)
-        self.at = now
-
-    def take(self, now: float) -> bool:
-        tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if tokens < 1.0:
-            self.tokens = tokens
-            return False
-        self.tokens = tokens - 1.0
-        return True
+_NEEDS_HTTP1 = " (connection upgrades -- exec, attach, port-forward -- need HTTP/1.1)"
 
 
 class _Refused(Exception):
@@ -168,8 +151,8 @@ class H2Protocol(asyncio.Protocol):
         # Handler tasks alive, those of streams already reset included (Go's curHandlers).
         self._tasks = 0
         now = self._loop.time()
-        self._resets = _Bucket(h2limits.reset_burst, h2limits.reset_rate, now)
-        self._control = _Bucket(h2limits.control_burst, h2limits.control_rate, now)
+        self._resets = TokenBucket(h2limits.reset_rate, h2limits.reset_burst, now)
+        self._control = TokenBucket(h2limits.control_rate, h2limits.control_burst, now)
         self._queued_control = 0
         # Graceful GOAWAY sent: streams above this id are refused, the connection closes when idle.
         self._goaway_last: int | None = None
@@ -284,7 +267,7 @@ class H2Protocol(asyncio.Protocol):
             self._close()
 
     def _control_frame(self) -> None:
-        if not self._control.take(self._loop.time()):
+        if self._control.take(self._loop.time()):
             self._enhance_your_calm("http2_control_flood")
             return
         if self.flow.paused:
@@ -361,15 +344,7 @@ class H2Protocol(asyncio.Protocol):
             )
         for key in CONNECTION_SPECIFIC:
             if key in headers:
-                upgrade = (
-                    " (connection upgrades -- exec, attach, port-forward -- need HTTP/1.1)"
-                    if key
-                    in (
-                        "connection",
-                        "upgrade",
-                    )
-                    else ""
-                )
+                upgrade = _NEEDS_HTTP1 if key in ("connection", "upgrade") else ""
                 raise _Refused(
                     apierrors.bad_request(f'request header "{key}" is not valid in HTTP/2{upgrade}'), "http2_upgrade"
                 )
@@ -488,7 +463,7 @@ class H2Protocol(asyncio.Protocol):
         stream = self._streams.get(cast(int, event.stream_id))
         if stream is None:
             return
-        if event.remote_reset and not stream.end_sent and not self._resets.take(self._loop.time()):
+        if event.remote_reset and not stream.end_sent and self._resets.take(self._loop.time()):
             self._enhance_your_calm("http2_rapid_reset")
             return
         self._drop(stream)

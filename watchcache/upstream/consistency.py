@@ -30,9 +30,10 @@ import aiohttp
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.freshness import NoTarget, reach
+from watchcache.ratelimit import TokenBucket
 from watchcache.resources import ResourceType
 from watchcache.upstream.client import UpstreamClient, UpstreamError
-from watchcache.upstream.probes import ProbeLimits, Prober, RateBudget
+from watchcache.upstream.probes import ProbeLimits, Prober
 
 log = logging.getLogger("watchcache.upstream.consistency")
 
@@ -121,7 +122,7 @@ class ConsistentReads:
         self.client = client
         self.fresh_wait = fresh_wait
         self.limits = probes or ProbeLimits()
-        self.budget = RateBudget(self.limits.rate, self.limits.burst)
+        self.budget = TokenBucket(self.limits.rate, self.limits.burst, time.monotonic())
         self._targets: dict[ResourceType, _SingleFlight] = {}
         self._probers: dict[Cacher, Prober] = {}
         self._advancing: dict[ResourceType, asyncio.Task[object]] = {}

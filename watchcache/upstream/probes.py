@@ -17,7 +17,7 @@ tick's bookmark: probes in a chain give about one proof per tick.
 A ``Prober`` runs a resource's probes while reads wait for it (and ``linger`` seconds more,
 so that the next read finds a proof under way): at most ``max_concurrent`` at once, starts
 at least ``stagger`` apart, with backoff after a probe that fails, and within a
-process-wide ``RateBudget``. So what the upstream sees is bounded whatever clients do.
+process-wide token bucket (``ratelimit.TokenBucket``). So what the upstream sees is bounded whatever clients do.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from watchcache.backoff import Backoff
 from watchcache.cache.events import BOOKMARK, ERROR
 from watchcache.cache.object import parse_resource_version
 from watchcache.dispatch.cacher import Cacher
+from watchcache.ratelimit import TokenBucket
 from watchcache.resources import ResourceType
 from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled
 
@@ -75,25 +76,6 @@ class Outcome:
     CANCELLED = "cancelled"  # stopped by the proxy (shutdown)
 
 
-class RateBudget:
-    """A token bucket: ``rate`` starts per second, ``burst`` at once."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.burst = float(max(1, burst))
-        self._tokens = self.burst
-        self._at = time.monotonic()
-
-    def take(self, now: float) -> float:
-        """0 if a start is allowed now (and counted), else the seconds until one is."""
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return 0.0
-        return (1.0 - self._tokens) / self.rate
-
-
 class Prober:
     """The probes of one resource's cache (one per cacher; see the module doc)."""
 
@@ -102,7 +84,7 @@ class Prober:
         client: UpstreamClient,
         cacher: Cacher,
         limits: ProbeLimits,
-        budget: RateBudget,
+        budget: TokenBucket,
         outcomes: collections.Counter[tuple[ResourceType, str]],
         *,
         apply_wait: float = 3.0,
