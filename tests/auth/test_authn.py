@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.auth.fakes import Clock, FakeReviews, request, token_answer
+from tests.support.authfakes import Clock, FakeReviews, request, token_answer
 from watchcache.apierrors import StatusError
 from watchcache.auth import ANONYMOUS, CertAuthenticator, TokenAuthenticator, UserInfo, bearer_token
 from watchcache.auth.review import TOKEN_REVIEW_PATH, ReviewError

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.auth.fakes import Clock, FakeReviews, info_of, request
+from tests.support.authfakes import Clock, FakeReviews, info_of, request
 from watchcache.apierrors import StatusError
 from watchcache.auth import (
     Decision,

@@ -11,7 +11,7 @@ from typing import Any, cast
 import orjson
 import pytest
 
-from tests.auth.fakes import Clock, info_of, request
+from tests.support.authfakes import Clock, info_of, request
 from watchcache.apierrors import StatusError
 from watchcache.auth import AuthOptions, CertAuthenticator, Gate, UserInfo
 from watchcache.auth.options import add_auth_flags, auth_options
@@ -210,8 +210,8 @@ def test_negative_ttls_are_refused() -> None:
 
 def test_reference_wiring_in_front_of_cached_reads(client: LocalReviewClient) -> None:
     """What the lead wires into ApiHandler: the gate before the cached read, its StatusError rendered."""
-    from tests.factories import FakeResponse
-    from tests.server.harness import Harness
+    from tests.support.factories import FakeResponse
+    from tests.support.harness import Harness
 
     async def go() -> list[tuple[int | None, bytes]]:
         harness = Harness()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.factories import configmap, pod
+from tests.support.factories import configmap, pod
 from watchcache import apierrors
 from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF
 from watchcache.cache.events import DELETED, MODIFIED, WatchEvent

@@ -1,4 +1,4 @@
-from tests.factories import pod
+from tests.support.factories import pod
 from watchcache.cache.events import ADDED, WatchEvent
 from watchcache.cache.history import HistoryWindow
 from watchcache.resources import PODS

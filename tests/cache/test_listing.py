@@ -1,4 +1,4 @@
-from tests.factories import pod
+from tests.support.factories import pod
 from watchcache.cache.events import ADDED, DELETED
 from watchcache.cache.listing import ListScope, list_page
 from watchcache.cache.store import CacheConfig, ResourceCache

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factories import pod
+from tests.support.factories import pod
 from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.listing import ListScope, list_page
 from watchcache.cache.predicate import SelectionPredicate

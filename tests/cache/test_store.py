@@ -1,6 +1,6 @@
 import pytest
 
-from tests.factories import pod
+from tests.support.factories import pod
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import (

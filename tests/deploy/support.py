@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from tests.tools import KUBECTL_INSTALL, require
+from tests.support.tools import KUBECTL_INSTALL, require
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -19,7 +19,7 @@ from tests.deploy.support import (
     flag_value,
     parse_dockerfile,
 )
-from tests.tools import require
+from tests.support.tools import require
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from tests.deploy.support import DASHBOARD, MONITORING, dashboard_expressions, metric_names, objects, one, render
-from tests.tools import require
+from tests.support.tools import require
 
 HERE = Path(__file__).parent
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")

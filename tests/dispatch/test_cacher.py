@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.factories import pod
+from tests.support.factories import pod
 from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import ResourceVersionTooOld

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.factories import pod
+from tests.support.factories import pod
 from watchcache.cache.events import ADDED
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS

@@ -15,7 +15,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factories import pod
+from tests.support.factories import pod
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig, ResourceCache

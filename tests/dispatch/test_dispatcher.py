@@ -6,7 +6,7 @@ from collections.abc import Hashable
 import orjson
 import pytest
 
-from tests.factories import pod
+from tests.support.factories import pod
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig, ResourceCache

@@ -1,75 +1,12 @@
-"""End-to-end fixtures: real ``watchcache`` processes on real sockets.
-
-Each process listens on port 0 and the fixture reads the chosen port from its ``ready``
-log line, so tests run in parallel without port clashes.
-"""
+"""End-to-end fixtures: real ``watchcache`` processes on real sockets (tests/support/processes.py)."""
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 
-READY = re.compile(r"ready: listening on (https?://[\d.]+:\d+)")
-
-
-@dataclass
-class Proc:
-    url: str
-    process: subprocess.Popen
-    log: list[str] = field(default_factory=list)
-
-    @property
-    def host_port(self) -> str:
-        return self.url.removeprefix("http://")
-
-    def stop(self, timeout: float = 10.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                raise
-        return self.process.returncode
-
-
-def start(*args: str, timeout: float = 30.0) -> Proc:
-    """Start ``watchcache ARGS --listen 127.0.0.1:0`` and wait for its ready line."""
-    cmd = [sys.executable, "-m", "watchcache", *args, "--listen", "127.0.0.1:0"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    log: list[str] = []
-    found: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            log.append(line)
-            m = READY.search(line)
-            if m and not found:
-                found.append(m.group(1))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while not found and process.poll() is None and time.monotonic() < deadline:
-        ready.wait(0.1)
-    if not found:
-        process.kill()
-        raise RuntimeError("watchcache did not become ready:\n" + "".join(log))
-    return Proc(found[0], process, log)
+from tests.support.processes import Proc, Stack, start, start_stack
 
 
 @pytest.fixture
@@ -97,42 +34,6 @@ def api(request: pytest.FixtureRequest) -> Iterator[Proc]:
         proc = start("serve", "--sim-objects", "120", "--sim-namespaces", "3")
     yield proc
     proc.stop()
-
-
-def wait_ready(proc: Proc, timeout: float = 30.0) -> None:
-    """Poll /readyz until 200 (a proxy listens before its caches have synced)."""
-    import urllib.error
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(proc.url + "/readyz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.05)
-    raise RuntimeError("not ready in time:\n" + "".join(proc.log[-30:]))
-
-
-@dataclass
-class Stack:
-    """``watchcache sim`` as the upstream and ``watchcache serve --upstream`` in front of it."""
-
-    sim: Proc
-    proxy: Proc
-
-
-def start_stack(*proxy_args: str, sim_args: tuple[str, ...] = ("--objects", "120", "--namespaces", "3")) -> Stack:
-    sim = start("sim", *sim_args)
-    try:
-        proxy = start("serve", "--upstream", sim.url, *proxy_args)
-        wait_ready(proxy)
-    except BaseException:
-        sim.stop()
-        raise
-    return Stack(sim, proxy)
 
 
 @pytest.fixture

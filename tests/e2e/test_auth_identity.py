@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import Proc, start
-from tests.e2e.pki import Pair, Pki
+from tests.support.pki import Pair, Pki
+from tests.support.processes import Proc, start
 
 ROOT = Path(__file__).resolve().parents[2]
 SSR_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"

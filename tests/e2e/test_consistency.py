@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Proc, start
-from tests.e2e.httpkube import (
+from tests.support.httpkube import (
     WatchStream,
     configmap,
     get,
@@ -25,7 +24,8 @@ from tests.e2e.httpkube import (
     request,
     rv_of,
 )
-from tests.waiting import wait_until
+from tests.support.processes import Proc, start
+from tests.support.waiting import wait_until
 
 PODS = "/api/v1/pods"
 

@@ -17,11 +17,11 @@ import pytest
 from kubernetes import client
 from kubernetes.stream import portforward, stream
 
-from tests.e2e.conftest import Stack, start_stack
-from tests.e2e.httpkube import get, get_ok
 from tests.e2e.test_metrics import scrape, total
-from tests.e2e.upgrading import WebSocket, raw_upgrade
-from tests.tools import KUBECTL_INSTALL, require
+from tests.support.httpkube import get, get_ok
+from tests.support.processes import Stack, start_stack
+from tests.support.tools import KUBECTL_INSTALL, require
+from tests.support.upgrading import WebSocket, raw_upgrade
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from urllib.parse import quote
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.conftest import Proc, start
+from tests.support.processes import Proc, start
 
 LONG = os.environ.get("WATCHCACHE_FUZZ_LONG") == "1"
 STRUCTURED = 10_000 if LONG else 1_500

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Proc, start
-from tests.e2e.pki import Pair, Pki
-from tests.tools import KUBECTL_INSTALL, require
+from tests.support.pki import Pair, Pki
+from tests.support.processes import Proc, start
+from tests.support.tools import KUBECTL_INSTALL, require
 
 httpx = pytest.importorskip("httpx", reason="httpx[http2] is a dev dependency: pip install -e '.[dev]'")
 pytest.importorskip("h2", reason="h2 is a dependency of watchcache: pip install -e .")
@@ -175,7 +175,7 @@ def test_shutdown_ends_watches_with_their_last_bookmark_then_says_goaway(tmp_pat
     (NO_ERROR) before it closes, so a client opens its next stream on a new connection, as from Go."""
     import signal
 
-    from tests.server.h2client import H2Client, Stream
+    from tests.support.h2client import H2Client, Stream
 
     _, sim, proxy = h2_stack(tmp_path, "--objects", "5", "--namespaces", "1")
     host, port = proxy.url.removeprefix("https://").split(":")

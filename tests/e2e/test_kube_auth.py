@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Proc, start
-from tests.e2e.pki import Pair, Pki
 from tests.e2e.test_auth_identity import SSR, SSR_PATH, call, wait_ready_tls
+from tests.support.pki import Pair, Pki
+from tests.support.processes import Proc, start
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBE_REFERENCE_KUBECONFIG"),

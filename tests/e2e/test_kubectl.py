@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Proc
-from tests.e2e.httpkube import configmap, get, get_ok
-from tests.tools import KUBECTL_INSTALL, require
+from tests.support.httpkube import configmap, get, get_ok
+from tests.support.processes import Proc
+from tests.support.tools import KUBECTL_INSTALL, require
 
 
 class Kubectl:

@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e import httpkube as hk
-from tests.e2e.conftest import Stack, start_stack
-from tests.e2e.metaclient import (
+from tests.support import httpkube as hk
+from tests.support.metaclient import (
     META_JSON,
     META_LIST_JSON,
     META_LIST_PB,
@@ -30,6 +29,7 @@ from tests.e2e.metaclient import (
     fetch,
     query,
 )
+from tests.support.processes import Stack, start_stack
 
 PODS = "/api/v1/namespaces/ns-0/pods"
 

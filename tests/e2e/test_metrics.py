@@ -12,9 +12,9 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import start_stack
-from tests.e2e.httpkube import WatchStream, get_ok, path_with
-from tests.waiting import wait_until
+from tests.support.httpkube import WatchStream, get_ok, path_with
+from tests.support.processes import start_stack
+from tests.support.waiting import wait_until
 
 NAMED = [
     "apiserver_watch_cache_events_received_total",

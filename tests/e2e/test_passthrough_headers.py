@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Proc, start
 from tests.e2e.test_tls_limits import make_pki
-from tests.echo_upstream import EchoUpstream, raw_request
+from tests.support.echo_upstream import EchoUpstream, raw_request
+from tests.support.processes import Proc, start
 
 needs_kube = pytest.mark.skipif(
     not os.environ.get("KUBE_REFERENCE_KUBECONFIG"),

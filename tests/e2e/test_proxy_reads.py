@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Stack, start_stack
-from tests.e2e.httpkube import (
+from tests.support.httpkube import (
     WatchStream,
     configmap,
     get,
@@ -27,6 +26,7 @@ from tests.e2e.httpkube import (
     rv_of,
     summarize,
 )
+from tests.support.processes import Stack, start_stack
 
 PODS = "/api/v1/pods"
 CONFIGMAPS = "/api/v1/configmaps"

@@ -24,8 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import READY, Proc, Stack, start, start_stack, wait_ready
-from tests.e2e.httpkube import (
+from tests.support.httpkube import (
     WatchStream,
     configmap,
     get,
@@ -37,6 +36,7 @@ from tests.e2e.httpkube import (
     rv_of,
     summarize,
 )
+from tests.support.processes import READY, Proc, Stack, start, start_stack, wait_ready
 
 PODS = "/api/v1/pods"
 CONFIGMAPS = "/api/v1/configmaps"

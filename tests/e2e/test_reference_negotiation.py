@@ -24,8 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Proc, start, wait_ready
-from tests.e2e.metaclient import (
+from tests.support.metaclient import (
     META_JSON,
     META_LIST_JSON,
     META_LIST_PB,
@@ -36,6 +35,7 @@ from tests.e2e.metaclient import (
     fetch,
     query,
 )
+from tests.support.processes import Proc, start, wait_ready
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBE_REFERENCE_KUBECONFIG"),
@@ -296,7 +296,7 @@ def _events(reader: WatchReader, count: int) -> list[bytes]:
 
 
 def _decode(reader: WatchReader, raw: bytes) -> tuple[str, dict[str, Any]]:
-    from tests.e2e.metaclient import decode_event
+    from tests.support.metaclient import decode_event
 
     return decode_event(raw, reader.protobuf)
 

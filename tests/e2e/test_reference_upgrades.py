@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Proc, start
 from tests.e2e.test_metrics import total
 from tests.e2e.test_tls_limits import make_pki
-from tests.e2e.upgrading import WebSocket, raw_upgrade
-from tests.tools import KUBECTL_INSTALL, require
-from tests.upgrade_upstream import FakeUpstream
+from tests.support.processes import Proc, start
+from tests.support.tools import KUBECTL_INSTALL, require
+from tests.support.upgrade_upstream import FakeUpstream
+from tests.support.upgrading import WebSocket, raw_upgrade
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBE_REFERENCE_KUBECONFIG"),

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import Stack, start_stack
-from tests.e2e.httpkube import WatchStream, get, get_ok, key_of, path_with, request, rv_of
+from tests.support.httpkube import WatchStream, get, get_ok, key_of, path_with, request, rv_of
+from tests.support.processes import Stack, start_stack
 
 RESOURCES = {
     "pods": "/api/v1/pods",

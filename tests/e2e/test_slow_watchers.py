@@ -10,8 +10,8 @@ import time
 import urllib.request
 from collections.abc import Callable
 
-from tests.e2e.conftest import start
-from tests.waiting import wait_until
+from tests.support.processes import start
+from tests.support.waiting import wait_until
 
 
 def open_watch(host_port: str, path: str, rcvbuf: int | None = None) -> socket.socket:

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from tests.e2e.conftest import start
-from tests.e2e.httpkube import WatchStream, configmap, get, path_with, request
+from tests.support.httpkube import WatchStream, configmap, get, path_with, request
+from tests.support.processes import start
 
 
 def openssl(*args: str) -> None:

@@ -1,5 +1,5 @@
 """Connection upgrades through `watchcache serve` in front of a fake upstream on a real socket
-(tests/upgrade_upstream.py): WebSocket and SPDY tunnels, flow control, half-close, refusals,
+(tests/support/upgrade_upstream.py): WebSocket and SPDY tunnels, flow control, half-close, refusals,
 limits and metrics."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.conftest import Proc, start
-from tests.e2e.httpkube import get
 from tests.e2e.test_fuzz import proc_rss_kb
 from tests.e2e.test_metrics import scrape, total
-from tests.e2e.upgrading import WebSocket, raw_upgrade
-from tests.upgrade_upstream import FakeUpstream
+from tests.support.httpkube import get
+from tests.support.processes import Proc, start
+from tests.support.upgrade_upstream import FakeUpstream
+from tests.support.upgrading import WebSocket, raw_upgrade
 
 MB = 1 << 20
 

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.e2e.metaclient import META_LIST_PB, META_PB, PROTOBUF, Target, WatchReader, fetch, query
+from tests.support.metaclient import META_LIST_PB, META_PB, PROTOBUF, Target, WatchReader, fetch, query
 from watchcache.kubeproto import meta_pb2
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"

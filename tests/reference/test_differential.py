@@ -26,8 +26,6 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Proc
-from tests.e2e.metaclient import Target, WatchReader, decode_protobuf
 from tests.reference.kit import (
     Api,
     ApiError,
@@ -39,6 +37,8 @@ from tests.reference.kit import (
     wait_for,
     with_query,
 )
+from tests.support.metaclient import Target, WatchReader, decode_protobuf
+from tests.support.processes import Proc
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

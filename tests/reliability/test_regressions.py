@@ -9,11 +9,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tests.e2e.conftest import start, wait_ready
-from tests.e2e.httpkube import request
-from tests.factories import pod
 from tests.reliability.checker import LogEntry, WatchSpec, check, rec_bookmark, rec_event, rec_list, rec_reconnect
-from tests.server.harness import Harness, arun
+from tests.support.factories import pod
+from tests.support.harness import Harness, arun
+from tests.support.httpkube import request
+from tests.support.processes import start, wait_ready
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from tests.factories import pod
-from tests.server.harness import DELETED, Harness, arun, background
-from tests.waiting import until
+from tests.support.factories import pod
+from tests.support.harness import DELETED, Harness, arun, background
+from tests.support.waiting import until
 
 
 def feed_later(h: Harness, *, proving: bool) -> None:

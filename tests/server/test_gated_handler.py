@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.factories import FakeResponse, pod
-from tests.server.harness import FakeUpstream
+from tests.support.factories import FakeResponse, pod
+from tests.support.harness import FakeUpstream
 from watchcache import apierrors
 from watchcache.auth import Gate
 from watchcache.cache.continuetoken import ContinueCodec

@@ -1,4 +1,4 @@
-"""The HTTP/1.1 protocol over real loopback sockets (server on a uvloop thread, see conftest)."""
+"""The HTTP/1.1 protocol over real loopback sockets (server on a uvloop thread: tests/support/serverthread.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from tests.server.conftest import ServerThread
-from tests.waiting import wait_until
+from tests.support.serverthread import ServerThread
+from tests.support.waiting import wait_until
 from watchcache import apierrors
 from watchcache.http.protocol import ConnectionClosed, HttpLimits, Request, Response
 

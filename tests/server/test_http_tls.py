@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import ServerThread
+from tests.support.serverthread import ServerThread
 from watchcache.http.protocol import Request, Response
 
 Serve = Callable[..., ServerThread]

@@ -1,5 +1,5 @@
 """Upgrade requests at the HTTP layer: the handler switches protocols or answers, and the
-connection is never parsed as HTTP again (server on a uvloop thread, see conftest)."""
+connection is never parsed as HTTP again (server on a uvloop thread: tests/support/serverthread.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import asyncio
 import socket
 from typing import BinaryIO
 
-from tests.server.conftest import ServerThread
 from tests.server.test_http import GET, Reply, Serve, at_eof, exchange, read_reply
+from tests.support.serverthread import ServerThread
 from watchcache.http.protocol import ConnectionClosed, Request, Response
 
 UPGRADE = b"GET /echo HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.server.harness import Harness, arun
+from tests.support.harness import Harness, arun
 
 
 @arun

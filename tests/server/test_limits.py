@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from tests.factories import FakeResponse
-from tests.server.harness import MODIFIED, Harness, arun
+from tests.support.factories import FakeResponse
+from tests.support.harness import MODIFIED, Harness, arun
 from watchcache import apierrors
 from watchcache.http.protocol import Request
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.echo_upstream import EchoUpstream, raw_request
-from tests.server.conftest import ServerThread
+from tests.support.echo_upstream import EchoUpstream, raw_request
+from tests.support.serverthread import ServerThread
 from watchcache.http.protocol import Request, Response
 from watchcache.server import passthrough
 from watchcache.upstream.client import UpstreamClient

@@ -16,8 +16,8 @@ import asyncio
 
 import pytest
 
-from tests.factories import pod
-from tests.server.harness import DELETED, MODIFIED, Harness, arun, background, until
+from tests.support.factories import pod
+from tests.support.harness import DELETED, MODIFIED, Harness, arun, background, until
 
 
 def names(resp) -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import parse_qs
 
-from tests.factories import FakeResponse
-from tests.server.harness import MODIFIED, Harness, arun, background, until
+from tests.support.factories import FakeResponse
+from tests.support.harness import MODIFIED, Harness, arun, background, until
 from watchcache.http.protocol import Request
 from watchcache.watchers.budget import WatchBudget
 

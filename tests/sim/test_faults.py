@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from tests.waiting import until
+from tests.support.waiting import until
 from watchcache import apierrors
 from watchcache.http.protocol import Request
 from watchcache.sim.faults import FaultInjector

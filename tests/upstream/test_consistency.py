@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from tests.factories import pod
+from tests.support.factories import pod
+from tests.support.waiting import until
 from tests.upstream.fakeapi import fake_api
-from tests.waiting import until
 from watchcache.cache.events import ADDED
 from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.freshness import Reached, reach

@@ -5,8 +5,8 @@ import asyncio
 import orjson
 import pytest
 
-from tests.factories import NullSink, pod
-from tests.waiting import until
+from tests.support.factories import NullSink, pod
+from tests.support.waiting import until
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS

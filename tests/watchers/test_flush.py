@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.server.harness import arun
-from tests.waiting import until
+from tests.support.harness import arun
+from tests.support.waiting import until
 from watchcache.watchers.flush import FlushScheduler, FramesPerWrite
 
 
