@@ -36,7 +36,7 @@ test: $(BIN)/.installed
 
 ## test-reference: the tier against a real kube-apiserver and control plane (shared/tools/kube-reference; run
 ## `eval "$$(../shared/tools/kube-reference/env.sh)"` first, else it skips): prints the control-plane timing table
-REFERENCE_TESTS ?= tests/reference tests/e2e/test_reference_negotiation.py tests/e2e/test_kube_auth.py tests/e2e/test_reference_upgrades.py
+REFERENCE_TESTS ?= tests/reference
 test-reference: $(BIN)/.installed
 	$(BIN)/pytest -q -s -rs $(REFERENCE_TESTS) $(PYTEST_ARGS)
 

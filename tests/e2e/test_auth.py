@@ -4,37 +4,15 @@ against the simulated cluster's TokenReview/SubjectAccessReview and its example 
 from __future__ import annotations
 
 import http.client
-import json
 from pathlib import Path
 
 import pytest
 
+from tests.support.httpkube import call, shard_views
 from tests.support.processes import start, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "watchcache/sim/policy-example.yaml")
-
-
-def call(url: str, path: str, token: str | None, method: str = "GET", body: dict | None = None) -> tuple[int, dict]:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    headers = {"Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    try:
-        conn.request(method, path, body=data, headers=headers)
-        resp = conn.getresponse()
-        status = resp.status
-        if "watch=1" in path and status == 200:
-            first = resp.readline()  # one event is enough: the watch was admitted
-            return status, json.loads(first) if first.strip() else {}
-        return status, json.loads(resp.read() or b"{}")
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -206,18 +184,6 @@ def raw_get(url: str, path: str, token: str | None) -> tuple[int, bytes]:
 
 
 # --- a follower replica is built only for a request that may read it --------------------------
-
-
-def shard_views(url: str, token: str, tries: int = 300) -> dict[int, dict]:
-    """/debug/shards of every worker (fresh connections: SO_REUSEPORT spreads them)."""
-    seen: dict[int, dict] = {}
-    for _ in range(tries):
-        status, body = call(url, "/debug/shards", token)
-        assert status == 200, body
-        seen[body["worker"]] = body
-        if len(seen) == body["workers"]:
-            return seen
-    raise AssertionError(f"only reached workers {sorted(seen)}")
 
 
 def test_unauthenticated_and_forbidden_requests_build_no_follower(stack, tmp_path):

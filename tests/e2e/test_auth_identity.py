@@ -10,9 +10,6 @@ or neither.
 
 from __future__ import annotations
 
-import http.client
-import json
-import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +19,9 @@ import yaml
 
 from tests.support.pki import Pair, Pki
 from tests.support.processes import Proc, start
+from tests.support.tlsclient import SSR, SSR_PATH, call, wait_ready_tls
 
 ROOT = Path(__file__).resolve().parents[2]
-SSR_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-SSR = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
 CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
 
 # The example policy, plus: the group "writers" may read and create configmaps in ns-1 and
@@ -67,55 +63,6 @@ class Env:
         )  # fmt: skip
         wait_ready_tls(proc, self.ca)
         return proc
-
-
-def wait_ready_tls(proc: Proc, ca: Pair) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if call(proc, ca, "GET", "/readyz")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError("not ready:\n" + "".join(proc.log[-30:]))
-
-
-def call(
-    proc: Proc,
-    ca: Pair,
-    method: str,
-    path: str,
-    body: dict | None = None,
-    *,
-    cert: Pair | None = None,
-    token: str | None = None,
-    headers: list[tuple[str, str]] = (),  # type: ignore[assignment]
-) -> tuple[int, dict]:
-    """One HTTPS request; repeated header names are sent as repeated lines."""
-    ctx = ssl.create_default_context(cafile=str(ca.crt))
-    if cert is not None:
-        ctx.load_cert_chain(str(cert.crt), str(cert.key))
-    port = int(proc.url.rsplit(":", 1)[1])
-    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
-    try:
-        conn.putrequest(method, path)
-        lines = [("Accept", "application/json"), *headers]
-        if token:
-            lines.append(("Authorization", f"Bearer {token}"))
-        data = json.dumps(body).encode() if body is not None else b""
-        if body is not None:
-            lines += [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
-        for name, value in lines:
-            conn.putheader(name, value)
-        conn.endheaders(data or None)
-        resp = conn.getresponse()
-        raw = resp.read()
-        return resp.status, json.loads(raw) if raw.startswith(b"{") else {"text": raw.decode()}
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +237,7 @@ def test_impersonate_mode_presents_certificate_users_with_the_proxys_identity(en
 
 
 def test_over_plain_http_a_credential_less_pass_through_says_why_it_is_refused(env: Env) -> None:
-    from tests.e2e.test_auth import call as http_call
+    from tests.support.httpkube import call as http_call
 
     sim = start("sim", "--objects", "5", "--policy-file", str(env.token_file.parent / "policy.yaml"),
                 "--no-anonymous-auth")  # fmt: skip

@@ -14,7 +14,7 @@ from urllib.parse import quote
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.processes import Proc, start
+from tests.support.processes import Proc, proc_rss_kb, start
 
 LONG = os.environ.get("WATCHCACHE_FUZZ_LONG") == "1"
 STRUCTURED = 10_000 if LONG else 1_500
@@ -95,14 +95,6 @@ VALUES = st.one_of(
     st.text(max_size=40),
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
 )
-
-
-def proc_rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class Client:

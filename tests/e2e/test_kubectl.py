@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import re
 import subprocess
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.support.httpkube import configmap, get, get_ok
+from tests.support.kubectl import pods_requests
 from tests.support.processes import Proc
 from tests.support.tools import KUBECTL_INSTALL, require
 
@@ -50,15 +50,6 @@ class Kubectl:
         return subprocess.Popen(
             self.argv(*args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-
-
-# kubectl -v=6 logs each request: ``GET URL 200 OK`` up to 1.32, ``verb="GET" url="URL" status="200 OK"`` since.
-_POD_LIST = re.compile(r'GET (\S+)/api/v1/pods\?(\S+) 200|verb="GET" url="([^"]+)/api/v1/pods\?([^"]+)" status="200')
-
-
-def pods_requests(log: str) -> list[tuple[str, str]]:
-    """(server, query) of each successful pod LIST in kubectl's -v=6 log."""
-    return [(m[0] or m[2], m[1] or m[3]) for m in _POD_LIST.findall(log)]
 
 
 @pytest.fixture

@@ -8,11 +8,9 @@ import shutil
 import signal
 import subprocess
 import time
-import urllib.request
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.httpkube import WatchStream, get_ok, path_with
+from tests.support.metrics import scrape, total
 from tests.support.processes import start_stack
 from tests.support.waiting import wait_until
 
@@ -57,19 +55,6 @@ NAMED = [
     "watchcache_watch_frames_written_total",
     "watchcache_watch_frames_per_write_bucket",
 ]
-
-
-def scrape(url: str) -> tuple[str, dict[str, list]]:
-    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
-    samples: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples.setdefault(s.name, []).append(s)
-    return text, samples
-
-
-def total(samples: dict[str, list], name: str, **labels: str) -> float:
-    return sum(s.value for s in samples.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def test_metrics_exist_parse_carry_labels_and_move():

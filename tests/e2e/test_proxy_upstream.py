@@ -26,17 +26,20 @@ import pytest
 
 from tests.support.httpkube import (
     WatchStream,
+    cm_path,
     configmap,
     get,
     get_ok,
     key_of,
     path_with,
+    pipelined,
     pod,
     request,
     rv_of,
     summarize,
+    write,
 )
-from tests.support.processes import READY, Proc, Stack, start, start_stack, wait_ready
+from tests.support.processes import READY, Proc, Stack, logged, start, start_stack, wait_ready
 
 PODS = "/api/v1/pods"
 CONFIGMAPS = "/api/v1/configmaps"
@@ -90,10 +93,6 @@ def stop_all(*procs: Proc | None) -> None:
         raise errors[0]
 
 
-def logged(proc: Proc, text: str) -> bool:
-    return any(text in line for line in proc.log)
-
-
 def debug_cache(url: str) -> dict[str, Any]:
     return get_ok(url, "/debug/cache")
 
@@ -107,51 +106,8 @@ def versions(items: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def write(url: str, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-    res = request(url, method, path, body, content_type=content_type)
-    assert res.status in (200, 201), res
-    return res.json()
-
-
 def merge_patch(url: str, path: str, patch: dict[str, Any]) -> Any:
     return write(url, "PATCH", path, patch, "application/merge-patch+json")
-
-
-def cm_path(ns: str, name: str = "") -> str:
-    return f"/api/v1/namespaces/{ns}/configmaps" + (f"/{name}" if name else "")
-
-
-def pipelined(url: str, requests: list[tuple[str, str, Any, str]], timeout: float = 5.0) -> list[tuple[int, Any]]:
-    """Send ``(method, path, body, content type)`` requests in one write on one connection (HTTP/1.1
-    pipelining), so the server handles them back to back; returns ``(status, JSON body)`` in order."""
-    host, _, port = url.removeprefix("http://").rpartition(":")
-    wire = b""
-    for method, path, body, content_type in requests:
-        data = b"" if body is None else json.dumps(body).encode()
-        wire += (
-            f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\n"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n\r\n"
-        ).encode() + data
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall(wire)
-        reader = sock.makefile("rb")
-        out = []
-        for _ in requests:
-            status = int(reader.readline().split()[1])
-            headers: dict[str, str] = {}
-            while (line := reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode("latin-1").partition(":")
-                headers[name.strip().lower()] = value.strip()
-            if headers.get("transfer-encoding") == "chunked":
-                body_bytes = b""
-                while size := int(reader.readline().split(b";")[0], 16):
-                    body_bytes += reader.read(size)
-                    reader.readline()
-                reader.readline()
-            else:
-                body_bytes = reader.read(int(headers.get("content-length", "0")))
-            out.append((status, json.loads(body_bytes) if body_bytes else None))
-        return out
 
 
 def checked(stream: WatchStream, into: list[dict[str, Any]]) -> Callable[[float], dict[str, Any]]:

@@ -37,11 +37,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.chaos_relay import Relay
 from loadtest.chaos_stack import CAUGHT_UP, RELISTED
-from tests.e2e.test_proxy_upstream import cm_path, logged, pipelined, write
 from tests.reliability.checker import Upstream, WatchSpec, check, iter_records, read_log
 from tests.reliability.clients import Informer, InformerConfig, new_session
-from tests.support.httpkube import configmap, get_ok, rv_of
-from tests.support.processes import Proc, start, wait_ready
+from tests.support.httpkube import cm_path, configmap, get_ok, pipelined, rv_of, write
+from tests.support.processes import Proc, logged, start, wait_ready
 
 SPECS = [
     WatchSpec("configmaps"),

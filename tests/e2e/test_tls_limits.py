@@ -7,32 +7,12 @@ import json
 import os
 import socket
 import ssl
-import subprocess
 import time
-from pathlib import Path
 from typing import BinaryIO
 
 from tests.support.httpkube import WatchStream, configmap, get, path_with, request
+from tests.support.pki import make_pki, openssl
 from tests.support.processes import start
-
-
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def make_pki(d: Path) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate (CN=alice, O=team-a)."""
-    names = ("ca.key", "ca.crt", "srv.key", "srv.csr", "srv.crt", "cli.key", "cli.csr", "cli.crt", "ext")
-    p = {n: d / n for n in names}
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(p["ca.key"]), "-out", str(p["ca.crt"]),
-            "-days", "1", "-subj", "/CN=test-ca")  # fmt: skip
-    p["ext"].write_text("subjectAltName=IP:127.0.0.1\n")
-    for who, subj, ext in (("srv", "/CN=127.0.0.1", ["-extfile", str(p["ext"])]), ("cli", "/CN=alice/O=team-a", [])):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(p[f"{who}.key"]), "-out", str(p[f"{who}.csr"]),
-                "-subj", subj)  # fmt: skip
-        openssl("x509", "-req", "-in", str(p[f"{who}.csr"]), "-CA", str(p["ca.crt"]), "-CAkey", str(p["ca.key"]),
-                "-CAcreateserial", "-out", str(p[f"{who}.crt"]), "-days", "1", *ext)  # fmt: skip
-    return p
 
 
 def https_get(port: int, path: str, ctx: ssl.SSLContext) -> tuple[int, dict, str]:

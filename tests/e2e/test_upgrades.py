@@ -10,10 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.test_fuzz import proc_rss_kb
-from tests.e2e.test_metrics import scrape, total
 from tests.support.httpkube import get
-from tests.support.processes import Proc, start
+from tests.support.metrics import scrape, total
+from tests.support.processes import Proc, proc_rss_kb, start
 from tests.support.upgrade_upstream import FakeUpstream
 from tests.support.upgrading import WebSocket, raw_upgrade
 

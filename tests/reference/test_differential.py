@@ -1,7 +1,7 @@
 """Differential: the same read to the apiserver and through watchcache, answers compared.
 
-What ``tests/e2e/test_reference_negotiation.py`` (Accept headers, PartialObjectMetadata, Table,
-406s) and ``tests/e2e/test_kube_auth.py`` (identities, 401/403 in JSON) do not cover: LIST paging
+What ``tests/reference/test_negotiation.py`` (Accept headers, PartialObjectMetadata, Table,
+406s) and ``tests/reference/test_auth.py`` (identities, 401/403 in JSON) do not cover: LIST paging
 (``limit``/``continue``), the resourceVersion x resourceVersionMatch table for GET and LIST, label
 and field selectors, 410 for too-old resourceVersions, 504 for too-new ones, watch bookmarks
 (periodic and initial-events-end), errors (404, 400 for bad selectors and values, 422 for invalid

@@ -160,3 +160,80 @@ def pod(name: str, namespace: str, node: str = "node-0", labels: dict[str, str] 
         "metadata": {"name": name, "namespace": namespace, "labels": labels or {"app": "e2e"}},
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.example.com/e2e:v1"}]},
     }
+
+
+def write(url: str, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+    res = request(url, method, path, body, content_type=content_type)
+    assert res.status in (200, 201), res
+    return res.json()
+
+
+def cm_path(ns: str, name: str = "") -> str:
+    return f"/api/v1/namespaces/{ns}/configmaps" + (f"/{name}" if name else "")
+
+
+def pipelined(url: str, requests: list[tuple[str, str, Any, str]], timeout: float = 5.0) -> list[tuple[int, Any]]:
+    """Send ``(method, path, body, content type)`` requests in one write on one connection (HTTP/1.1
+    pipelining), so the server handles them back to back; returns ``(status, JSON body)`` in order."""
+    host, _, port = url.removeprefix("http://").rpartition(":")
+    wire = b""
+    for method, path, body, content_type in requests:
+        data = b"" if body is None else json.dumps(body).encode()
+        wire += (
+            f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n\r\n"
+        ).encode() + data
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(wire)
+        reader = sock.makefile("rb")
+        out = []
+        for _ in requests:
+            status = int(reader.readline().split()[1])
+            headers: dict[str, str] = {}
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            if headers.get("transfer-encoding") == "chunked":
+                body_bytes = b""
+                while size := int(reader.readline().split(b";")[0], 16):
+                    body_bytes += reader.read(size)
+                    reader.readline()
+                reader.readline()
+            else:
+                body_bytes = reader.read(int(headers.get("content-length", "0")))
+            out.append((status, json.loads(body_bytes) if body_bytes else None))
+        return out
+
+
+def call(url: str, path: str, token: str | None, method: str = "GET", body: dict | None = None) -> tuple[int, dict]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        status = resp.status
+        if "watch=1" in path and status == 200:
+            first = resp.readline()  # one event is enough: the watch was admitted
+            return status, json.loads(first) if first.strip() else {}
+        return status, json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def shard_views(url: str, token: str, tries: int = 300) -> dict[int, dict]:
+    """/debug/shards of every worker (fresh connections: SO_REUSEPORT spreads them)."""
+    seen: dict[int, dict] = {}
+    for _ in range(tries):
+        status, body = call(url, "/debug/shards", token)
+        assert status == 200, body
+        seen[body["worker"]] = body
+        if len(seen) == body["workers"]:
+            return seen
+    raise AssertionError(f"only reached workers {sorted(seen)}")

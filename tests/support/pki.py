@@ -41,3 +41,18 @@ class Pki:
         openssl("x509", "-req", "-in", str(csr), "-CA", str(ca.crt), "-CAkey", str(ca.key), "-CAcreateserial",
                 "-out", str(pair.crt), "-days", "1", *ext)  # fmt: skip
         return pair
+
+
+def make_pki(d: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (CN=alice, O=team-a)."""
+    names = ("ca.key", "ca.crt", "srv.key", "srv.csr", "srv.crt", "cli.key", "cli.csr", "cli.crt", "ext")
+    p = {n: d / n for n in names}
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(p["ca.key"]), "-out", str(p["ca.crt"]),
+            "-days", "1", "-subj", "/CN=test-ca")  # fmt: skip
+    p["ext"].write_text("subjectAltName=IP:127.0.0.1\n")
+    for who, subj, ext in (("srv", "/CN=127.0.0.1", ["-extfile", str(p["ext"])]), ("cli", "/CN=alice/O=team-a", [])):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(p[f"{who}.key"]), "-out", str(p[f"{who}.csr"]),
+                "-subj", subj)  # fmt: skip
+        openssl("x509", "-req", "-in", str(p[f"{who}.csr"]), "-CA", str(p["ca.crt"]), "-CAkey", str(p["ca.key"]),
+                "-CAcreateserial", "-out", str(p[f"{who}.crt"]), "-days", "1", *ext)  # fmt: skip
+    return p

@@ -103,3 +103,15 @@ def start_stack(*proxy_args: str, sim_args: tuple[str, ...] = ("--objects", "120
         sim.stop()
         raise
     return Stack(sim, proxy)
+
+
+def proc_rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def logged(proc: Proc, text: str) -> bool:
+    return any(text in line for line in proc.log)

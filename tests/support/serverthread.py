@@ -65,3 +65,7 @@ def serve() -> Iterator[Callable[..., ServerThread]]:
     yield start
     for srv in servers:
         srv.stop()
+
+
+Serve = Callable[..., ServerThread]
+"""The type of the ``serve`` fixture."""

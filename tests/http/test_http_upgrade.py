@@ -7,8 +7,8 @@ import asyncio
 import socket
 from typing import BinaryIO
 
-from tests.server.test_http import GET, Reply, Serve, at_eof, exchange, read_reply
-from tests.support.serverthread import ServerThread
+from tests.support.http1 import GET, Reply, at_eof, exchange, read_reply
+from tests.support.serverthread import Serve, ServerThread
 from watchcache.http.protocol import ConnectionClosed, Request, Response
 
 UPGRADE = b"GET /echo HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n"

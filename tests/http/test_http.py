@@ -10,69 +10,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import pytest
 
-from tests.support.serverthread import ServerThread
+from tests.support.http1 import GET, at_eof, exchange, read_reply
+from tests.support.serverthread import Serve
 from tests.support.waiting import wait_until
 from watchcache import apierrors
 from watchcache.http.protocol import ConnectionClosed, HttpLimits, Request, Response
-
-Serve = Callable[..., ServerThread]
-GET = b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n"
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    chunks: list[bytes] = field(default_factory=list)
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def read_reply(f: BinaryIO, *, head_only: bool = False) -> Reply:
-    line = f.readline()
-    if not line:
-        raise ConnectionError("connection closed before a response")
-    version, code, _ = line.decode("latin-1").split(" ", 2)
-    assert version == "HTTP/1.1"
-    headers: dict[str, str] = {}
-    while (line := f.readline()) not in (b"\r\n", b""):
-        name, value = line.decode("latin-1").split(":", 1)
-        assert name.lower() not in headers, f"duplicate header {name}"
-        headers[name.lower()] = value.strip()
-    reply = Reply(int(code), headers, b"")
-    if head_only:
-        return reply
-    if headers.get("transfer-encoding") == "chunked":
-        while size := int(f.readline().strip(), 16):
-            reply.chunks.append(f.read(size))
-            assert f.read(2) == b"\r\n"
-        assert f.readline() == b"\r\n"
-        reply.body = b"".join(reply.chunks)
-    else:
-        reply.body = f.read(int(headers["content-length"]))
-    return reply
-
-
-def at_eof(f: BinaryIO) -> bool:
-    try:
-        return f.read(1) == b""
-    except ConnectionResetError:
-        return True
-
-
-def exchange(srv: ServerThread, raw: bytes, *, head_only: bool = False) -> tuple[Reply, BinaryIO]:
-    sock = srv.connect()
-    sock.sendall(raw)
-    f = sock.makefile("rb")
-    sock.close()  # the file keeps the socket open
-    return read_reply(f, head_only=head_only), f
 
 
 async def echo(req: Request, resp: Response) -> None:

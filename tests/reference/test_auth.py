@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_auth_identity import SSR, SSR_PATH, call, wait_ready_tls
 from tests.support.pki import Pair, Pki
 from tests.support.processes import Proc, start
+from tests.support.tlsclient import SSR, SSR_PATH, call, wait_ready_tls
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBE_REFERENCE_KUBECONFIG"),
@@ -220,7 +220,7 @@ def test_over_plain_http_a_refused_pass_through_says_why(kube: Kube, tmp_path: P
                  "--token-file", str(token), "--workers", "1", "--resources", "configmaps")  # fmt: skip
     try:
         assert any("SERVING PLAIN HTTP" in line for line in proc.log)
-        from tests.e2e.test_auth import call as http_call
+        from tests.support.httpkube import call as http_call
 
         direct = call(kube.api, kube.ca, "GET", "/api")
         status, body = http_call(proc.url, "/api", None)
@@ -232,8 +232,8 @@ def test_over_plain_http_a_refused_pass_through_says_why(kube: Kube, tmp_path: P
 
 
 def test_refused_reads_build_no_follower_replica(kube: Kube, tmp_path: Path) -> None:
-    from tests.e2e.test_auth import call as http_call
-    from tests.e2e.test_auth import shard_views
+    from tests.support.httpkube import call as http_call
+    from tests.support.httpkube import shard_views
 
     token = tmp_path / "token"
     token.write_text(kube.admin)

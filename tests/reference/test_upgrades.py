@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_metrics import total
-from tests.e2e.test_tls_limits import make_pki
+from tests.support.metrics import total
+from tests.support.pki import make_pki
 from tests.support.processes import Proc, start
 from tests.support.tools import KUBECTL_INSTALL, require
 from tests.support.upgrade_upstream import FakeUpstream
