@@ -73,26 +73,26 @@ image:
 
 ## loadtest: a locust profile against a fresh `watchcache demo` stack; reports in loadtest/reports/
 loadtest: $(BIN)/.installed
-	$(BIN)/python loadtest/run.py --start-stack --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
+	$(BIN)/python -m loadtest.locust.run --start-stack --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
 
 ## loadtest-ui: locust's web UI (http://127.0.0.1:8089) against a fresh stack; Ctrl-C stops both
 loadtest-ui: $(BIN)/.installed
-	$(BIN)/python loadtest/run.py --start-stack --ui --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
+	$(BIN)/python -m loadtest.locust.run --start-stack --ui --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
 
 ## bench-quick: the four hot-path benchmarks in quick mode (< 1 min each)
 bench-quick: $(BIN)/.installed
-	$(BIN)/python loadtest/bench_fanout.py --quick
-	$(BIN)/python loadtest/bench_list.py --quick
-	$(BIN)/python loadtest/bench_memory.py --quick
-	$(BIN)/python loadtest/bench_upstream.py --quick
+	$(BIN)/python -m loadtest.bench.fanout --quick
+	$(BIN)/python -m loadtest.bench.list --quick
+	$(BIN)/python -m loadtest.bench.memory --quick
+	$(BIN)/python -m loadtest.bench.upstream --quick
 
 ## bench: the four hot-path benchmarks in full (~20 min on 2 cores); results: docs/performance.md
 bench: $(BIN)/.installed
-	$(BIN)/python loadtest/bench_fanout.py --profile
-	$(BIN)/python loadtest/bench_list.py
-	$(BIN)/python loadtest/bench_memory.py
-	$(BIN)/python loadtest/bench_upstream.py
+	$(BIN)/python -m loadtest.bench.fanout --profile
+	$(BIN)/python -m loadtest.bench.list
+	$(BIN)/python -m loadtest.bench.memory
+	$(BIN)/python -m loadtest.bench.upstream
 
 ## chaos: the reliability campaign: 5 min of faults around the proxy, every client's watch stream checked (docs/reliability.md)
 chaos: $(BIN)/.installed
-	$(BIN)/python -m loadtest.chaos --duration 300
+	$(BIN)/python -m loadtest.chaos.campaign --duration 300

@@ -1,10 +1,10 @@
-"""The watch-order checks the load test reports as failures (loadtest/continuity.py), without locust."""
+"""The watch-order checks the load test reports as failures (loadtest/locust/continuity.py), without locust."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadtest.continuity import Continuity, StoreCheck
+from loadtest.locust.continuity import Continuity, StoreCheck
 
 
 def test_events_in_order_with_shared_rv_pass() -> None:

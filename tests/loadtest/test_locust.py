@@ -1,7 +1,7 @@
 """A short headless locust run of the steady profile against a real stack, judged by its CSV.
 
 Locust (and gevent's monkey patching) never runs in the pytest process: the stack is
-``watchcache demo`` in a subprocess (``loadtest.stack``) and the load is ``loadtest/run.py`` in
+``watchcache demo`` in a subprocess (``loadtest.locust.stack``) and the load is ``python -m loadtest.locust.run`` in
 another, which runs locust in a third.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest import report, stack
+from loadtest.locust import report, stack
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_SECONDS = 20
@@ -35,7 +35,8 @@ def test_steady_run_has_traffic_timed_events_and_no_failures(small_stack: stack.
     # One test, one run: split in two, xdist could run two 20-s locust runs at once.
     cmd = [
         sys.executable,
-        str(REPO / "loadtest" / "run.py"),
+        "-m",
+        "loadtest.locust.run",
         "--profile",
         "steady",
         "--users",

@@ -1,7 +1,7 @@
 """The same control plane, the same scenario: pointed at the apiserver, then at watchcache in front of it.
 
 Used by ``test_control_plane.py`` (one round, with the verdicts) and by
-``loadtest/reference_control_plane.py`` (several rounds, the table of ranges for the docs).
+``loadtest/bench/reference_control_plane.py`` (several rounds, the table of ranges for the docs).
 
 The components' kubeconfig holds the admin token and the server: the apiserver, or the proxy
 (its test CA). ``--authentication-kubeconfig``/``--authorization-kubeconfig`` are the same file,

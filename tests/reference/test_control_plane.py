@@ -14,7 +14,7 @@ It runs twice: the components authenticate with a bearer token, then with a clie
 The apiserver is shared: while a controller manager runs, it acts on every namespace (it finalizes
 namespaces other tests left Terminating, collects their orphans), as it would in a cluster.
 The timing table is printed (``make test-reference`` shows it; ``python -m
-loadtest.reference_control_plane --rounds 3`` gives ranges over rounds, as in docs/deploy.md).
+loadtest.bench.reference_control_plane --rounds 3`` gives ranges over rounds, as in docs/deploy.md).
 """
 
 from __future__ import annotations

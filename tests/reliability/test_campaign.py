@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.chaos import Campaign, Options, summary, verdict
-from loadtest.chaos_stack import relist_points
+from loadtest.chaos.campaign import Campaign, Options, summary, verdict
+from loadtest.chaos.stack import relist_points
 from tests.reliability.checker import Upstream, check, read_log
 
 MIN_EVENTS = 10_000

@@ -1,0 +1,77 @@
+"""The production-configuration flags of the hot-path benchmarks and the helpers their ceilings use."""
+
+from __future__ import annotations
+
+import argparse
+import ssl
+
+import pytest
+
+from loadtest.bench import lib as bl
+from loadtest.bench.fanout import follower_ratio
+from loadtest.bench.raw_list import regroup
+
+
+def parse(*argv: str) -> bl.Production:
+    p = argparse.ArgumentParser()
+    bl.add_production_flags(p)
+    return bl.production_from_args(p.parse_args(list(argv)))
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected", "label"),
+    [
+        pytest.param([], bl.Production(), "http+wdefault", id="plain"),
+        pytest.param(["--tls"], bl.Production(tls=True), "tls+wdefault", id="tls"),
+        pytest.param(
+            ["--authentication", "delegated", "--workers", "1"],
+            bl.Production(authentication="delegated", workers=1),
+            "http+delegated+w1",
+            id="delegated-one-worker",
+        ),
+        pytest.param(
+            ["--production"], bl.Production(tls=True, authentication="delegated"), "tls+delegated+wdefault", id="prod"
+        ),
+    ],
+)
+def test_flags_give_the_configuration(argv: list[str], expected: bl.Production, label: str) -> None:
+    prod = parse(*argv)
+    assert prod == expected
+    assert prod.label == label
+
+
+def test_proxy_flags_follow_the_configuration(tmp_path) -> None:
+    files = bl.ProductionFiles(any_delegated=True, any_tls=True)
+    try:
+        assert files.cert is not None and files.cert[0].exists() and files.cert[1].exists()
+        prod = files.proxy_flags(bl.Production(tls=True, authentication="delegated", workers=2))
+        assert prod[prod.index("--authentication") + 1] == "delegated"
+        assert prod[prod.index("--workers") + 1] == "2"
+        assert "--tls-cert-file" in prod and "--token-file" in prod
+        # The plain baseline of the same run: no TLS, no authentication, but the proxy's identity
+        # at a sim that enforces its policy.
+        plain = files.proxy_flags(bl.Production())
+        assert "--tls-cert-file" not in plain and "--authentication" not in plain and "--workers" not in plain
+        assert "--token-file" in plain
+        assert files.sim_flags() == ["--policy-file", str(bl.POLICY_FILE)]
+        assert files.client_token == bl.CLIENT_TOKEN
+        # The certificate loads into the ceilings' server context.
+        assert isinstance(bl.server_tls(str(files.cert[0]), str(files.cert[1])), ssl.SSLContext)
+    finally:
+        files.cleanup()
+        bl._admin_token = ""
+    assert not files.dir.exists()
+
+
+def test_regroup_joins_into_buffers_of_at_least_the_size() -> None:
+    parts = [b"a" * 3, b"b" * 5, b"c" * 2, b"d" * 7, b"e"]
+    out = regroup(parts, 8)
+    assert b"".join(out) == b"".join(parts)
+    assert [len(x) for x in out] == [8, 9, 1]
+
+
+def test_follower_ratio_is_the_slowest_follower_over_the_owner() -> None:
+    by_worker = {"worker 0": {"p50": 10.0}, "worker 1": {"p50": 25.0}, "worker 2": {"p50": 12.0}}
+    assert follower_ratio(by_worker, 0) == 2.5
+    assert follower_ratio(by_worker, None) is None
+    assert follower_ratio({"worker 0": {"p50": 10.0}}, 0) is None
