@@ -1,4 +1,8 @@
-"""Run the HTTP server on a uvloop loop in a background thread; tests talk to it over real sockets."""
+"""Run the HTTP server on a uvloop loop in a background thread; tests talk to it over real sockets.
+
+With ``h2=True`` (and a TLS context offering ``h2`` by ALPN) the same server serves HTTP/2 as well, as
+``watchcache serve --http2`` does: one handler, either protocol (tests/support/protocols.py).
+"""
 
 from __future__ import annotations
 
@@ -11,19 +15,21 @@ from typing import Any, TypeVar, cast
 import pytest
 import uvloop
 
+from watchcache.http.h2protocol import H2Limits, create_h2_factory
 from watchcache.http.protocol import Handler, HttpLimits, start_server
 
 T = TypeVar("T")
 
 
 class ServerThread:
-    def __init__(self, handler: Handler, limits: HttpLimits, ssl: Any = None) -> None:
+    def __init__(self, handler: Handler, limits: HttpLimits, ssl: Any = None, h2: H2Limits | None = None) -> None:
         self.loop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="http-test-loop", daemon=True)
         self.thread.start()
         # Shared by the server's connections; tests read its counters.
         self.admission = limits.admission()
-        server = start_server(handler, "127.0.0.1", 0, limits=limits, admission=self.admission, ssl=ssl)
+        h2_factory = create_h2_factory(handler, limits, h2, self.admission) if h2 is not None else None
+        server = start_server(handler, "127.0.0.1", 0, limits=limits, admission=self.admission, ssl=ssl, h2=h2_factory)
         self.server = cast(asyncio.Server, self.call(server))
         self.host, self.port = self.server.sockets[0].getsockname()[:2]
 
