@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -17,8 +18,9 @@ from watchcache.service.options import RunOptions, parse_listen, worker_count
 from watchcache.service.proxy import run_proxy
 from watchcache.shard.supervisor import Supervisor
 from watchcache.sim.options import SimOptions
-from watchcache.upstream.config import UpstreamConfigError, upstream_from_args
+from watchcache.upstream.config import UpstreamConfigError
 from watchcache.upstream.identity_options import add_identity_flags
+from watchcache.upstream.kubeconfig import upstream_from_args
 from watchcache.upstream.reflector import ReflectorConfig
 
 _CACHE = CacheConfig()
@@ -35,79 +37,99 @@ def _flag(p: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, defau
     p.add_argument(name, type=type(default), default=default, help=f"{text} (default %(default)s)")
 
 
+Group = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
 # One flag per statement, its help wrapped by hand: a table of flags reads better than one argument a line.
 # fmt: off
-def _common(p: argparse.ArgumentParser, *, per_client: int = _HTTP.max_connections_per_client) -> None:
-    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="address to serve the Kubernetes "
+def _serving(g: Group, *, proxy: bool) -> None:
+    g.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="address to serve the Kubernetes "
                    "API on (default %(default)s; port 0 picks a free one)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                   help="default %(default)s")
-    p.add_argument("--log-format", default="text", choices=["text", "json"], help="text, or JSON lines for log "
-                   "pipelines (default %(default)s)")
-    c, s, h = _CACHE, _SERVE, _HTTP
-    _flag(p, "--history-max-events", c.history_max_events, "events kept per resource for watch resumption and exact "
-          "reads")
-    p.add_argument("--history-max-age", type=float, default=c.history_max_age, help="seconds of history kept per "
-                   "resource (default %(default)s, etcd's compaction interval)")
-    _flag(p, "--bookmark-interval", s.bookmark_interval, "seconds between BOOKMARK events for watchers that allow them")
-    _flag(p, "--fresh-wait", s.fresh_wait, "seconds a read waits for a resourceVersion (or for a consistent-read "
-          "proof) before 504 or pass-through")
-    _flag(p, "--consistent-passthrough-objects", s.consistent_passthrough_objects, "a consistent GET, or unpaged "
-          "LIST of at most N cached objects, that the cache's own events do not make provably fresh at once (within "
-          "50 ms) is passed through instead of waiting up to ~1 s for a proof (0: never; docs/consistency.md)")
-    _flag(p, "--min-request-timeout", s.min_request_timeout, "watches without timeoutSeconds end after [N, 2N) seconds")
-    p.add_argument("--max-limit", type=int, default=s.max_limit, help="clamp LIST page sizes to this many items "
-                   "(default: no clamp)")
-    _flag(p, "--max-watch-buffer-bytes", s.watch_max_pending_bytes, "unsent event bytes per watcher before it is "
-          "treated as slow: its buffer is dropped and it is caught up from history once it reads again, or ended "
-          "with 410 if history moved on")
-    _flag(p, "--max-watch-buffer-total-bytes", s.watch_max_total_bytes, "unsent event bytes of all watchers of a "
-          "worker; past it the watchers furthest behind are treated as slow first, as with --max-watch-buffer-bytes "
-          "(0: no limit)")
-    p.add_argument("--watch-flush-interval", type=float, default=s.watch_flush_interval, help="write watch streams at "
-                   "most once per this many seconds: events closer together share one write per watcher, at up to "
-                   "this much added latency (0: write on every loop pass; default %(default)s)")
-    _flag(p, "--delivery-sample", s.delivery_sample, "observe watch delivery latency on one flush in N (0: never; "
-          "the only per-flush metric cost)")
-    _flag(p, "--max-requests-inflight", s.max_requests_inflight, "requests handled at once per worker (a watch "
-          "until it is registered, a read while it waits for its resourceVersion); more get 429 with Retry-After")
-    _flag(p, "--max-watchers", s.max_watchers, "watches open at once per worker, cached or passed through; more get "
-          "429 with Retry-After")
-    _flag(p, "--max-header-bytes", h.max_header_bytes, "request line and headers larger than this get 431")
-    p.add_argument("--max-body-bytes", type=int, default=h.max_body_bytes, help="request bodies larger than this get "
-                   "413 (default %(default)s, kube-apiserver's limit)")
-    _flag(p, "--header-timeout", h.header_timeout, "seconds a client has to send a complete request head (slowloris "
-          "defence)")
-    _flag(p, "--body-timeout", h.body_timeout, "seconds a client has to send a request body once its head is in "
-          "(slow bodies); then 408 and the connection is closed (kube-apiserver's request timeout)")
-    _flag(p, "--keepalive-timeout", h.keepalive_timeout, "seconds an idle keep-alive connection is kept")
-    _flag(p, "--max-connections", h.max_connections, "open client connections per worker; more are closed at "
-          "accept, unread (0: no limit)")
-    _flag(p, "--max-connections-per-client", per_client, "open connections per client IP address per worker; the "
-          "first request on one more gets 429 with Retry-After and the connection is closed (0: no limit, e.g. "
-          "behind a proxy that hides client addresses)")
-    _flag(p, "--max-connection-buffer-bytes", h.max_connection_buffer_bytes, "request bytes (heads and bodies) one "
-          "connection may have sent and not yet had answered; past it the connection is not read until earlier "
-          "requests are answered (never below one request of --max-header-bytes + --max-body-bytes)")
-    _flag(p, "--max-request-buffer-bytes", h.max_request_buffer_bytes, "the same over all connections of a worker; "
-          "requests that would exceed it get 429 with Retry-After, health probes excepted (0: no limit)")
-    p.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM; reloaded when it changes). "
+    g.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM; reloaded when it changes). "
                    "Needed in front of a real cluster: kubectl and client-go send no bearer token or client "
                    "certificate to an http:// server")
-    p.add_argument("--tls-private-key-file", help="the key of --tls-cert-file")
-    p.add_argument("--http2", action="store_true", help="offer HTTP/2 (ALPN h2) as well as HTTP/1.1 on the TLS "
+    g.add_argument("--tls-private-key-file", help="the key of --tls-cert-file")
+    g.add_argument("--client-ca-file", help="accept client certificates signed by this CA (user = CN, groups = O), "
+                   "as kube-apiserver does" + ("; their pass-through requests need --client-cert-passthrough (else "
+                   "403)" if proxy else ""))
+    g.add_argument("--http2", action="store_true", help="offer HTTP/2 (ALPN h2) as well as HTTP/1.1 on the TLS "
                    "listener, as kube-apiserver does: a client-go process then multiplexes its watches on one "
                    "connection (needs --tls-cert-file; docs/deploy.md says when to turn it on; default off)")
-    _flag(p, "--http2-max-streams-per-connection", _H2.max_concurrent_streams, "HTTP/2 streams (each watch holds "
+    g.add_argument("--continue-token-key-file", type=Path, help="file with the key that signs continue tokens; share "
+                   "it between replicas (default: random per process)")
+    g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="default %(default)s")
+    g.add_argument("--log-format", default="text", choices=["text", "json"], help="text, or JSON lines for log "
+                   "pipelines (default %(default)s)")
+
+
+def _reads(g: Group, *, proxy: bool) -> None:
+    c, s = _CACHE, _SERVE
+    _flag(g, "--history-max-events", c.history_max_events, "events kept per resource for watch resumption and exact "
+          "reads")
+    g.add_argument("--history-max-age", type=float, default=c.history_max_age, help="seconds of history kept per "
+                   "resource (default %(default)s, etcd's compaction interval)")
+    _flag(g, "--bookmark-interval", s.bookmark_interval, "seconds between BOOKMARK events for watchers that allow them")
+    _flag(g, "--fresh-wait", s.fresh_wait, "seconds a read waits for a resourceVersion (or for a consistent-read "
+          "proof) before 504 or pass-through")
+    if proxy:
+        _flag(g, "--consistent-passthrough-objects", s.consistent_passthrough_objects, "a consistent GET, or unpaged "
+              "LIST of at most N cached objects, that the cache's own events do not make provably fresh at once "
+              "(within 50 ms) is passed through instead of waiting up to ~1 s for a proof (0: never; "
+              "docs/consistency.md)")
+    _flag(g, "--min-request-timeout", s.min_request_timeout, "watches without timeoutSeconds end after [N, 2N) seconds")
+    g.add_argument("--max-limit", type=int, default=s.max_limit, help="clamp LIST page sizes to this many items "
+                   "(default: no clamp)")
+    if proxy:
+        _flag(g, "--stall-timeout", _REFLECTOR.stall_timeout, "seconds of silence (no event, no bookmark) after "
+              "which an upstream watch is re-established")
+
+
+def _delivery(g: Group) -> None:
+    s = _SERVE
+    _flag(g, "--max-watch-buffer-bytes", s.watch_max_pending_bytes, "unsent event bytes per watcher before it is "
+          "treated as slow: its buffer is dropped and it is caught up from history once it reads again, or ended "
+          "with 410 if history moved on")
+    _flag(g, "--max-watch-buffer-total-bytes", s.watch_max_total_bytes, "unsent event bytes of all watchers of a "
+          "worker; past it the watchers furthest behind are treated as slow first, as with --max-watch-buffer-bytes "
+          "(0: no limit)")
+    g.add_argument("--watch-flush-interval", type=float, default=s.watch_flush_interval, help="write watch streams at "
+                   "most once per this many seconds: events closer together share one write per watcher, at up to "
+                   "this much added latency (0: write on every loop pass; default %(default)s)")
+    _flag(g, "--delivery-sample", s.delivery_sample, "observe watch delivery latency on one flush in N (0: never; "
+          "the only per-flush metric cost)")
+
+
+def _limits(g: Group, *, per_client: int) -> None:
+    s, h = _SERVE, _HTTP
+    _flag(g, "--max-requests-inflight", s.max_requests_inflight, "requests handled at once per worker (a watch "
+          "until it is registered, a read while it waits for its resourceVersion); more get 429 with Retry-After")
+    _flag(g, "--max-watchers", s.max_watchers, "watches open at once per worker, cached or passed through; more get "
+          "429 with Retry-After")
+    _flag(g, "--max-header-bytes", h.max_header_bytes, "request line and headers larger than this get 431")
+    g.add_argument("--max-body-bytes", type=int, default=h.max_body_bytes, help="request bodies larger than this get "
+                   "413 (default %(default)s, kube-apiserver's limit)")
+    _flag(g, "--header-timeout", h.header_timeout, "seconds a client has to send a complete request head (slowloris "
+          "defence)")
+    _flag(g, "--body-timeout", h.body_timeout, "seconds a client has to send a request body once its head is in "
+          "(slow bodies); then 408 and the connection is closed (kube-apiserver's request timeout)")
+    _flag(g, "--keepalive-timeout", h.keepalive_timeout, "seconds an idle keep-alive connection is kept")
+    _flag(g, "--max-connections", h.max_connections, "open client connections per worker; more are closed at "
+          "accept, unread (0: no limit)")
+    _flag(g, "--max-connections-per-client", per_client, "open connections per client IP address per worker; the "
+          "first request on one more gets 429 with Retry-After and the connection is closed (0: no limit, e.g. "
+          "behind a proxy that hides client addresses)")
+    _flag(g, "--max-connection-buffer-bytes", h.max_connection_buffer_bytes, "request bytes (heads and bodies) one "
+          "connection may have sent and not yet had answered; past it the connection is not read until earlier "
+          "requests are answered (never below one request of --max-header-bytes + --max-body-bytes)")
+    _flag(g, "--max-request-buffer-bytes", h.max_request_buffer_bytes, "the same over all connections of a worker; "
+          "requests that would exceed it get 429 with Retry-After, health probes excepted (0: no limit)")
+    _flag(g, "--http2-max-streams-per-connection", _H2.max_concurrent_streams, "HTTP/2 streams (each watch holds "
           "one) a client may open at once on one connection: SETTINGS_MAX_CONCURRENT_STREAMS, kube-apiserver's "
           "flag and default")
-    p.add_argument("--client-ca-file", help="accept client certificates signed by this CA (user = CN, groups = O), "
-                   "as kube-apiserver does; their pass-through requests need --client-cert-passthrough (else 403)")
-    p.add_argument("--continue-token-key-file", type=Path, help="file with the key that signs continue tokens; share "
-                   "it between replicas (default: random per process)")
 
 
-def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
+def _sim_flags(p: Group, prefix: str = "") -> None:
     _flag(p, f"--{prefix}objects", _SIM.objects, "pods to create at start")
     _flag(p, f"--{prefix}namespaces", _SIM.namespaces, "namespaces ns-0..ns-N-1 to spread them over")
     _flag(p, f"--{prefix}nodes", _SIM.nodes, "nodes to schedule pods on")
@@ -122,37 +144,31 @@ def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
 
 
 def _upstream_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("upstream (a kube-apiserver; none: an embedded simulated cluster)")
-    g.add_argument("--kubeconfig", help="kubeconfig file for the upstream")
-    g.add_argument("--context", help="kubeconfig context (default: current-context)")
+    g = p.add_argument_group("upstream: the apiserver to cache (default: found as kubectl finds it)")
+    g.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (exec plugins, proxy-url, certificates, "
+                   "tokens, basic auth as client-go; default: KUBECONFIG's files merged, else ~/.kube/config, else "
+                   "the pod's service account)")
+    g.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current-context)")
     g.add_argument("--in-cluster", action="store_true", help="use the pod's service account and "
-                   "KUBERNETES_SERVICE_HOST")
-    g.add_argument("--upstream", metavar="URL", help="upstream apiserver URL, e.g. https://10.0.0.1:6443")
-    g.add_argument("--token-file", help="bearer token file for --upstream (re-read as it rotates)")
-    g.add_argument("--client-certificate", help="client certificate file for --upstream")
-    g.add_argument("--client-key", help="client key file for --upstream")
-    g.add_argument("--certificate-authority", help="CA bundle to verify the upstream's certificate")
-    g.add_argument("--insecure-skip-tls-verify", action="store_true", help="do not verify the upstream's "
+                   "KUBERNETES_SERVICE_HOST, whatever kubeconfig is around")
+    g.add_argument("--upstream", metavar="URL", help="upstream apiserver URL, e.g. https://10.0.0.1:6443, with "
+                   "the next five flags")
+    g.add_argument("--token-file", metavar="FILE", help="bearer token file for --upstream (re-read as it rotates)")
+    g.add_argument("--client-certificate", metavar="FILE", help="client certificate file for --upstream")
+    g.add_argument("--client-key", metavar="FILE", help="client key file for --upstream")
+    g.add_argument("--certificate-authority", metavar="FILE", help="CA bundle to verify --upstream's certificate")
+    g.add_argument("--insecure-skip-tls-verify", action="store_true", help="do not verify --upstream's "
                    "certificate (never in production)")
+    g.add_argument("--simulated", action="store_true", help="no apiserver: cache an embedded SIMULATED cluster "
+                   "(demos and tests; shaped by the --sim-* flags; `watchcache demo` runs it as two processes)")
     g.add_argument("--resources", default="", help="comma-separated resources to cache, e.g. pods,configmaps,"
                    "apps/v1/deployments (default: pods, nodes, namespaces, services, configmaps, serviceaccounts, "
-                   "endpoints, apps workloads, endpointslices; the embedded cluster: all it has)")
-    add_auth_flags(g)
-    add_identity_flags(g)
-    g.add_argument("--workers", type=int, help="worker processes sharing the port, each owning part of the cache "
-                   "(default: the CPUs the container may use, from its cgroup CPU limit; 1 without an upstream flag)")
+                   "endpoints, apps workloads, endpointslices; --simulated: all it has)")
     g.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)
     g.add_argument("--shard-dir", help=argparse.SUPPRESS)
-    _flag(g, "--stall-timeout", _REFLECTOR.stall_timeout, "seconds of silence (no event, no bookmark) after which "
-          "an upstream watch is re-established")
-    g.add_argument("--tunnel-idle-timeout", type=float, default=_TUNNELS.idle_timeout, help="seconds without a "
-                   "byte either way after which an exec/attach/port-forward tunnel is closed (default %(default)s: "
-                   "4 h, the kubelet's --streaming-connection-idle-timeout)")
-    g.add_argument("--tunnel-max-duration", type=float, default=_TUNNELS.max_duration, help="seconds after which a "
-                   "tunnel is closed whatever it does (default %(default)s: 24 h)")
-    _flag(g, "--max-tunnels", _TUNNELS.max_tunnels, "exec/attach/port-forward tunnels open at once per worker; more "
-          "get 429 with Retry-After")
-def _sim_auth_flags(p: argparse.ArgumentParser) -> None:
+
+
+def _sim_auth_flags(p: Group) -> None:
     p.add_argument("--requestheader-client-ca-file", metavar="FILE", help="believe X-Remote-User/-Group/-Extra-* "
                    "headers on requests whose client certificate this CA signed (a front proxy, e.g. watchcache "
                    "serve --proxy-client-cert-file), as kube-apiserver's flag of that name; needs --tls-cert-file "
@@ -164,35 +180,73 @@ def _sim_auth_flags(p: argparse.ArgumentParser) -> None:
                    "front-proxy certificate may have (default: any the CA signed)")
 
 
+def _serve_flags(serve: argparse.ArgumentParser) -> None:
+    _upstream_flags(serve)
+    g = serve.add_argument_group("serving")
+    _serving(g, proxy=True)
+    g.add_argument("--workers", type=int, help="worker processes sharing the port, each owning part of the cache "
+                   "(default: the CPUs the container may use, from its cgroup CPU limit; 1 with --simulated)")
+    add_auth_flags(serve.add_argument_group("authentication and authorization of cached reads"))
+    add_identity_flags(serve.add_argument_group("pass-through of client-certificate users (--client-ca-file)"))
+    _reads(serve.add_argument_group("tuning: cache and reads"), proxy=True)
+    _delivery(serve.add_argument_group("tuning: watch delivery"))
+    _limits(serve.add_argument_group("tuning: limits per worker"), per_client=_HTTP.max_connections_per_client)
+    t = serve.add_argument_group("tuning: exec, attach, cp, port-forward tunnels")
+    t.add_argument("--tunnel-idle-timeout", type=float, default=_TUNNELS.idle_timeout, help="seconds without a "
+                   "byte either way after which a tunnel is closed (default %(default)s: 4 h, the kubelet's "
+                   "--streaming-connection-idle-timeout)")
+    t.add_argument("--tunnel-max-duration", type=float, default=_TUNNELS.max_duration, help="seconds after which a "
+                   "tunnel is closed whatever it does (default %(default)s: 24 h)")
+    _flag(t, "--max-tunnels", _TUNNELS.max_tunnels, "tunnels open at once per worker; more get 429 with Retry-After")
+    _sim_flags(serve.add_argument_group("simulated cluster (with --simulated only)"), "sim-")
+
+
+def _sim_command_flags(sim: argparse.ArgumentParser) -> None:
+    _serving(sim.add_argument_group("serving"), proxy=False)
+    _sim_flags(sim.add_argument_group("the simulated cluster"))
+    _sim_auth_flags(sim.add_argument_group("authentication (with --policy-file)"))
+    _reads(sim.add_argument_group("tuning: reads"), proxy=False)
+    _delivery(sim.add_argument_group("tuning: watch delivery"))
+    # The simulated cluster's clients are tests and benchmarks on one host: no per-address limit.
+    _limits(sim.add_argument_group("tuning: limits"), per_client=0)
+
+
 # fmt: on
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("watchcache")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="watchcache", description="A sharded, high-throughput watch cache for the Kubernetes API."
     )
+    parser.add_argument("--version", action="version", version=f"watchcache {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sim = sub.add_parser(
         "sim",
         help="run the simulated Kubernetes cluster (a writable in-memory API)",
+        usage="watchcache sim [--listen HOST:PORT] [--objects N] [--namespaces N] [--churn EVENTS_PER_S] [options]",
         description="A writable in-memory Kubernetes API with a churn generator, for demos, tests and load tests.",
     )
-    # The simulated cluster's clients are tests and benchmarks on one host: no per-address limit.
-    _common(sim, per_client=0)
-    _sim_flags(sim)
-    _sim_auth_flags(sim)
+    _sim_command_flags(sim)
     serve = sub.add_parser(
         "serve",
         help="run the watch cache",
+        usage="watchcache serve [--kubeconfig FILE] [--context NAME] | --in-cluster | --upstream URL [...] | "
+        "--simulated\n       [--listen HOST:PORT] [--tls-cert-file FILE --tls-private-key-file FILE] [options]",
         description=(
             "Serve GET/LIST/WATCH from a revisioned in-memory cache fed by one list+watch per resource; "
-            "everything else passes through to the upstream. With no upstream flag, an embedded simulated "
-            "cluster is the upstream (the --sim-* flags shape it)."
+            "everything else passes through to the upstream apiserver, found as kubectl finds it (exec "
+            "credential plugins, proxy-url and KUBECONFIG included) unless a flag below names it. Without one "
+            "and without a kubeconfig it stops with an error; --simulated caches a simulated cluster instead."
         ),
     )
-    _common(serve)
-    _upstream_flags(serve)
-    _sim_flags(serve, "sim-")
+    _serve_flags(serve)
     demo = sub.add_parser(
         "demo",
         help="run a simulated cluster and the watch cache in front of it (two processes)",
@@ -227,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
 
             run_sim(RunOptions.from_args(args), SimOptions.from_args(args))
             return 0
+        raw = sys.argv[1:] if argv is None else argv
+        sim_flags = sorted({a.split("=", 1)[0] for a in raw if a.startswith("--sim-")})
+        if sim_flags and not args.simulated:
+            raise ValueError(f"{', '.join(sim_flags)} shape the simulated cluster: add --simulated to run one")
         upstream = upstream_from_args(args)
         workers = worker_count(args.workers, upstream is not None)
         if workers > 1 and args.worker_id is None:

@@ -486,6 +486,7 @@ def start_embedded(*, objects: int, namespaces: int = 10, churn: float = 0.0, ex
     cmd = [
         *watchcache_exe(),
         "serve",
+        "--simulated",
         "--listen",
         "127.0.0.1:0",
         "--sim-objects",

@@ -20,7 +20,7 @@ def sim() -> Iterator[Proc]:
 @pytest.fixture
 def serve() -> Iterator[Proc]:
     """The service on its embedded simulated cluster, 120 pods in 3 namespaces, no churn."""
-    proc = start("serve", "--sim-objects", "120", "--sim-namespaces", "3")
+    proc = start("serve", "--simulated", "--sim-objects", "120", "--sim-namespaces", "3")
     yield proc
     proc.stop()
 
@@ -31,7 +31,7 @@ def api(request: pytest.FixtureRequest) -> Iterator[Proc]:
     if request.param == "sim":
         proc = start("sim", "--objects", "120", "--namespaces", "3")
     else:
-        proc = start("serve", "--sim-objects", "120", "--sim-namespaces", "3")
+        proc = start("serve", "--simulated", "--sim-objects", "120", "--sim-namespaces", "3")
     yield proc
     proc.stop()
 

@@ -77,7 +77,7 @@ def item_versions(items: list[dict[str, Any]]) -> dict[str, int]:
 
 @pytest.fixture
 def churning() -> Iterator[Proc]:
-    proc = start("serve", "--sim-objects", "300", "--sim-namespaces", "3", "--sim-churn", "200")
+    proc = start("serve", "--simulated", "--sim-objects", "300", "--sim-namespaces", "3", "--sim-churn", "200")
     yield proc
     proc.stop()
 
@@ -284,7 +284,7 @@ def test_watch_from_list_rv_replays_every_change(churning: Proc) -> None:
 
 @pytest.mark.parametrize("command", ["serve", "sim"])
 def test_watch_from_before_the_history_window_is_410_expired(command: str) -> None:
-    flags = ["--sim-objects", "10"] if command == "serve" else ["--objects", "10"]
+    flags = ["--simulated", "--sim-objects", "10"] if command == "serve" else ["--objects", "10"]
     proc = start(command, *flags, "--history-max-events", "5")
     try:
         url = proc.url
@@ -325,7 +325,7 @@ def test_watch_from_before_the_history_window_is_410_expired(command: str) -> No
 
 
 def test_expired_continue_token_is_410_with_an_inconsistent_continue_token() -> None:
-    proc = start("serve", "--sim-objects", "6", "--sim-namespaces", "3", "--history-max-events", "5")
+    proc = start("serve", "--simulated", "--sim-objects", "6", "--sim-namespaces", "3", "--history-max-events", "5")
     try:
         url = proc.url
         path = "/api/v1/configmaps"
@@ -353,7 +353,7 @@ def test_expired_continue_token_is_410_with_an_inconsistent_continue_token() -> 
 
 @pytest.fixture
 def bookmarking() -> Iterator[Proc]:
-    proc = start("serve", "--sim-objects", "30", "--sim-namespaces", "3", "--bookmark-interval", "0.5")
+    proc = start("serve", "--simulated", "--sim-objects", "30", "--sim-namespaces", "3", "--bookmark-interval", "0.5")
     yield proc
     proc.stop()
 
@@ -421,7 +421,7 @@ def test_streaming_list_sends_state_then_initial_events_end_bookmark(bookmarking
 @pytest.fixture(scope="module")
 def quick_timeout() -> Iterator[Proc]:
     """Read-only requests only: shared by the error tests of this module (per xdist worker)."""
-    proc = start("serve", "--sim-objects", "10", "--fresh-wait", "0.5")
+    proc = start("serve", "--simulated", "--sim-objects", "10", "--fresh-wait", "0.5")
     yield proc
     proc.stop()
 
@@ -496,7 +496,8 @@ def test_health_endpoints(quick_timeout: Proc) -> None:
 
 @pytest.mark.parametrize("command", ["serve", "sim"])
 def test_sigterm_ends_open_watches_and_exits_zero(command: str) -> None:
-    proc = start(command, "--sim-objects" if command == "serve" else "--objects", "10")
+    flags = ["--simulated", "--sim-objects", "10"] if command == "serve" else ["--objects", "10"]
+    proc = start(command, *flags)
     try:
         path = "/api/v1/namespaces/default/configmaps"
         r = get_ok(proc.url, path)["metadata"]["resourceVersion"]
@@ -520,7 +521,7 @@ def test_sigterm_ends_open_watches_and_exits_zero(command: str) -> None:
 
 
 def test_sigterm_lets_an_in_flight_read_finish() -> None:
-    proc = start("serve", "--sim-objects", "10", "--fresh-wait", "2")
+    proc = start("serve", "--simulated", "--sim-objects", "10", "--fresh-wait", "2")
     try:
         current = int(get_ok(proc.url, PODS)["metadata"]["resourceVersion"])
         outcome: dict[str, Any] = {}

@@ -133,7 +133,7 @@ def assert_no_server_error(status: int, body: bytes, what: str) -> None:
 
 
 def test_generated_requests_get_status_errors_never_5xx_and_the_server_survives():
-    proc = start("serve", "--sim-objects", "20", "--sim-namespaces", "2", "--max-watchers", "50")
+    proc = start("serve", "--simulated", "--sim-objects", "20", "--sim-namespaces", "2", "--max-watchers", "50")
     try:
         pid = proc.process.pid
         client = Client(proc)

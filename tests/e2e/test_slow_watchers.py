@@ -117,6 +117,7 @@ def metric(url: str, name: str, outcome: str) -> float:
 def test_stalled_reader_is_caught_up_from_history_and_matches_a_fast_reader():
     proc = start(
         "serve",
+        "--simulated",
         "--sim-objects",
         "60",
         "--sim-namespaces",
@@ -160,6 +161,7 @@ def test_stalled_reader_is_caught_up_from_history_and_matches_a_fast_reader():
 def test_reader_stalled_past_the_history_window_gets_410():
     proc = start(
         "serve",
+        "--simulated",
         "--sim-objects",
         "60",
         "--sim-churn",
@@ -195,7 +197,7 @@ def test_many_stalled_readers_are_held_to_the_process_budget_and_caught_up():
     # 40 watches whose clients do not read, under a 1 MiB budget for all watchers' unsent bytes
     # (each watcher's own cap is the default 16 MiB, never reached here).
     proc = start(
-        "serve", "--sim-objects", "60", "--sim-namespaces", "2", "--sim-churn", "400",
+        "serve", "--simulated", "--sim-objects", "60", "--sim-namespaces", "2", "--sim-churn", "400",
         "--max-watch-buffer-total-bytes", str(1 << 20),
     )  # fmt: skip
     try:

@@ -30,7 +30,7 @@ def https_get(port: int, path: str, ctx: ssl.SSLContext) -> tuple[int, dict, str
 def test_https_with_client_certificates_and_rotation(tmp_path):
     pki = make_pki(tmp_path)
     proc = start(
-        "serve", "--sim-objects", "5",
+        "serve", "--simulated", "--sim-objects", "5",
         "--tls-cert-file", str(pki["srv.crt"]), "--tls-private-key-file", str(pki["srv.key"]),
         "--client-ca-file", str(pki["ca.crt"]), "--header-timeout", "1",
     )  # fmt: skip
@@ -74,7 +74,7 @@ def test_https_with_client_certificates_and_rotation(tmp_path):
 
 
 def test_limits_answer_429_with_retry_after():
-    proc = start("serve", "--sim-objects", "5", "--max-watchers", "2")
+    proc = start("serve", "--simulated", "--sim-objects", "5", "--max-watchers", "2")
     try:
         url = proc.url
         watches = [WatchStream(url, path_with("/api/v1/pods", watch=1, resourceVersion="0")) for _ in range(2)]
@@ -119,7 +119,7 @@ def status_of(f: BinaryIO) -> tuple[int, dict[str, str], dict]:
 
 def test_slow_bodies_get_408_and_request_bytes_are_bounded_before_authentication():
     proc = start(
-        "serve", "--sim-objects", "5", "--body-timeout", "0.5",
+        "serve", "--simulated", "--sim-objects", "5", "--body-timeout", "0.5",
         "--max-body-bytes", "100000", "--max-request-buffer-bytes", "120000",
     )  # fmt: skip
     try:
@@ -175,7 +175,9 @@ def healthz(sock: socket.socket) -> int | None:
 
 
 def test_connection_limits_per_client_and_total():
-    proc = start("serve", "--sim-objects", "5", "--max-connections-per-client", "2", "--max-connections", "3")
+    proc = start(
+        "serve", "--simulated", "--sim-objects", "5", "--max-connections-per-client", "2", "--max-connections", "3"
+    )
     try:
         port = int(proc.url.rsplit(":", 1)[1])
         a = [connect_from("127.0.0.1", port) for _ in range(2)]
@@ -212,7 +214,7 @@ def test_connection_limits_per_client_and_total():
 
 
 def test_waiting_watches_hold_inflight_slots_and_watch_param_is_not_a_watch():
-    proc = start("serve", "--sim-objects", "5", "--max-requests-inflight", "2", "--fresh-wait", "5")
+    proc = start("serve", "--simulated", "--sim-objects", "5", "--max-requests-inflight", "2", "--fresh-wait", "5")
     waiting: list[http.client.HTTPConnection] = []
     try:
         url = proc.url

@@ -1,12 +1,13 @@
 import base64
 import os
-import stat
+import ssl
+import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from watchcache.upstream.config import UpstreamConfigError, from_flags, from_kubeconfig
+from tests.support.pki import Pki
+from watchcache.upstream.config import UpstreamConfigError, from_flags, from_kubeconfig, load_cert_chain_data
 
 
 def write_kubeconfig(tmp_path, body: str):
@@ -49,23 +50,54 @@ def test_kubeconfig_current_context_token_and_relative_ca(tmp_path):
     assert dev.insecure and dev.token_file == str(tmp_path / "tok")
 
 
-def test_kubeconfig_inline_client_cert_data_is_written_to_private_files(tmp_path):
-    cert = base64.b64encode(b"CERT").decode()
-    key = base64.b64encode(b"KEY").decode()
-    ca = base64.b64encode(b"CA PEM").decode()
+def test_kubeconfig_data_fields_stay_in_memory_and_load_into_tls(tmp_path, monkeypatch):
+    """*-data fields are never written to a file (issue 21.7: they were, and never removed): the TLS
+    context loads them through an anonymous memory file, and nothing is left in the temp directory."""
+    pki = Pki(tmp_path)
+    ca = pki.ca("ca", "/CN=test-ca")
+    client = pki.issue(ca, "client", "/CN=watchcache")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    tempfile.tempdir = None  # re-read TMPDIR
+    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
     path = write_kubeconfig(
         tmp_path,
         f"""
         current-context: x
         contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
-        clusters: [{{name: c, cluster: {{server: "https://h:6443", certificate-authority-data: {ca}}}}}]
-        users: [{{name: u, user: {{client-certificate-data: {cert}, client-key-data: {key}}}}}]
+        clusters: [{{name: c, cluster: {{server: "https://h:6443", certificate-authority-data: {b64(ca.crt)}}}}}]
+        users: [{{name: u, user: {{client-certificate-data: {b64(client.crt)}, client-key-data: {b64(client.key)}}}}}]
         """,
     )
-    cfg = from_kubeconfig(path)
-    assert cfg.ca_data == "CA PEM"
-    assert Path(cfg.client_cert).read_bytes() == b"CERT"
-    assert stat.S_IMODE(os.stat(cfg.client_key).st_mode) == 0o600
+    fds = len(os.listdir("/proc/self/fd"))
+    try:
+        cfg = from_kubeconfig(path)
+        assert cfg.client_cert is None and cfg.client_key is None
+        assert cfg.client_cert_data == client.crt.read_bytes() and cfg.ca_data == ca.crt.read_text()
+        ctx = cfg.ssl_context()
+        assert ctx is not None and ctx.get_ca_certs()[0]["subject"] == ((("commonName", "test-ca"),),)
+        for _ in range(20):
+            cfg.ssl_context()
+    finally:
+        tempfile.tempdir = None
+    assert list(tmp.iterdir()) == []
+    assert len(os.listdir("/proc/self/fd")) == fds  # the memory files are closed
+
+
+def test_the_pem_is_loaded_from_a_private_temp_file_when_memfd_is_missing(tmp_path, monkeypatch):
+    pki = Pki(tmp_path)
+    pair = pki.issue(pki.ca("ca", "/CN=ca"), "c", "/CN=c")
+    monkeypatch.delattr(os, "memfd_create")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "t"))
+    (tmp_path / "t").mkdir()
+    tempfile.tempdir = None
+    try:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        load_cert_chain_data(ctx, pair.crt.read_bytes(), pair.key.read_bytes())
+    finally:
+        tempfile.tempdir = None
+    assert list((tmp_path / "t").iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -73,14 +105,8 @@ def test_kubeconfig_inline_client_cert_data_is_written_to_private_files(tmp_path
     [
         ("contexts: []\nclusters: []\nusers: []\n", "no current-context"),
         ("current-context: nope\ncontexts: []\n", "no context named 'nope'"),
-        (
-            "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
-            "clusters: [{name: c, cluster: {server: 'https://h'}}]\n"
-            "users: [{name: u, user: {exec: {command: aws}}}]\n",
-            "exec/auth-provider credentials are not supported",
-        ),
     ],
-    ids=["no-current-context", "unknown-context", "exec-plugin"],
+    ids=["no-current-context", "unknown-context"],
 )
 def test_kubeconfig_errors_are_clear(tmp_path, body, message):
     path = write_kubeconfig(tmp_path, body)

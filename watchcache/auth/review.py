@@ -41,7 +41,9 @@ def _status_message(data: bytes) -> str:
 
 
 class _Tokens(Protocol):
-    def headers(self) -> dict[str, str]: ...
+    async def fresh_headers(self) -> dict[str, str]: ...
+
+    def rejected(self, headers: dict[str, str]) -> None: ...
 
 
 class _Config(Protocol):
@@ -77,11 +79,8 @@ class UpstreamReviewClient:
         if session is None:
             raise ReviewError("upstream client not started")
         try:
-            headers = {
-                "Accept": "application/json",
-                "Content-Type": "application/json",
-                **self.client.tokens.headers(),
-            }
+            credential = await self.client.tokens.fresh_headers()
+            headers = {"Accept": "application/json", "Content-Type": "application/json", **credential}
             async with session.post(
                 self.client.url(path),
                 data=orjson.dumps(body),
@@ -93,6 +92,8 @@ class UpstreamReviewClient:
                 code = resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             raise ReviewError(f"POST {path}: {type(e).__name__}: {e}") from None
+        if code == 401:
+            self.client.tokens.rejected(credential)
         if not 200 <= code < 300:
             raise ReviewError(f"POST {path}: HTTP {code}: {_status_message(data)}")
         try:

@@ -33,6 +33,7 @@ from watchcache import apierrors
 from watchcache.http.protocol import ConnectionClosed, Request, Response
 from watchcache.server.passthrough import prepare, response_headers
 from watchcache.upstream.client import UpstreamClient
+from watchcache.upstream.dialing import open_connection
 from watchcache.upstream.identity import PassthroughIdentity
 
 log = logging.getLogger("watchcache.server.tunnel")
@@ -160,12 +161,16 @@ class Tunnels:
         lines += [f"{name}: {value}" for name, value in forwarding.headers]
         lines += ["Connection: Upgrade", f"Upgrade: {request.upgrade}", "", ""]
         head = "\r\n".join(lines).encode("latin-1")
-        loop = asyncio.get_running_loop()
         sni = (self.client.config.tls_server_name or self._host) if self._tls else None
         try:
             async with asyncio.timeout(self.limits.connect_timeout):
-                transport, upstream = await loop.create_connection(
-                    lambda: UpstreamSide(tunnel), self._host, self._port, ssl=forwarding.ssl, server_hostname=sni
+                transport, upstream = await open_connection(
+                    self.client.config,
+                    lambda: UpstreamSide(tunnel),
+                    self._host,
+                    self._port,
+                    ssl_context=forwarding.ssl,
+                    server_hostname=sni,
                 )
         except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
             self._count(tunnel.protocol, FAILED)
@@ -174,7 +179,7 @@ class Tunnels:
         transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=self.limits.high_water, low=self.limits.low_water)
         transport.write(head)
-        return upstream
+        return cast(UpstreamSide, upstream)
 
     def close_all(self) -> None:
         """Shutdown: every tunnel is cut (its clients reconnect, as after an apiserver restart)."""

@@ -97,7 +97,9 @@ class RunOptions:
             port=port,
             serve=ServeConfig(
                 fresh_wait=args.fresh_wait,
-                consistent_passthrough_objects=args.consistent_passthrough_objects,
+                consistent_passthrough_objects=g.get(
+                    "consistent_passthrough_objects", ServeConfig.consistent_passthrough_objects
+                ),
                 bookmark_interval=args.bookmark_interval,
                 min_request_timeout=args.min_request_timeout,
                 max_limit=args.max_limit,
@@ -174,5 +176,5 @@ def worker_count(requested: int | None, has_upstream: bool) -> int:
     if workers < 1:
         raise ValueError("--workers must be at least 1")
     if workers > 1 and not has_upstream:
-        raise ValueError("--workers > 1 needs an upstream (--upstream, --kubeconfig or --in-cluster)")
+        raise ValueError("--workers > 1 needs a real upstream: the --simulated cluster lives in one process")
     return workers

@@ -2,5 +2,5 @@
 
 It sits on top of the product (it reuses the cache, the server and the process lifecycle);
 nothing in the product imports it but the command line, which dispatches ``watchcache sim``
-and ``watchcache serve`` without an upstream to ``sim.wiring``.
+and ``watchcache serve --simulated`` to ``sim.wiring``.
 """

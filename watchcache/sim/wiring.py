@@ -1,8 +1,9 @@
 """The simulator's two modes, assembled on the product's process lifecycle.
 
 ``watchcache sim`` serves the simulated cluster itself: its storage is the cache the read
-path serves from. ``watchcache serve`` without an upstream runs the proxy fed in-process
-by an embedded simulated cluster (see ``sim.embedded``): one process, for quick demos.
+path serves from. ``watchcache serve --simulated`` runs the proxy fed in-process by an
+embedded simulated cluster (see ``sim.embedded``): one process, for quick demos and tests,
+and it says so in its log and in ``/readyz?verbose``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from watchcache.sim.options import SimOptions
 from watchcache.sim.policy import load_policy
 
 log = logging.getLogger("watchcache")
+
+# The /readyz?verbose line of ``serve --simulated``.
+SIMULATED_READY_LINE = "[+]upstream ok: SIMULATED cluster in this process (serve --simulated), not an apiserver"
 
 
 def _sim_cluster(options: RunOptions, sim: SimOptions) -> SimCluster:
@@ -95,7 +99,16 @@ async def wire_embedded(options: RunOptions, sim: SimOptions) -> Wiring:
         upstream.gate = Gate.build(LocalReviewClient(upstream.policy), AuthOptions())
         if options.auth is not None:
             ctx.gate = Gate.build(LocalReviewClient(upstream.policy), options.auth)
-    return Wiring(ctx, ApiHandler(ctx), _churn_task(cluster, sim))
+    log.warning(
+        "upstream: a SIMULATED cluster in this process (--simulated: %d pods, %d namespaces, churn %s/s), not an "
+        "apiserver: for demos and tests only",
+        sim.objects,
+        sim.namespaces,
+        sim.churn,
+    )
+    handler = ApiHandler(ctx)
+    handler.readiness_checks.append(lambda: (True, SIMULATED_READY_LINE))
+    return Wiring(ctx, handler, _churn_task(cluster, sim))
 
 
 def run_sim(options: RunOptions, sim: SimOptions) -> None:
@@ -104,5 +117,5 @@ def run_sim(options: RunOptions, sim: SimOptions) -> None:
 
 
 def run_embedded(options: RunOptions, sim: SimOptions) -> None:
-    """``watchcache serve`` with no upstream flag."""
+    """``watchcache serve --simulated``."""
     run("watchcache serve", options, lambda o: wire_embedded(o, sim))

@@ -19,7 +19,9 @@ import aiohttp
 import orjson
 
 from watchcache.resources import ResourceType
-from watchcache.upstream.config import TokenSource, UpstreamConfig
+from watchcache.upstream.config import UpstreamConfig, load_cert_chain_data
+from watchcache.upstream.credentials import Credentials
+from watchcache.upstream.dialing import session_options
 from watchcache.upstream.identity import ClientCertificate, IdentityOptions, Route
 
 USER_AGENT = "watchcache/0.1"
@@ -64,8 +66,11 @@ class UpstreamClient:
     def __init__(self, config: UpstreamConfig, identity: IdentityOptions | None = None) -> None:
         self.config = config
         self.identity = identity or IdentityOptions()
-        self.tokens = TokenSource(config)
+        # The proxy's own credential (token, token file, basic, exec plugin).
+        self.tokens = Credentials(config)
         self.session: aiohttp.ClientSession | None = None
+        # The TLS context of the proxy's own connections (an exec plugin's certificate is loaded into it).
+        self.own_ssl: ssl.SSLContext | None = None
         self.passthrough: dict[Route, aiohttp.ClientSession] = {}
         # The TLS context of each pass-through route (None: plain http), for the tunnels'
         # connections, which are not aiohttp's.
@@ -73,12 +78,38 @@ class UpstreamClient:
         # The front-proxy client certificate, reloaded by ``reload_certificates`` when it rotates.
         self.front_proxy_cert: ClientCertificate | None = None
 
-    async def start(self) -> None:
-        own = aiohttp.TCPConnector(ssl=self.config.ssl_context() or False, limit=0)
-        timeout = aiohttp.ClientTimeout(total=None, connect=10.0)
-        self.session = aiohttp.ClientSession(
-            connector=own, timeout=timeout, headers={"User-Agent": USER_AGENT}, auto_decompress=True
+    def _own_session(self) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            **session_options(self.config, self.own_ssl),
+            timeout=aiohttp.ClientTimeout(total=None, connect=10.0),
+            headers={"User-Agent": USER_AGENT},
+            auto_decompress=True,
+            skip_auto_headers=("Accept-Encoding",) if self.config.disable_compression else (),
         )
+
+    def _exec_certificate(self, cert: bytes, key: bytes) -> None:
+        """An exec plugin's client certificate: new connections present it, and the proxy's open
+        connections (which presented the previous one) are closed, as client-go closes them."""
+        if self.own_ssl is None:
+            return  # plain http, or start() has not made the context yet (it loads the certificate then)
+        load_cert_chain_data(self.own_ssl, cert, key)
+        old, self.session = self.session, self._own_session()
+        if old is not None:
+            asyncio.get_running_loop().create_task(old.close())
+
+    async def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=None, connect=10.0)
+        self.own_ssl = self.config.ssl_context()
+        if self.tokens.plugin is not None:
+            self.tokens.on_certificate = self._exec_certificate
+            try:
+                credential = await self.tokens.refresh()
+            except OSError:
+                pass  # logged; the first request runs it again
+            else:
+                if credential.client_cert and credential.client_key and self.own_ssl is not None:
+                    load_cert_chain_data(self.own_ssl, credential.client_cert, credential.client_key)
+        self.session = self._own_session()
         # Pass-through bytes go to the client as they came (gzip included), so no decompression.
         contexts: dict[Route, ssl.SSLContext | None] = {Route.CLIENT: self.config.ssl_context(with_client_cert=False)}
         options = self.identity
@@ -94,8 +125,12 @@ class UpstreamClient:
             contexts[Route.PROXY] = self.config.ssl_context()
         self.passthrough_ssl = contexts
         for route, ctx in contexts.items():
-            connector = aiohttp.TCPConnector(ssl=ctx or False, limit=0)
-            self.passthrough[route] = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+            if route is Route.PROXY:
+                ctx = self.own_ssl  # the proxy's own identity, an exec plugin's certificate included
+                contexts[route] = ctx
+            self.passthrough[route] = aiohttp.ClientSession(
+                **session_options(self.config, ctx), timeout=timeout, auto_decompress=False
+            )
 
     def passthrough_session(self, route: Route) -> tuple[aiohttp.ClientSession, dict[str, str]]:
         """The session for ``route`` and the headers it adds (the proxy's token on ``PROXY``)."""
@@ -125,15 +160,17 @@ class UpstreamClient:
         return self.session
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None, timeout: float = 30.0) -> Any:
-        headers = {"Accept": "application/json", **self.tokens.headers()}
+        credential = await self.tokens.fresh_headers()
         async with self._own().get(
             self.url(path),
             params=params,
-            headers=headers,
+            headers={"Accept": "application/json", **credential},
             timeout=aiohttp.ClientTimeout(total=timeout),
             server_hostname=self.config.tls_server_name,
         ) as resp:
             if resp.status != 200:
+                if resp.status == 401:
+                    self.tokens.rejected(credential)
                 raise await _error_from(resp)
             return orjson.loads(await resp.read())
 
@@ -151,14 +188,16 @@ class UpstreamClient:
         for a non-200 answer. Lines are split here (aiohttp's readline caps line length far
         below the size of large objects).
         """
-        headers = {"Accept": "application/json", **self.tokens.headers()}
+        credential = await self.tokens.fresh_headers()
         async with self._own().get(
             self.url(collection_path(resource)),
             params={"watch": "1", **params},
-            headers=headers,
+            headers={"Accept": "application/json", **credential},
             server_hostname=self.config.tls_server_name,
         ) as resp:
             if resp.status != 200:
+                if resp.status == 401:
+                    self.tokens.rejected(credential)
                 raise await _error_from(resp)
             pending = b""
             while True:

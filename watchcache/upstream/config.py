@@ -2,27 +2,58 @@
 
 Flag names follow kubectl's (``--kubeconfig``, ``--context``, ``--token-file``,
 ``--client-certificate``, ``--client-key``, ``--certificate-authority``). TLS is verified
-unless ``insecure-skip-tls-verify`` is set explicitly. Tokens are never logged.
+unless ``insecure-skip-tls-verify`` is set explicitly. Tokens are never logged. Certificate
+material from a kubeconfig's ``*-data`` fields (or an exec plugin) stays in memory: ``ssl`` loads
+it through an anonymous in-memory file, never one on disk.
 """
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import os
 import ssl
 import tempfile
-import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
+from watchcache.upstream.credentials import ExecConfig
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class UpstreamConfigError(ValueError):
     pass
+
+
+@contextlib.contextmanager
+def _memory_file(data: bytes) -> Iterator[str]:
+    """A path ``ssl`` can open that holds ``data`` and lives only as long as the block: an anonymous
+    memory file (Linux ``memfd``), else a private temporary file deleted at once."""
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None:
+        fd = memfd("watchcache-pem", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    fd, path = tempfile.mkstemp(prefix="watchcache-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def load_cert_chain_data(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """``SSLContext.load_cert_chain`` from PEM bytes (the stdlib takes only paths)."""
+    with _memory_file(cert) as cert_path, _memory_file(key) as key_path:
+        ctx.load_cert_chain(cert_path, key_path)
 
 
 @dataclass(frozen=True)
@@ -33,13 +64,28 @@ class UpstreamConfig:
     insecure: bool = False
     client_cert: str | None = None
     client_key: str | None = None
+    # PEM bytes of a kubeconfig's client-certificate(-data)/client-key(-data), held in memory.
+    client_cert_data: bytes | None = None
+    client_key_data: bytes | None = None
     token: str | None = None
     token_file: str | None = None
+    username: str | None = None
+    password: str | None = None
     tls_server_name: str | None = None
+    # http://, https:// or socks5:// (kubeconfig proxy-url); None: HTTPS_PROXY/NO_PROXY as client-go.
+    proxy_url: str | None = None
+    exec: ExecConfig | None = None
+    disable_compression: bool = False
+    # Where it came from, for the log line at start.
+    source: str = "flags"
 
     @property
     def is_tls(self) -> bool:
         return self.server.startswith("https://")
+
+    @property
+    def has_client_cert(self) -> bool:
+        return bool(self.client_cert or self.client_cert_data)
 
     def ssl_context(self, *, with_client_cert: bool = True) -> ssl.SSLContext | None:
         """The TLS context for upstream connections (None for plain http).
@@ -54,115 +100,57 @@ class UpstreamConfig:
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
-        if with_client_cert and self.client_cert:
-            ctx.load_cert_chain(self.client_cert, self.client_key)
+        if with_client_cert:
+            if self.client_cert:
+                ctx.load_cert_chain(self.client_cert, self.client_key)
+            elif self.client_cert_data and self.client_key_data:
+                load_cert_chain_data(ctx, self.client_cert_data, self.client_key_data)
         return ctx
 
     def describe(self) -> str:
         """For logs: where and how, never the secret."""
-        if self.token_file:
+        if self.exec is not None:
+            auth = f"exec plugin {self.exec.command}"
+        elif self.token_file:
             auth = "token-file"
         elif self.token:
             auth = "token"
+        elif self.username:
+            auth = "basic"
         else:
-            auth = "client-cert" if self.client_cert else "none"
-        return f"{self.server} (auth: {auth}, tls-verify: {not self.insecure and self.is_tls})"
+            auth = "client-cert" if self.has_client_cert else "none"
+        proxy = f", proxy: {_redacted(self.proxy_url)}" if self.proxy_url else ""
+        return f"{self.server} (auth: {auth}, tls-verify: {not self.insecure and self.is_tls}{proxy}; {self.source})"
 
 
-class TokenSource:
-    """The bearer token, re-read from its file at most once a minute (service-account tokens rotate)."""
-
-    def __init__(self, config: UpstreamConfig, clock: Any = time.monotonic) -> None:
-        self._config = config
-        self._clock = clock
-        self._token = config.token
-        self._read_at = -1e9
-
-    def token(self) -> str | None:
-        path = self._config.token_file
-        if path and self._clock() - self._read_at > 60.0:
-            self._token = Path(path).read_text().strip()
-            self._read_at = self._clock()
-        return self._token
-
-    def headers(self) -> dict[str, str]:
-        token = self.token()
-        return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def _materialise(data_b64: str, suffix: str) -> str:
-    """kubeconfig ``*-data`` fields are base64 PEM; ssl wants files for client certs."""
-    fd, path = tempfile.mkstemp(prefix="watchcache-", suffix=suffix)
-    with os.fdopen(fd, "wb") as f:
-        f.write(base64.b64decode(data_b64))
-    os.chmod(path, 0o600)
-    return path
-
-
-def _resolve(base: Path, value: str | None) -> str | None:
-    if not value:
-        return None
-    p = Path(value).expanduser()
-    return str(p if p.is_absolute() else base / p)
-
-
-def _named(entries: list[dict[str, Any]] | None, name: str, what: str) -> dict[str, Any]:
-    for entry in entries or []:
-        if entry.get("name") == name:
-            return entry.get(what) or {}
-    raise UpstreamConfigError(f"kubeconfig has no {what} named {name!r}")
+def _redacted(url: str) -> str:
+    """A proxy URL without its password."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def from_kubeconfig(path: str | os.PathLike[str], context: str | None = None) -> UpstreamConfig:
-    file = Path(path).expanduser()
-    try:
-        doc = yaml.safe_load(file.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise UpstreamConfigError(f"cannot read kubeconfig {file}: {e}") from None
-    name = context or doc.get("current-context")
-    if not name:
-        raise UpstreamConfigError(f"kubeconfig {file} has no current-context; pass --context")
-    ctx = _named(doc.get("contexts"), name, "context")
-    cluster = _named(doc.get("clusters"), ctx.get("cluster", ""), "cluster")
-    user = _named(doc.get("users"), ctx.get("user", ""), "user") if ctx.get("user") else {}
-    if "exec" in user or "auth-provider" in user:
-        raise UpstreamConfigError(
-            "kubeconfig exec/auth-provider credentials are not supported; use a token or client certificate"
-        )
-    base = file.parent
-    server = cluster.get("server")
-    if not server:
-        raise UpstreamConfigError(f"cluster of context {name!r} has no server")
-    cert = _resolve(base, user.get("client-certificate"))
-    key = _resolve(base, user.get("client-key"))
-    if user.get("client-certificate-data"):
-        cert = _materialise(user["client-certificate-data"], ".crt")
-    if user.get("client-key-data"):
-        key = _materialise(user["client-key-data"], ".key")
-    ca_b64 = cluster.get("certificate-authority-data")
-    ca_data = base64.b64decode(ca_b64).decode() if ca_b64 else None
-    return UpstreamConfig(
-        server=server.rstrip("/"),
-        ca_file=_resolve(base, cluster.get("certificate-authority")),
-        ca_data=ca_data,
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        client_cert=cert,
-        client_key=key,
-        token=user.get("token"),
-        token_file=_resolve(base, user.get("tokenFile")),
-        tls_server_name=cluster.get("tls-server-name"),
-    )
+    """One kubeconfig file, as ``--kubeconfig`` loads it (``upstream.kubeconfig``)."""
+    from watchcache.upstream.kubeconfig import load
+
+    return load(str(path), context)
 
 
-def in_cluster() -> UpstreamConfig:
-    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+def in_cluster(env: Mapping[str, str] | None = None, service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> UpstreamConfig:
+    """The pod's service account and ``KUBERNETES_SERVICE_HOST``/``_PORT`` (client-go's InClusterConfig)."""
+    env = os.environ if env is None else env
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
         raise UpstreamConfigError("not running in a cluster (KUBERNETES_SERVICE_HOST/PORT unset)")
     host = f"[{host}]" if ":" in host else host
     return UpstreamConfig(
         server=f"https://{host}:{port}",
-        ca_file=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
-        token_file=str(SERVICE_ACCOUNT_DIR / "token"),
+        ca_file=str(service_account_dir / "ca.crt"),
+        token_file=str(service_account_dir / "token"),
+        source="in-cluster service account",
     )
 
 
@@ -187,21 +175,3 @@ def from_flags(
         client_key=client_key,
         token_file=token_file,
     )
-
-
-def upstream_from_args(args: Any) -> UpstreamConfig | None:
-    """The apiserver ``watchcache serve``'s flags name; None: the embedded simulated cluster."""
-    if args.kubeconfig:
-        return from_kubeconfig(args.kubeconfig, args.context)
-    if args.in_cluster:
-        return in_cluster()
-    if args.upstream:
-        return from_flags(
-            args.upstream,
-            token_file=args.token_file,
-            client_certificate=args.client_certificate,
-            client_key=args.client_key,
-            certificate_authority=args.certificate_authority,
-            insecure_skip_tls_verify=args.insecure_skip_tls_verify,
-        )
-    return None
