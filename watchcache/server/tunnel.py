@@ -258,6 +258,14 @@ class Tunnel:
         if early:
             self.to_upstream(early)
         upstream.resume_reading()  # paused at the 101 head until the client side was ready
+        side = upstream.get_protocol()
+        if isinstance(side, UpstreamSide) and side.eof_pending:
+            # After what resuming delivers (scheduled, like this, on the loop).
+            self.loop.call_soon(self._upstream_eof)
+
+    def _upstream_eof(self) -> None:
+        if not self.half_closed("upstream") and not self.upstream_lost and self.upstream is not None:
+            self.upstream.close()
 
     def to_upstream(self, data: bytes) -> None:
         self.last_active = self.loop.time()
@@ -375,6 +383,8 @@ class UpstreamSide(asyncio.Protocol):
         self.body_done = False
         self.error: ConnectionError | None = None
         self.wakeup: asyncio.Future[None] | None = None
+        # The upstream's EOF came before the tunnel was bridged (see eof_received).
+        self.eof_pending = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = self.tunnel.upstream = cast(asyncio.Transport, transport)
@@ -435,6 +445,11 @@ class UpstreamSide(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         if self.tunnelling:
+            if self.tunnel.client is None:
+                # Not bridged yet: over TLS the EOF can overtake the bytes held while reading is
+                # paused at the 101 (the TLS layer keeps them); pass it on after them, from bridge().
+                self.eof_pending = True
+                return True
             return self.tunnel.half_closed("upstream")
         if self.head.done() and not self._framed():
             self.body_done = True  # a body without Content-Length or chunked coding ends here

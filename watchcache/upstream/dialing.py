@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import socket
 import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -170,9 +171,21 @@ async def open_connection(
         stream = await Proxy.from_url(proxy, rdns=True, proxy_ssl=proxy_ssl).connect(dest_host=host, dest_port=port)
     except ProxyError as e:  # the proxy refused (its connection errors are OSErrors already)
         raise OSError(f"proxy {urlsplit(proxy).netloc.rpartition('@')[2]} refused: {e}") from None
+    transport = stream.writer.transport
+    if proxy_ssl is None:
+        # A plain connection to the proxy: take its socket over, so the upstream connection is made
+        # as a direct one is (TLS by the loop, the protocol the loop's own). Python-socks' stream,
+        # its TLS started on top and its protocol swapped, let EOF overtake paused data.
+        raw = transport.get_extra_info("socket")
+        sock = socket.socket(fileno=os.dup(raw.fileno()))
+        transport.abort()
+        return await loop.create_connection(
+            protocol_factory, sock=sock, ssl=ssl_context, server_hostname=server_hostname if ssl_context else None
+        )
+    # An https proxy: TLS to the upstream inside TLS to the proxy, on python-socks' stream.
     if ssl_context is not None:
         stream = await stream.start_tls(hostname=server_hostname or host, ssl_context=ssl_context)
-    transport = stream.writer.transport
+        transport = stream.writer.transport
     protocol = protocol_factory()
     # The stream's writer owns the transport (and, over TLS, the layers under it): keep it with the protocol.
     protocol._watchcache_writer = stream.writer  # type: ignore[attr-defined]
