@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime
 import logging
 import os
@@ -214,6 +215,12 @@ class Credentials:
         return self._file_token()
 
     def headers(self) -> dict[str, str]:
+        if self._needs_run():
+            # Asked synchronously (pass-through's impersonation route): the request goes with what
+            # there is, and the plugin runs for the next one.
+            with contextlib.suppress(RuntimeError):  # no running loop
+                asyncio.get_running_loop()
+                self._start()
         token = self.token()
         if token:
             return {"Authorization": f"Bearer {token}"}
@@ -235,15 +242,21 @@ class Credentials:
 
     async def refresh(self) -> ExecCredential:
         """Run the plugin (one run at a time; concurrent callers share it)."""
-        assert self.plugin is not None
+        return await asyncio.shield(self._start())
+
+    def _start(self) -> asyncio.Future[ExecCredential]:
         if self._running is None:
-            self._running = asyncio.ensure_future(self._run(self.plugin))
-        running = self._running
-        try:
-            return await asyncio.shield(running)
-        finally:
-            if running.done() and self._running is running:
-                self._running = None
+            assert self.plugin is not None
+            running = asyncio.ensure_future(self._run(self.plugin))
+            running.add_done_callback(self._ran)
+            self._running = running
+        return self._running
+
+    def _ran(self, running: asyncio.Future[ExecCredential]) -> None:
+        if self._running is running:
+            self._running = None
+        if not running.cancelled():
+            running.exception()  # logged by _run; retrieved so asyncio does not report it again
 
     async def _run(self, plugin: ExecConfig) -> ExecCredential:
         self.runs += 1
