@@ -36,6 +36,9 @@ _WAIT_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 
 
+_FALLBACK_REASONS = {Reached.IMPATIENT: "small-read", Reached.TIMEOUT: "timeout", Reached.NO_TARGET: "no-target"}
+
+
 class Metrics:
     """The per-request and per-flush observations; one instance per process."""
 
@@ -84,6 +87,13 @@ class Metrics:
             )
             for name, doc in phase.items()
         }
+        self.consistent_fallbacks = Counter(
+            "watchcache_consistent_read_fallbacks",
+            "Consistent reads passed through, by why: small-read (--consistent-passthrough-objects, by choice), "
+            "timeout (not proven fresh within --fresh-wait), no-target (the upstream's rv could not be read)",
+            ["group", "resource", "reason"],
+            registry=r,
+        )
         self.consistent_total = Histogram(
             "watchcache_consistent_read_total_seconds",
             "Consistent reads: the whole wait for freshness, served from cache (fallback=false) or not",
@@ -121,6 +131,8 @@ class Metrics:
             return
         fallback = "false" if wait.reached else "true"
         self.consistent_reads.labels(group, name, "true", fallback).inc()
+        if not wait.reached:
+            self.consistent_fallbacks.labels(group, name, _FALLBACK_REASONS[wait.how]).inc()
         self.consistent_total.labels(group, name, fallback).observe(wait.seconds)
         if wait.how is not Reached.NO_TARGET:
             self.consistent_phase["target"].labels(group, name).observe(wait.target_seconds)
@@ -160,6 +172,9 @@ class CacheCollector(Collector):
         watch_budget: WatchBudget | None = None,
         requests: Any = None,
         flusher: FlushScheduler | None = None,
+        owns: Callable[[ResourceType], bool] | None = None,
+        failures: Any = None,
+        worker: int | None = None,
     ) -> None:
         self.cachers = cachers
         self.passed_through = passed_through
@@ -178,6 +193,11 @@ class CacheCollector(Collector):
         self.flusher = flusher
         # The API handler: requests holding in-flight slots, watches passed through.
         self.requests = requests
+        # Which caches this worker owns (the others are follower replicas: the same objects again).
+        self.owns = owns
+        # The last failures of the proxy's own upstream requests (``upstream.failures.LastFailures``).
+        self.failures = failures
+        self.worker = worker
 
     def collect(self) -> Iterator[Metric]:
         yield from self._caches()
@@ -185,7 +205,9 @@ class CacheCollector(Collector):
         yield from self._passthrough_and_consistency()
 
     def _caches(self) -> Iterator[Metric]:
-        lbl = ["group", "resource"]
+        # replica: "owner" (fed by the upstream) or "follower" (a copy fed by the owner worker). A sum
+        # of objects over workers counts each object once per copy: select replica="owner".
+        lbl = ["group", "resource", "replica"]
         g = {
             "rv": GaugeMetricFamily(
                 "apiserver_watch_cache_resource_version", "Resource version of the watch cache", labels=lbl
@@ -250,8 +272,9 @@ class CacheCollector(Collector):
             labels=[*lbl, "path"],
         )
         now = time.monotonic()
+        owns = self.owns
         for resource, cacher in list(self.cachers.items()):
-            lv = [resource.group, resource.resource]
+            lv = [resource.group, resource.resource, "owner" if owns is None or owns(resource) else "follower"]
             stats = cacher.cache.stats()
             oldest_time = cacher.cache.history.oldest_event_time
             for key, value in (
@@ -356,6 +379,20 @@ class CacheCollector(Collector):
             follower_synced.add_metric(lv, 1 if f.cacher.ready else 0)
             resyncs.add_metric(lv, f.resyncs)
         yield from (relists, restarts, gone, age, state, follower_synced, resyncs)
+        if self.failures is not None:
+            errors = CounterMetricFamily(
+                "watchcache_upstream_errors",
+                'Failed upstream requests of the proxy\'s own (discovery: resource=""), by reason (forbidden: '
+                "RBAC; unauthorized: its credential; not-tls; certificate; refused; ...): /readyz?verbose has the last",
+                labels=[*lbl, "reason"],
+            )
+            counts = dict(self.failures.counts)
+            for reason in ("unauthorized", "forbidden"):  # defined from the start, so rate() is too
+                counts.setdefault((None, reason), 0)
+            for (resource, reason), count in sorted(counts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+                errors.add_metric([resource.group if resource else "", resource.resource if resource else "", reason],
+                                  count)  # fmt: skip
+            yield errors
 
     def _passthrough_and_consistency(self) -> Iterator[Metric]:
         passthrough = CounterMetricFamily(
@@ -446,13 +483,15 @@ class CacheCollector(Collector):
             for resource, outcome, count in self.consistent.target_fetches():
                 fetches.add_metric([resource.group, resource.resource, outcome], count)
             yield fetches
-        if self.restarts_file is not None and self.restarts_file.exists():
-            restarts = CounterMetricFamily(
-                "watchcache_worker_restarts", "Worker restarts by the supervisor", labels=["worker"]
+        if self.restarts_file is not None:
+            # This worker's own restarts (the merge of the workers' expositions labels it with its id;
+            # each exporting every worker's count gave one series per worker twice, under one label).
+            counts = json.loads(self.restarts_file.read_text()) if self.restarts_file.exists() else {}
+            yield CounterMetricFamily(
+                "watchcache_worker_restarts",
+                "Times the supervisor restarted this worker (it died)",
+                value=counts.get(str(self.worker), 0),
             )
-            for worker, count in json.loads(self.restarts_file.read_text()).items():
-                restarts.add_metric([str(worker)], count)
-            yield restarts
 
 
 def render(registry: CollectorRegistry) -> bytes:

@@ -20,6 +20,9 @@ HERE = Path(__file__).parent
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 # Prometheus' own series for a target; nothing else may be referenced that watchcache does not export.
 PROMETHEUS_SERIES = {"up"}
+# Exported only by a group of workers (the dev stack runs one): test_dashboard_live.py checks them
+# against a real 2-worker proxy.
+WORKER_GROUP_SERIES = {"watchcache_worker_restarts_total", "watchcache_follower_resyncs_total"}
 
 
 def _rules() -> dict[str, Any]:
@@ -124,6 +127,13 @@ def test_prometheus_rule_shape() -> None:
         "WatchcacheReplicaLagging",
         "WatchcachePassthroughSpike",
         "WatchcacheConsistentReadFallbacks",
+        "WatchcacheUpstreamRefusesWatchcache",
+        "WatchcacheUpstreamFailing",
+        "WatchcacheServerErrors",
+        "WatchcacheRejectingRequests",
+        "WatchcacheWorkerRestarting",
+        "WatchcacheRelisting",
+        "WatchcacheSlowWatchersExpired",
     }
     assert set(alerts) == expected
 
@@ -162,7 +172,7 @@ def test_metric_name_extraction() -> None:
 def test_every_expression_uses_only_exported_metrics(dev_stack: Any) -> None:
     from tests.deploy.support import exposed_series_names
 
-    exposed = exposed_series_names(dev_stack.metrics) | PROMETHEUS_SERIES
+    exposed = exposed_series_names(dev_stack.metrics) | PROMETHEUS_SERIES | WORKER_GROUP_SERIES
     # The counters are stored with _total: a bare family name would select nothing.
     assert "apiserver_watch_cache_events_received_total" in exposed
     assert "apiserver_watch_cache_events_received" not in exposed

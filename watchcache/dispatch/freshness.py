@@ -52,6 +52,7 @@ class Reached(enum.Enum):
     EVENTS = "events"  # its own events brought it there
     PROGRESS = "progress"  # a proof of progress (probe or bookmark) did
     TIMEOUT = "timeout"  # not within the time allowed
+    IMPATIENT = "impatient"  # a small consistent read, not within its patience: passed through by choice
     NO_TARGET = "no_target"  # the upstream's rv could not be read
 
 
@@ -108,7 +109,7 @@ async def reach(
     done = time.monotonic()
     newest_event = cacher.cache.history.newest_rv
     if not reached:
-        how = Reached.TIMEOUT
+        how = Reached.IMPATIENT if patience is not None and patience < deadline - known else Reached.TIMEOUT
     elif newest_event is not None and newest_event >= target:
         how = Reached.EVENTS
     else:

@@ -11,11 +11,10 @@ counted by reason (``PassReason``). An Accept header kube would refuse gets kube
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import orjson
 
@@ -29,6 +28,7 @@ from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.negotiation import JSON, KUBE, SIM, NotAcceptable, PassReason, choose, render_error
 from watchcache.server.options import parse_bool, parse_list_options
 from watchcache.server.reads import serve_get, serve_list
+from watchcache.server.status import local_status, merge, readiness_lines
 from watchcache.server.watch import serve_watch
 
 log = logging.getLogger("watchcache.server")
@@ -102,6 +102,13 @@ class ApiHandler:
         # Long-running requests passed through (watches of uncached resources, log streams):
         # counted with the cache's watchers toward --max-watchers.
         self.streams = 0
+        # As worker ``worker`` of ``workers`` (set by the worker's wiring): which caches this
+        # process owns, and the other workers' statuses (``server/status.py``), so that
+        # /debug/cache and /readyz?verbose describe the whole group whichever worker answers.
+        self.worker: int | None = None
+        self.workers = 1
+        self.owns: Callable[[ResourceType], bool] = lambda resource: True
+        self.peer_statuses: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
 
     def readiness(self) -> tuple[bool, list[str]]:
         lines = []
@@ -120,18 +127,27 @@ class ApiHandler:
         """Watches open: registered on a cache, or passed through (--max-watchers)."""
         return sum(len(c.dispatcher) for c in list(self.ctx.cachers.values())) + self.streams
 
-    def cache_stats(self) -> bytes:
-        """Per resource: objects, bytes, history window (events, bytes, oldest rv), watchers; and the
-        cached reads being answered now (watches included), e.g. one waiting for a resourceVersion."""
-        out = {}
-        for resource, cacher in self.ctx.cachers.items():
-            stats = dataclasses.asdict(cacher.cache.stats())
-            stats["watchers"] = len(cacher.dispatcher)
-            stats["watch_requests"] = cacher.watch_requests
-            stats["list_requests"] = cacher.lists
-            stats["ready"] = cacher.ready
-            out[resource.qualified] = stats
-        return orjson.dumps({"resources": out, "passed_through": self.passed_through, "inflight": self.inflight})
+    def status(self) -> dict[str, Any]:
+        """This process's part of /debug/cache and /readyz?verbose."""
+        return local_status(
+            self.ctx,
+            worker=self.worker,
+            owns=self.owns,
+            passed_through=self.passed_through,
+            inflight=self.inflight,
+            checks=[check() for check in self.readiness_checks],
+        )
+
+    async def group_statuses(self) -> list[dict[str, Any]]:
+        """Every worker's status (this one's first); a worker that does not answer is left out."""
+        own = self.status()
+        return [own, *await self.peer_statuses()] if self.peer_statuses is not None else [own]
+
+    async def cache_stats(self) -> bytes:
+        """Per resource: objects, bytes, history window (events, bytes, oldest rv), watchers, each replica
+        and the last upstream failure; the cached reads being answered now (watches included), e.g. one
+        waiting for a resourceVersion: the whole process group."""
+        return orjson.dumps(merge(await self.group_statuses(), self.workers))
 
     async def __call__(self, request: Request, response: Response) -> None:
         # Health and metrics are never refused, so probes and scrapes still see an overloaded
@@ -184,6 +200,9 @@ class ApiHandler:
         if path == "/readyz":
             ok, lines = self.readiness()
             verbose = "verbose" in request.query
+            if verbose:
+                checks = [line for check in self.readiness_checks for line in (check()[1],)]
+                lines = readiness_lines(await self.group_statuses(), self.workers, checks)
             text = (
                 "\n".join([*lines, "readyz check passed" if ok else "readyz check failed"])
                 if verbose
@@ -200,7 +219,7 @@ class ApiHandler:
             response.send(200, await route(), content_type=content_type)
             return request.method, None
         if path == "/debug/cache":
-            response.send(200, self.cache_stats())
+            response.send(200, await self.cache_stats())
             return request.method, None
 
         raw = request.raw_path.split(b"?", 1)[0].decode("latin-1")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from watchcache.auth import Gate
     from watchcache.metrics import Metrics
     from watchcache.server.negotiation import PassReason
+    from watchcache.upstream.failures import LastFailures
 
 
 class Upstream(Progress, Protocol):
@@ -97,3 +98,7 @@ class ApiContext:
     # The upstream is an apiserver with continue tokens of its own: a page token this cache did not
     # sign belongs to a list the upstream answered, and goes to it (else: 400).
     upstream_continue_tokens: bool = False
+    # The last failure of the proxy's own upstream requests, per resource (None: no upstream client).
+    upstream_failures: LastFailures | None = None
+    # The upstream, for /readyz?verbose: where and how (never a secret).
+    upstream_description: str = ""

@@ -115,6 +115,9 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
             admission=admission,
             watch_budget=wiring.ctx.watch_budget,
             flusher=wiring.ctx.flusher,
+            owns=shard.owns if shard else None,
+            worker=shard.worker_id if shard else None,
+            failures=wiring.ctx.upstream_failures,
         )
     )
     for collector in wiring.collectors:

@@ -23,6 +23,7 @@ from watchcache.service.shard import wire_shard
 from watchcache.upstream.client import UpstreamClient, UpstreamError
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
+from watchcache.upstream.failures import LastFailures
 from watchcache.upstream.identity import PassthroughIdentity
 from watchcache.upstream.reflector import Reflector
 
@@ -75,6 +76,8 @@ async def wire_proxy(options: RunOptions) -> Wiring:
         )
     ctx.discovered = False
     ctx.upstream_continue_tokens = True
+    ctx.upstream_failures = LastFailures(options.upstream.server, client.tokens.describe)
+    ctx.upstream_description = options.upstream.describe()
     wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True, forward_upgrades=True), [], [client.close], consistent)
     wiring.housekeeping.append(client.reload_certificates)
     wiring.collectors.append(TunnelCollector(tunnels))
@@ -110,16 +113,19 @@ async def _discover_and_reflect(
     housekeeping: list[Callable[[], object]],
 ) -> None:
     backoff = Backoff(0.5, 10.0)
+    failures = ctx.upstream_failures
+    assert failures is not None
     while True:
         try:
             types = await resolve(client, ids, strict=False)
             break
         except (aiohttp.ClientError, OSError, TimeoutError, UpstreamError) as e:
-            # Unreachable, or overloaded (5xx/429): keep trying, loudly, as client-go would; with
-            # jitter, so that the workers of a group do not all ask again at the same instant.
+            # Unreachable, refused, or overloaded (5xx/429): keep trying, loudly (with a hint), as
+            # client-go would; with jitter, so that the workers of a group do not all ask again at once.
             delay = backoff.next()
-            log.warning("upstream discovery failed (%s); retrying in %.1fs", e, delay)
+            failures.failed(None, "discovery", e, delay)
             await asyncio.sleep(delay)
+    failures.succeeded(None)
     resolved = {(t.group, t.version, t.resource): t for t in types}
     for t in list(ctx.registry.types):
         confirmed = resolved.get((t.group, t.version, t.resource))
@@ -134,7 +140,7 @@ async def _discover_and_reflect(
     owned = [c for t, c in ctx.cachers.items() if owns(options.shard, t)]
     ctx.discovered = True
     log.info("caching %s", ", ".join(c.resource.path_id() for c in owned))
-    running.extend(Reflector(client, c, options.reflector) for c in owned)
+    running.extend(Reflector(client, c, options.reflector, failures) for c in owned)
     for reflector in running:
         reflector.after_relist = consistent.advance
 

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -23,7 +24,7 @@ from watchcache.server.context import ApiContext
 from watchcache.service.lifecycle import MetricsRoute, Wiring
 from watchcache.service.options import RunOptions, ShardOptions
 from watchcache.shard.follower import Followers
-from watchcache.shard.owner import FollowServer, fetch_metrics
+from watchcache.shard.owner import FollowServer, fetch_metrics, fetch_status
 from watchcache.shard.ownership import owner_of
 
 log = logging.getLogger("watchcache")
@@ -45,6 +46,17 @@ async def wire_shard(wiring: Wiring, options: RunOptions, shard: ShardOptions) -
         return _shard_map(ctx, shard, followers)
 
     wiring.handler.routes["/debug/shards"] = shard_map
+    handler = wiring.handler
+    handler.worker, handler.workers = shard.worker_id, shard.workers
+    handler.owns = shard.owns
+    follow.status_json = lambda: orjson.dumps(handler.status())
+
+    async def peer_statuses() -> list[dict[str, Any]]:
+        peers = [w for w in range(shard.workers) if w != shard.worker_id]
+        replies = await asyncio.gather(*(fetch_status(shard.socket_path(w)) for w in peers), return_exceptions=True)
+        return [orjson.loads(r) for r in replies if isinstance(r, bytes)]
+
+    handler.peer_statuses = peer_statuses
     wiring.following = lambda: [f for f, _ in followers.followers.values()]
     wiring.metrics_route = lambda own: _gathered_metrics(own, shard, follow)
     wiring.housekeeping.append(followers.drop_idle)

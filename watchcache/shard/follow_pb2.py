@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwatchcache/shard/follow.proto\x12\x13watchcache.shard.v1\"\x85\x01\n\rWorkerRequest\x12\x34\n\x06\x66ollow\x18\x01 \x01(\x0b\x32\".watchcache.shard.v1.FollowRequestH\x00\x12\x36\n\x07metrics\x18\x02 \x01(\x0b\x32#.watchcache.shard.v1.MetricsRequestH\x00\x42\x06\n\x04kind\"\x10\n\x0eMetricsRequest\"\x1c\n\x0cMetricsReply\x12\x0c\n\x04text\x18\x01 \x01(\x0c\"3\n\rFollowRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x10\n\x08\x66ollower\x18\x02 \x01(\x05\"\xa1\x02\n\x06Object\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\x04\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.watchcache.shard.v1.Object.LabelsEntry\x12\x37\n\x06\x66ields\x18\x05 \x03(\x0b\x32\'.watchcache.shard.v1.Object.FieldsEntry\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x06\x43hange\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .watchcache.shard.v1.Change.Type\x12+\n\x06object\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.Object\",\n\x04Type\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x00\x12\x0c\n\x08MODIFIED\x10\x01\x12\x0b\n\x07\x44\x45LETED\x10\x02\"\x86\x01\n\x08Snapshot\x12,\n\x07objects\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12$\n\x1cunresumable_resource_version\x18\x04 \x01(\x04\"6\n\x06\x45vents\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\"P\n\x06Relist\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\"\xba\x01\n\x0b\x46ollowBatch\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1d.watchcache.shard.v1.SnapshotH\x00\x12-\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.EventsH\x00\x12\x12\n\x08progress\x18\x03 \x01(\x04H\x00\x12-\n\x06relist\x18\x04 \x01(\x0b\x32\x1b.watchcache.shard.v1.RelistH\x00\x42\x06\n\x04kindb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwatchcache/shard/follow.proto\x12\x13watchcache.shard.v1\"\xbb\x01\n\rWorkerRequest\x12\x34\n\x06\x66ollow\x18\x01 \x01(\x0b\x32\".watchcache.shard.v1.FollowRequestH\x00\x12\x36\n\x07metrics\x18\x02 \x01(\x0b\x32#.watchcache.shard.v1.MetricsRequestH\x00\x12\x34\n\x06status\x18\x03 \x01(\x0b\x32\".watchcache.shard.v1.StatusRequestH\x00\x42\x06\n\x04kind\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\x0c\"\x10\n\x0eMetricsRequest\"\x1c\n\x0cMetricsReply\x12\x0c\n\x04text\x18\x01 \x01(\x0c\"3\n\rFollowRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x10\n\x08\x66ollower\x18\x02 \x01(\x05\"\xa1\x02\n\x06Object\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\x04\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.watchcache.shard.v1.Object.LabelsEntry\x12\x37\n\x06\x66ields\x18\x05 \x03(\x0b\x32\'.watchcache.shard.v1.Object.FieldsEntry\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x06\x43hange\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .watchcache.shard.v1.Change.Type\x12+\n\x06object\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.Object\",\n\x04Type\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x00\x12\x0c\n\x08MODIFIED\x10\x01\x12\x0b\n\x07\x44\x45LETED\x10\x02\"\x86\x01\n\x08Snapshot\x12,\n\x07objects\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12$\n\x1cunresumable_resource_version\x18\x04 \x01(\x04\"6\n\x06\x45vents\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\"P\n\x06Relist\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\"\xba\x01\n\x0b\x46ollowBatch\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1d.watchcache.shard.v1.SnapshotH\x00\x12-\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.EventsH\x00\x12\x12\n\x08progress\x18\x03 \x01(\x04H\x00\x12-\n\x06relist\x18\x04 \x01(\x0b\x32\x1b.watchcache.shard.v1.RelistH\x00\x42\x06\n\x04kindb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,29 +36,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OBJECT_FIELDSENTRY']._loaded_options = None
   _globals['_OBJECT_FIELDSENTRY']._serialized_options = b'8\001'
   _globals['_WORKERREQUEST']._serialized_start=55
-  _globals['_WORKERREQUEST']._serialized_end=188
-  _globals['_METRICSREQUEST']._serialized_start=190
-  _globals['_METRICSREQUEST']._serialized_end=206
-  _globals['_METRICSREPLY']._serialized_start=208
-  _globals['_METRICSREPLY']._serialized_end=236
-  _globals['_FOLLOWREQUEST']._serialized_start=238
-  _globals['_FOLLOWREQUEST']._serialized_end=289
-  _globals['_OBJECT']._serialized_start=292
-  _globals['_OBJECT']._serialized_end=581
-  _globals['_OBJECT_LABELSENTRY']._serialized_start=489
-  _globals['_OBJECT_LABELSENTRY']._serialized_end=534
-  _globals['_OBJECT_FIELDSENTRY']._serialized_start=536
-  _globals['_OBJECT_FIELDSENTRY']._serialized_end=581
-  _globals['_CHANGE']._serialized_start=584
-  _globals['_CHANGE']._serialized_end=731
-  _globals['_CHANGE_TYPE']._serialized_start=687
-  _globals['_CHANGE_TYPE']._serialized_end=731
-  _globals['_SNAPSHOT']._serialized_start=734
-  _globals['_SNAPSHOT']._serialized_end=868
-  _globals['_EVENTS']._serialized_start=870
-  _globals['_EVENTS']._serialized_end=924
-  _globals['_RELIST']._serialized_start=926
-  _globals['_RELIST']._serialized_end=1006
-  _globals['_FOLLOWBATCH']._serialized_start=1009
-  _globals['_FOLLOWBATCH']._serialized_end=1195
+  _globals['_WORKERREQUEST']._serialized_end=242
+  _globals['_STATUSREQUEST']._serialized_start=244
+  _globals['_STATUSREQUEST']._serialized_end=259
+  _globals['_STATUSREPLY']._serialized_start=261
+  _globals['_STATUSREPLY']._serialized_end=288
+  _globals['_METRICSREQUEST']._serialized_start=290
+  _globals['_METRICSREQUEST']._serialized_end=306
+  _globals['_METRICSREPLY']._serialized_start=308
+  _globals['_METRICSREPLY']._serialized_end=336
+  _globals['_FOLLOWREQUEST']._serialized_start=338
+  _globals['_FOLLOWREQUEST']._serialized_end=389
+  _globals['_OBJECT']._serialized_start=392
+  _globals['_OBJECT']._serialized_end=681
+  _globals['_OBJECT_LABELSENTRY']._serialized_start=589
+  _globals['_OBJECT_LABELSENTRY']._serialized_end=634
+  _globals['_OBJECT_FIELDSENTRY']._serialized_start=636
+  _globals['_OBJECT_FIELDSENTRY']._serialized_end=681
+  _globals['_CHANGE']._serialized_start=684
+  _globals['_CHANGE']._serialized_end=831
+  _globals['_CHANGE_TYPE']._serialized_start=787
+  _globals['_CHANGE_TYPE']._serialized_end=831
+  _globals['_SNAPSHOT']._serialized_start=834
+  _globals['_SNAPSHOT']._serialized_end=968
+  _globals['_EVENTS']._serialized_start=970
+  _globals['_EVENTS']._serialized_end=1024
+  _globals['_RELIST']._serialized_start=1026
+  _globals['_RELIST']._serialized_end=1106
+  _globals['_FOLLOWBATCH']._serialized_start=1109
+  _globals['_FOLLOWBATCH']._serialized_end=1295
 # @@protoc_insertion_point(module_scope)

@@ -8,12 +8,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerRequest(_message.Message):
-    __slots__ = ("follow", "metrics")
+    __slots__ = ("follow", "metrics", "status")
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     follow: FollowRequest
     metrics: MetricsRequest
-    def __init__(self, follow: _Optional[_Union[FollowRequest, _Mapping]] = ..., metrics: _Optional[_Union[MetricsRequest, _Mapping]] = ...) -> None: ...
+    status: StatusRequest
+    def __init__(self, follow: _Optional[_Union[FollowRequest, _Mapping]] = ..., metrics: _Optional[_Union[MetricsRequest, _Mapping]] = ..., status: _Optional[_Union[StatusRequest, _Mapping]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("json",)
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    json: bytes
+    def __init__(self, json: _Optional[bytes] = ...) -> None: ...
 
 class MetricsRequest(_message.Message):
     __slots__ = ()

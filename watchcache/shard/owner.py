@@ -172,6 +172,9 @@ class _FollowConnection(asyncio.Protocol):
         if kind == "metrics":
             self.transport.write(encode_frame(pb.MetricsReply(text=self.server.metrics_text())))
             self.transport.close()
+        elif kind == "status":
+            self.transport.write(encode_frame(pb.StatusReply(json=self.server.status_json())))
+            self.transport.close()
         elif kind == "follow":
             self.task = asyncio.ensure_future(self._serve(request.follow))
         else:
@@ -217,6 +220,8 @@ class FollowServer:
         self.ready_wait = ready_wait
         # This worker's Prometheus exposition, for the other workers (set by the process assembly).
         self.metrics_text: Callable[[], bytes] = lambda: b""
+        # This worker's status (JSON), for the other workers' /debug/cache and /readyz?verbose.
+        self.status_json: Callable[[], bytes] = lambda: b"{}"
 
     def protocol(self) -> asyncio.Protocol:
         return _FollowConnection(self)
@@ -268,11 +273,11 @@ class FollowServer:
         feed.go_live()
 
 
-async def fetch_metrics(socket_path: str, timeout: float = 2.0) -> bytes:
-    """Another worker's own metrics, asked for on its socket."""
+async def _ask(socket_path: str, request: pb.WorkerRequest, timeout: float) -> bytes:
+    """Send one request on another worker's socket; the one reply frame."""
     reader, writer = await asyncio.open_unix_connection(socket_path)
     try:
-        writer.write(encode_frame(pb.WorkerRequest(metrics=pb.MetricsRequest())))
+        writer.write(encode_frame(request))
         decoder = FrameDecoder()
         async with asyncio.timeout(timeout):
             while True:
@@ -281,6 +286,18 @@ async def fetch_metrics(socket_path: str, timeout: float = 2.0) -> bytes:
                     raise ConnectionError("the worker closed the connection before its reply")
                 frames = decoder.feed(data)
                 if frames:
-                    return bytes(pb.MetricsReply.FromString(frames[0]).text)
+                    return bytes(frames[0])
     finally:
         writer.close()
+
+
+async def fetch_metrics(socket_path: str, timeout: float = 2.0) -> bytes:
+    """Another worker's own metrics, asked for on its socket."""
+    frame = await _ask(socket_path, pb.WorkerRequest(metrics=pb.MetricsRequest()), timeout)
+    return bytes(pb.MetricsReply.FromString(frame).text)
+
+
+async def fetch_status(socket_path: str, timeout: float = 2.0) -> bytes:
+    """Another worker's status (JSON), asked for on its socket."""
+    frame = await _ask(socket_path, pb.WorkerRequest(status=pb.StatusRequest()), timeout)
+    return bytes(pb.StatusReply.FromString(frame).json)

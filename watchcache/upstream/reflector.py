@@ -35,6 +35,7 @@ from watchcache.cache.events import BOOKMARK, DELETED, ERROR
 from watchcache.cache.object import CachedObject, ObjectError, encode_object, parse_resource_version
 from watchcache.dispatch.cacher import Cacher
 from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled, collection_path
+from watchcache.upstream.failures import LastFailures
 
 log = logging.getLogger("watchcache.upstream.reflector")
 
@@ -62,8 +63,16 @@ class Gone(Exception):
 
 
 class Reflector:
-    def __init__(self, client: UpstreamClient, cacher: Cacher, config: ReflectorConfig | None = None) -> None:
+    def __init__(
+        self,
+        client: UpstreamClient,
+        cacher: Cacher,
+        config: ReflectorConfig | None = None,
+        failures: LastFailures | None = None,
+    ) -> None:
         self.client = client
+        # The last upstream failure per resource, shared by the process's reflectors and discovery.
+        self.failures = failures
         self.cacher = cacher
         self.resource = cacher.resource
         self.config = config or ReflectorConfig()
@@ -128,6 +137,8 @@ class Reflector:
             except (UpstreamError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
                 self.watch_restarts += 1
                 delay = self.backoff.next()
+                if self.failures is not None:
+                    self.failures.failed(self.resource, "list" if need_list else "watch", e, delay)
                 self._set_state(ReflectorState.BACKOFF, f"{type(e).__name__}: {e}; retry in {delay:.1f}s")
             await asyncio.sleep(delay)
 
@@ -162,6 +173,8 @@ class Reflector:
             if not token:
                 break
             params = {"limit": str(self.config.page_size), "continue": token}
+        if self.failures is not None:
+            self.failures.succeeded(self.resource)
         if self._synced_once:
             events = self.cacher.relist(objects, rv)
             self.relists += 1
@@ -214,6 +227,8 @@ class Reflector:
         group's keys are looked up only then (kube's own events never share an rv).
         """
         cacher = self.cacher
+        if self.failures is not None and self.resource in self.failures.failing:
+            self.failures.succeeded(self.resource)  # the watch delivers again
         batch: list[tuple[str, CachedObject]] = []
         if self._diff_end is not None:
             self._diff_reads += 1

@@ -1,0 +1,148 @@
+"""What ``/debug/cache`` and ``/readyz?verbose`` say: the whole process group, whichever worker answers.
+
+Each worker describes itself (``local_status``): its caches (the ones it owns and its follower
+replicas of the others'), their readiness, the last failure of the upstream requests it makes, its
+pass-through counts and its local readiness checks. The worker that answers asks every other worker
+for theirs over the shard sockets (as ``/metrics`` does) and ``merge`` makes one view: per resource,
+the owner's data, the watchers of every worker, each replica's state, and the owner's last upstream
+failure. Without workers the group is the process itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from watchcache.resources import ResourceType
+from watchcache.server.context import ApiContext
+
+
+def local_status(
+    ctx: ApiContext,
+    *,
+    worker: int | None,
+    owns: Callable[[ResourceType], bool],
+    passed_through: dict[str, int],
+    inflight: int,
+    checks: Iterable[tuple[bool, str]],
+) -> dict[str, Any]:
+    """This process's part (JSON-able): caches by resource, failures, counts, readiness checks."""
+    failures = ctx.upstream_failures
+    now = time.time()
+    resources: dict[str, Any] = {}
+    for resource, cacher in list(ctx.cachers.items()):
+        stats = dataclasses.asdict(cacher.cache.stats())
+        stats["watchers"] = len(cacher.dispatcher)
+        stats["watch_requests"] = cacher.watch_requests
+        stats["list_requests"] = cacher.lists
+        stats["ready"] = cacher.ready
+        stats["role"] = "owner" if owns(resource) else "follower"
+        failure = failures.for_resource(resource) if failures is not None else None
+        stats["last_upstream_error"] = failure.as_json(now) if failure is not None else None
+        stats["upstream_failing"] = failures is not None and resource in failures.failing
+        resources[resource.qualified] = stats
+    discovery = failures.for_resource(None) if failures is not None else None
+    return {
+        "worker": worker,
+        "resources": resources,
+        "passed_through": dict(passed_through),
+        "inflight": inflight,
+        "discovered": ctx.discovered,
+        "discovery_error": discovery.as_json(now) if discovery is not None else None,
+        "discovery_failing": failures is not None and None in failures.failing,
+        "upstream": ctx.upstream_description,
+        "checks": [[ok, line] for ok, line in checks],
+    }
+
+
+def _worker_name(status: dict[str, Any]) -> str:
+    return "" if status.get("worker") is None else f"worker {status['worker']}"
+
+
+def merge(statuses: list[dict[str, Any]], workers: int = 1) -> dict[str, Any]:
+    """One ``/debug/cache`` view of the group: per resource the owner's data (objects, bytes, history,
+    readiness, last upstream failure), every worker's watchers and requests added up, and each
+    replica's state."""
+    summed = ("watchers", "watch_requests", "list_requests")
+    resources: dict[str, Any] = {}
+    data: dict[str, tuple[dict[str, Any], int | None]] = {}
+    passed: dict[str, int] = {}
+    inflight = 0
+    for status in statuses:
+        worker = status.get("worker") or 0
+        inflight += status["inflight"]
+        for reason, count in status["passed_through"].items():
+            passed[reason] = passed.get(reason, 0) + count
+        for name, stats in status["resources"].items():
+            entry = resources.setdefault(name, {"replicas": {}, **dict.fromkeys(summed, 0)})
+            entry["replicas"][str(worker)] = {k: stats[k] for k in ("role", "ready", "rv", "objects", "watchers")}
+            for k in summed:
+                entry[k] += stats[k]
+            if stats["role"] == "owner" or name not in data:
+                data[name] = (stats, worker if stats["role"] == "owner" else None)
+    for name, entry in resources.items():
+        stats, owner = data[name]
+        own = {k: v for k, v in stats.items() if k not in summed and k != "role"}
+        resources[name] = {**own, **entry, "owner": owner}
+    discovery = [s["discovery_error"] for s in statuses if s.get("discovery_error")]
+    return {
+        "workers": workers,
+        "answered": sorted(s.get("worker") or 0 for s in statuses),
+        "upstream": next((s["upstream"] for s in statuses if s.get("upstream")), ""),
+        "resources": dict(sorted(resources.items())),
+        "passed_through": passed,
+        "inflight": inflight,
+        "discovery_error": max(discovery, key=lambda d: d["time"]) if discovery else None,
+    }
+
+
+def _failure_text(error: dict[str, Any] | None) -> str:
+    if not error:
+        return ""
+    hint = f" ({error['hint']})" if error.get("hint") else ""
+    return f"last upstream error {error['seconds_ago']:.0f}s ago, {error['verb']}: {error['message']}{hint}"
+
+
+def readiness_lines(statuses: list[dict[str, Any]], workers: int, local_checks: Iterable[str]) -> list[str]:
+    """``/readyz?verbose``: a line per cached resource (its owner's sync, and any replica that has not
+    synced), the upstream and its last failures, then this worker's own checks."""
+    lines: list[str] = []
+    answered = {s.get("worker") or 0 for s in statuses}
+    by_resource: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for status in statuses:
+        for name, stats in status["resources"].items():
+            by_resource.setdefault(name, []).append((status, stats))
+    for name in sorted(by_resource):
+        replicas = sorted(by_resource[name], key=lambda p: p[1]["role"] != "owner")
+        for status, stats in replicas:
+            owner = stats["role"] == "owner"
+            if not owner and stats["ready"]:
+                continue  # a synced follower replica says nothing the owner's line does not
+            where = "" if workers == 1 else f" ({_worker_name(status)}{'' if owner else ' replica'})"
+            failing = stats.get("upstream_failing")
+            if stats["ready"]:
+                detail = "ok"
+                if failing:
+                    detail += f"; {_failure_text(stats['last_upstream_error'])}"
+                lines.append(f"[+]cache-synced:{name}{where} {detail}")
+            else:
+                detail = "failed: not synced"
+                if stats.get("last_upstream_error"):
+                    detail += f"; {_failure_text(stats['last_upstream_error'])}"
+                lines.append(f"[-]cache-synced:{name}{where} {detail}")
+    missing = sorted(set(range(workers)) - answered)
+    if missing:
+        lines.append(f"[-]workers-answered failed: workers {missing} did not answer")
+    upstream = next((s["upstream"] for s in statuses if s.get("upstream")), "")
+    if upstream:
+        failing = [s for s in statuses if s.get("discovery_failing")]
+        if failing:
+            lines.append(f"[-]upstream-discovery failed: {upstream}; {_failure_text(failing[0]['discovery_error'])}")
+        elif all(s.get("discovered", True) for s in statuses):
+            lines.append(f"[+]upstream ok: {upstream}")
+        else:
+            lines.append(f"[-]upstream-discovery failed: {upstream}: discovery has not answered yet")
+    lines.extend(local_checks)
+    return lines
