@@ -112,7 +112,9 @@ class ApiHandler:
 
     def readiness(self) -> tuple[bool, list[str]]:
         lines = []
-        ok = bool(self.ctx.cachers)
+        # A worker of a group may own nothing (more workers than resources): it is ready once
+        # discovery has said so and every worker has synced (the workers-synced check).
+        ok = bool(self.ctx.cachers) if self.worker is None else self.ctx.discovered
         for resource, cacher in list(self.ctx.cachers.items()):
             ok &= cacher.ready
             state = "ok" if cacher.ready else "failed: not synced"
