@@ -32,8 +32,9 @@ from tests.deploy.support import DASHBOARD, MONITORING, Process, dashboard_expre
 
 NAMESPACE, POD = "watchcache", "watchcache-0"
 RESOURCES = ("pods", "configmaps", "namespaces")
-# Scraped every second: rates over 15 s have about 15 points.
-VARIABLES = {"$__rate_interval": "15s", "$namespace": NAMESPACE, "$pod": ".*", "${datasource}": ""}
+# Scraped every 2 s (a 2-worker /metrics gathers both workers: slow on a loaded machine): rates over
+# 20 s have about 10 points.
+VARIABLES = {"$__rate_interval": "20s", "$namespace": NAMESPACE, "$pod": ".*", "${datasource}": ""}
 
 
 def free_port() -> int:
@@ -72,7 +73,7 @@ def start_prometheus(target: str) -> Prometheus:
     assert exe is not None
     root = Path(tempfile.mkdtemp(prefix="i22-prometheus-"))
     config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "2s"},
         "scrape_configs": [
             {
                 "job_name": "watchcache",
@@ -96,6 +97,15 @@ def start_prometheus(target: str) -> Prometheus:
         time.sleep(0.2)
     prom.stop()
     raise AssertionError("prometheus did not scrape the proxy in 30 s")
+
+
+def wait_scraped(prometheus: Prometheus, seconds: float = 20.0, timeout: float = 90.0) -> None:
+    """Until every scrape of the last ``seconds`` succeeded (a scrape can time out on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    query = f'min_over_time(up{{job="watchcache"}}[{seconds:.0f}s]) == 1'
+    while not prometheus.query(query):
+        assert time.monotonic() < deadline, f"Prometheus could not scrape the proxy for {seconds:.0f} s in a row"
+        time.sleep(1)
 
 
 def fill(expr: str) -> str:
@@ -227,7 +237,7 @@ def show(results: dict[str, list[dict[str, Any]]]) -> str:
 def main() -> None:
     with live_stack() as stack:
         traffic(stack, float(os.environ.get("TRAFFIC_SECONDS", "25")))
-        time.sleep(2)
+        wait_scraped(stack.prometheus)
         print("truth (objects per resource, from the sim):", stack.truth())
         print("open client watches:", len(stack.watches))
         print("shard map:", stack.debug())

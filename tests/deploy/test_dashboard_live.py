@@ -8,14 +8,22 @@ The figures here are checked against the simulated cluster itself and the watche
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.deploy.livedashboard import RESOURCES, LiveStack, alert_expressions, evaluate, live_stack, show, traffic
+from tests.deploy.livedashboard import (
+    RESOURCES,
+    LiveStack,
+    alert_expressions,
+    evaluate,
+    live_stack,
+    show,
+    traffic,
+    wait_scraped,
+)
 from tests.deploy.support import DASHBOARD, dashboard_expressions, exposed_series_names, metric_names
 from tests.tools import require
 
@@ -26,8 +34,8 @@ WATCHES = 24  # half on pods, half on configmaps
 def stack() -> Iterator[LiveStack]:
     require("prometheus", "apt-get install prometheus (.ci/run does)")
     with live_stack(WATCHES) as s:
-        traffic(s, 15)
-        time.sleep(2)  # two more scrapes
+        traffic(s, 20)
+        wait_scraped(s.prometheus)
         yield s
 
 

@@ -23,6 +23,8 @@ ENV = {"HTTPS_PROXY": "proxy.corp:3128", "HTTP_PROXY": "http://plain.corp:8080"}
         ("https://10.0.0.1:6443", {**ENV, "NO_PROXY": "10.0.0.0/8"}, None),  # client-go's CIDR entries
         ("https://10.0.0.1:6443", {**ENV, "NO_PROXY": "192.168.0.0/16"}, "http://proxy.corp:3128"),
         ("https://api.eks.amazonaws.com", {**ENV, "NO_PROXY": ".amazonaws.com"}, None),
+        ("https://amazonaws.com", {**ENV, "NO_PROXY": ".amazonaws.com"}, "http://proxy.corp:3128"),  # subdomains only
+        ("https://api.eks.amazonaws.com", {**ENV, "NO_PROXY": "*.amazonaws.com"}, None),
         ("https://api.eks.amazonaws.com", {**ENV, "no_proxy": "amazonaws.com"}, None),
         ("https://notamazonaws.com", {**ENV, "NO_PROXY": "amazonaws.com"}, "http://proxy.corp:3128"),
         ("https://api:6443", {**ENV, "NO_PROXY": "api:443"}, "http://proxy.corp:3128"),  # another port

@@ -72,10 +72,10 @@ def _no_proxy_matches(host: str, port: int, no_proxy: str) -> bool:
             if name == host:
                 return True
             continue
-        if name.startswith("."):
-            if host.endswith(name) or host == name[1:]:
-                return True
-        elif host == name or host.endswith("." + name):
+        if name.startswith("*."):
+            name = name[1:]
+        # ".example.com": its subdomains only; "example.com": itself and its subdomains (Go's domainMatch).
+        if host.endswith(name if name.startswith(".") else "." + name) or host == name:
             return True
     return False
 

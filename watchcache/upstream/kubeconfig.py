@@ -147,7 +147,7 @@ def merge(files: list[Path]) -> Loaded:
     current: str | None = None
     for path in files:
         one = _read(path)
-        base = path.parent.resolve()
+        base = path.absolute().parent  # as Go's filepath.Abs: symlinks not resolved
         if current is None and one.get("current-context"):
             current = str(one["current-context"])
         for section, inner, paths in (
@@ -197,7 +197,7 @@ def _unknown(body: Mapping[str, Any], known: frozenset[str], where: str) -> None
         raise UpstreamConfigError(f"{where}: unknown field(s) {', '.join(extra)}")
 
 
-def _exec_config(spec: Any, where: str, cluster: dict[str, Any], cluster_info: dict[str, Any]) -> ExecConfig:
+def _exec_config(spec: Any, where: str, cluster_info: dict[str, Any]) -> ExecConfig:
     """client-go's exec validation (clientcmd validateAuthInfo and the exec authenticator's own)."""
     if not isinstance(spec, dict):
         raise UpstreamConfigError(f"{where}: exec is not a mapping")
@@ -387,7 +387,7 @@ def resolve(loaded: Loaded, context: str | None = None) -> UpstreamConfig:
         for ext in cluster.get("extensions") or []:
             if isinstance(ext, dict) and ext.get("name") == EXEC_EXTENSION:
                 info["config"] = ext.get("extension")
-        exec_config = _exec_config(user["exec"], where_user, cluster, info)
+        exec_config = _exec_config(user["exec"], where_user, info)
     return UpstreamConfig(
         server=server,
         ca_file=ca_file,
