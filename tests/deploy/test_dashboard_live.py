@@ -25,7 +25,7 @@ from tests.deploy.livedashboard import (
     wait_scraped,
 )
 from tests.deploy.support import DASHBOARD, dashboard_expressions, exposed_series_names, metric_names
-from tests.tools import require
+from tests.support.tools import require
 
 WATCHES = 24  # half on pods, half on configmaps
 

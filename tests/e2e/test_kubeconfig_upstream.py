@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import Proc, start, wait_ready
-from tests.e2e.httpkube import get
-from tests.e2e.pki import Pair, Pki
-from tests.e2e.upgrading import WebSocket
-from tests.upstream.execplugin import ExecPlugin, kubeconfig
-from tests.upstream.forwardproxy import ForwardProxy
+from tests.support.execplugin import ExecPlugin, kubeconfig
+from tests.support.forwardproxy import ForwardProxy
+from tests.support.httpkube import get
+from tests.support.pki import Pair, Pki
+from tests.support.processes import Proc, start, wait_ready
+from tests.support.upgrading import WebSocket
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "watchcache/sim/policy-example.yaml"

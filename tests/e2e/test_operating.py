@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Proc, Stack, start, start_stack, wait_ready
-from tests.e2e.httpkube import get, get_ok
-from tests.e2e.test_metrics import scrape, total
+from tests.support.httpkube import get, get_ok
+from tests.support.metrics import scrape, total
+from tests.support.processes import Proc, Stack, start, start_stack, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "watchcache/sim/policy-example.yaml")
