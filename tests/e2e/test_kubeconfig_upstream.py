@@ -22,7 +22,7 @@ from tests.support.execplugin import ExecPlugin, kubeconfig
 from tests.support.forwardproxy import ForwardProxy
 from tests.support.httpkube import get
 from tests.support.pki import Pair, Pki
-from tests.support.processes import Proc, start, wait_ready
+from tests.support.processes import Proc, start, wait_logged, wait_ready
 from tests.support.upgrading import WebSocket
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_exec_plugin_credential_end_to_end(cluster: Cluster, tmp_path: Path) -> 
         # 401 to the plugin's credential: it runs again (no expiry would make it run otherwise).
         wait_for(lambda: len(plugin.runs()) >= 2, 30, "a second plugin run after a 401", proxy)
         assert not ready(proxy)
-        assert any("answered 401 to the exec plugin's credential" in line for line in proxy.log)
+        wait_logged(proxy, lambda line: "answered 401 to the exec plugin's credential" in line)
         plugin.set("token", PROXY_TOKEN)
         plugin.set("ttl", "3")
         wait_ready(proxy, 60)
@@ -117,7 +117,7 @@ def test_exec_plugin_credential_end_to_end(cluster: Cluster, tmp_path: Path) -> 
         assert consistent.status == 200, consistent.body
         after = plugin.runs()
         assert len(after) > before and after[before]["time"] >= runs[-1]["time"] + 3
-        assert any("exec plugin" in line and "gave a token (expires" in line for line in proxy.log)
+        wait_logged(proxy, lambda line: "exec plugin" in line and "gave a token (expires" in line)
     finally:
         proxy.stop()
 

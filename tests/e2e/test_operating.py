@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.httpkube import get, get_ok
 from tests.support.metrics import scrape, total
-from tests.support.processes import Proc, Stack, start, start_stack, wait_ready
+from tests.support.processes import Proc, Stack, start, start_stack, wait_logged, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "watchcache/sim/policy-example.yaml")
@@ -90,8 +90,8 @@ def test_missing_rbac_is_explained_with_the_verb_and_resource(guarded_sim: Proc,
         assert "403 Forbidden: pods is forbidden" in text
         error = get_ok(proxy.url, "/debug/cache")["resources"]["pods"]["last_upstream_error"]
         assert error["reason"] == "forbidden" and error["verb"] == "list" and hint in error["hint"]
-        logged = [line for line in proxy.log if "ERROR" in line and "upstream list of pods failed (forbidden)" in line]
-        assert logged and hint in logged[0]
+        logged = wait_logged(proxy, lambda line: "ERROR" in line and "upstream list of pods failed (forbidden)" in line)
+        assert hint in logged
         assert total(scrape(proxy.url)[1], "watchcache_upstream_errors_total", resource="pods", reason="forbidden") > 0
     finally:
         proxy.stop()
@@ -107,7 +107,7 @@ def test_https_to_a_plain_http_upstream_says_it_does_not_speak_tls(guarded_sim: 
                 break
         assert "[-]upstream-discovery failed" in text and "WRONG_VERSION_NUMBER" in text, text
         assert "the upstream does not speak TLS at https://127.0.0.1:" in text
-        assert any("ERROR" in line and "(not-tls)" in line for line in proxy.log)
+        wait_logged(proxy, lambda line: "ERROR" in line and "(not-tls)" in line)
     finally:
         proxy.stop()
 
@@ -117,6 +117,6 @@ def test_the_simulated_cluster_says_so() -> None:
     try:
         wait_ready(proc)
         assert "SIMULATED cluster" in get(proc.url, "/readyz", verbose="").body.decode()
-        assert any("WARNING" in line and "SIMULATED cluster" in line for line in proc.log)
+        wait_logged(proc, lambda line: "WARNING" in line and "SIMULATED cluster" in line)
     finally:
         proc.stop()

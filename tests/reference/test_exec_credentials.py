@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.support.httpkube import get
-from tests.support.processes import Proc, start, wait_ready
+from tests.support.processes import Proc, start, wait_logged, wait_ready
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBE_REFERENCE_KUBECONFIG"),
@@ -193,6 +193,6 @@ def test_exec_plugin_tokens_that_expire_and_are_revoked(kube: Kube, tmp_path: Pa
             seen.add(consistent_list(proxy))
             time.sleep(0.2)
         assert [r["secret"] for r in runs(state)] == ["bound-1", "bound-2", "bound-3"]
-        assert any("answered 401 to the exec plugin's credential" in line for line in proxy.log)
+        wait_logged(proxy, lambda line: "answered 401 to the exec plugin's credential" in line)
     finally:
         proxy.stop()

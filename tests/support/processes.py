@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 READY = re.compile(r"ready: listening on (https?://[\d.]+:\d+)")
@@ -115,3 +116,15 @@ def proc_rss_kb(pid: int) -> int:
 
 def logged(proc: Proc, text: str) -> bool:
     return any(text in line for line in proc.log)
+
+
+def wait_logged(proc: Proc, predicate: Callable[[str], bool], timeout: float = 10.0) -> str:
+    """The first log line that matches, waiting for it: the log is read from the process's pipe by
+    another thread, so a line the process wrote may not be in ``proc.log`` yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = next((line for line in list(proc.log) if predicate(line)), None)
+        if found is not None:
+            return found
+        assert time.monotonic() < deadline, "not logged:\n" + "".join(proc.log[-20:])
+        time.sleep(0.05)
