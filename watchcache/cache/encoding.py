@@ -13,7 +13,7 @@ Watchers of different encodings never share frames: the dispatcher groups watche
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import orjson
 
@@ -119,6 +119,27 @@ class Encoding:
         """One ADDED frame of the initial events, in pieces (the object's bytes are not copied)."""
         return (frame_head("ADDED") + resource.typed_prefix, obj.body, _EVENT_TAIL)
 
+    def initial_events(
+        self, resource: ResourceType, objects: Iterable[CachedObject], matches: Callable[[CachedObject], bool]
+    ) -> tuple[list[bytes], int]:
+        """The ADDED frames of a watch's initial events for the ``objects`` that match, in pieces, and their count.
+
+        Full JSON (this class) is ``initial_parts`` inlined, a shared head and tail around each
+        object's own bytes: a watch from a 5,000-pod list costs 15,000 appends, no copy.
+        """
+        parts: list[bytes] = []
+        append = parts.append
+        head = frame_head("ADDED") + resource.typed_prefix
+        tail = _EVENT_TAIL
+        count = 0
+        for obj in objects:
+            if matches(obj):
+                append(head)
+                append(obj.body)
+                append(tail)
+                count += 1
+        return parts, count
+
     def bookmark_frame(
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
@@ -132,7 +153,23 @@ class Encoding:
 FULL_JSON = Encoding()
 
 
-class MetadataJson(Encoding):
+class _PartialObjectMetadata(Encoding):
+    """The PartialObjectMetadata encodings' common part: initial events from ``initial_parts``, one object at a time."""
+
+    def initial_events(
+        self, resource: ResourceType, objects: Iterable[CachedObject], matches: Callable[[CachedObject], bool]
+    ) -> tuple[list[bytes], int]:
+        parts: list[bytes] = []
+        initial_parts = self.initial_parts
+        count = 0
+        for obj in objects:
+            if matches(obj):
+                parts.extend(initial_parts(resource, obj))
+                count += 1
+        return parts, count
+
+
+class MetadataJson(_PartialObjectMetadata):
     """PartialObjectMetadata(List) in JSON: ``{"kind":"PartialObjectMetadata",...,"metadata":{...}}``."""
 
     def __init__(self, version: str) -> None:
@@ -177,7 +214,7 @@ class MetadataJson(Encoding):
         return frame_head("BOOKMARK") + self.prefix + _bookmark_meta(rv, initial_events_end, relist_diff_end) + b"}}\n"
 
 
-class MetadataProtobuf(Encoding):
+class MetadataProtobuf(_PartialObjectMetadata):
     """PartialObjectMetadata(List) in protobuf: ``k8s\\0`` + Unknown; watch frames length-prefixed."""
 
     content_type = PROTOBUF

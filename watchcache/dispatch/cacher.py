@@ -1,16 +1,36 @@
-"""Cacher: one resource's cache, its watchers, and the waits of requests for freshness.
+"""Cacher: one resource's cache, its watches, and the waits of requests for freshness.
 
 This is where the I/O-free core meets the event loop. The feed (reflector, simulated
 cluster, follower stream) calls ``replace``/``apply``/``progress``; each call updates
 the ``ResourceCache``, fans the new events out through the ``Dispatcher`` *in the same
 synchronous step* (so a watcher registered between two calls can neither miss nor
-repeat an event), and wakes requests waiting for an rv.
+repeat an event: invariant 2), and wakes requests waiting for an rv.
 
 Ownership: everything here runs on the event loop thread; no locks.
 
 Readiness (kube's ``ready.go``)::
 
     PENDING --replace()--> READY --stop()--> STOPPED
+
+A watch's life, in one place (kube's ``Cacher.Watch`` and ``cacheWatcher``, etcd's ``demux``
+with its active/lagging split). The HTTP handler (``server/watch.py``) builds a
+``WatchRequest``, calls ``watch``, and then only writes what the watcher has pending and
+tells ``catch_up`` when its client has drained::
+
+    watch(request, sink)
+      | async step: nothing to await today (issue 20: a backfill of history older than the window)
+      v
+    start_watch(request, sink)  synchronous, no await (invariant 2)
+      |  plan: initial events from a snapshot | backlog from history | start at the head
+      |  queue them, then dispatcher.add
+      +--start rv before the window--> 410 Expired, no watcher (invariant 3)
+      v
+    ACTIVE --pending over its cap, or picked by the WatchBudget--> LAGGING       (invariant 6)
+                                                                    | buffer dropped, resume_rv kept
+    LAGGING --client drained: catch_up() replays a bounded step--> LAGGING
+    LAGGING --catch_up() replays up to the newest event----------> ACTIVE       (same step: no gap)
+    LAGGING --history moved past resume_rv: history_gone()-------> CLOSED (410 Expired)
+    any ------close(reason): timeout, client gone, shutdown, error-> CLOSED --ended()--> unregistered
 """
 
 from __future__ import annotations
@@ -21,18 +41,22 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from sortedcontainers import SortedList
 
 from watchcache import apierrors
-from watchcache.cache.encoding import Encoding
+from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
-from watchcache.cache.store import CacheConfig, ResourceCache
+from watchcache.cache.predicate import SelectionPredicate
+from watchcache.cache.semantics import Mode, WatchPlan
+from watchcache.cache.store import CacheConfig, ResourceCache, ResourceVersionTooOld
 from watchcache.dispatch.dispatcher import Dispatcher
 from watchcache.resources import ResourceType
-from watchcache.watchers.watcher import Watcher
+from watchcache.watchers.budget import WatchBudget
+from watchcache.watchers.watcher import CloseReason, Watcher, WatchSink
 
 log = logging.getLogger("watchcache.dispatch.cacher")
 
@@ -54,6 +78,26 @@ class Replica(Protocol):
 
     def cut(self, why: str) -> None:
         """End the follower's stream: it missed a change, so it must resync from a snapshot."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRequest:
+    """A watch in the cacher's terms: what it selects, where it starts, how it is written and bounded.
+
+    The HTTP handler builds it from the query, so the start is tested without sockets.
+    """
+
+    predicate: SelectionPredicate
+    # Where it starts (Most Recent, Any, NotOlderThan, Exact), and whether initial events come first.
+    plan: WatchPlan
+    # Seconds until the server ends it (None: never): a bookmark falls due 2 s before (kube's nextBookmarkTime).
+    timeout: float | None = None
+    encoding: Encoding = FULL_JSON
+    allow_bookmarks: bool = False
+    bookmark_interval: float = 10.0
+    # Unsent bytes this watcher may hold before it lags (invariant 6), and the process-wide budget.
+    max_pending_bytes: int = 16 << 20
+    budget: WatchBudget | None = None
 
 
 class Cacher:
@@ -321,9 +365,119 @@ class Cacher:
     def count_failure(self, path: str) -> None:
         self.failures[path] = self.failures.get(path, 0) + 1
 
-    # ------------------------------------------------------------------ watchers
+    # ------------------------------------------------------------------ watches
+
+    async def watch(self, request: WatchRequest, sink: WatchSink) -> Watcher:
+        """Start a watch: a registered watcher whose first frames are its initial events or backlog.
+
+        Two steps, kept apart on purpose (see the module doc). The asynchronous one waits for
+        what the start needs first: nothing yet (the handler has waited for freshness already);
+        issue 20 awaits a backfill of history older than the window here. Then ``start_watch`` runs
+        without an ``await``. Raises the 410 ``StatusError`` when the start rv is before the
+        window (the handler sends it as an ERROR event, as kube does).
+        """
+        return self.start_watch(request, sink)
+
+    def start_watch(self, request: WatchRequest, sink: WatchSink) -> Watcher:
+        """The synchronous section of a watch's start: read the state, queue it, register.
+
+        No ``await`` from the state read to ``dispatcher.add``: an event applied before it is in
+        the state or the backlog, one applied after reaches the watcher through the dispatcher,
+        never both, never neither (invariant 2).
+        """
+        plan = request.plan
+        predicate = request.predicate
+        cache = self.cache
+        snapshot = None
+        backlog: list[WatchEvent] = []
+        if plan.initial_events:
+            snapshot = cache.snapshot()
+            start_rv = snapshot.rv
+        elif plan.mode is Mode.EXACT:
+            start_rv = plan.rv
+            try:
+                backlog = cache.events_since(plan.rv, predicate)
+            except ResourceVersionTooOld as e:
+                # Outside the window, or ambiguous for this watch (invariant 3): the client relists.
+                raise apierrors.resource_expired(str(e)) from None
+        else:
+            start_rv = cache.rv
+        watcher = Watcher(
+            self.resource,
+            predicate,
+            start_rv,
+            sink,
+            allow_bookmarks=request.allow_bookmarks,
+            deadline=None if request.timeout is None else self.clock() + request.timeout,
+            bookmark_interval=request.bookmark_interval,
+            max_pending_bytes=request.max_pending_bytes,
+            encoding=request.encoding,
+            budget=request.budget,
+            owner=self,
+        )
+        try:
+            if snapshot is not None:
+                objects = (
+                    snapshot.iter_range("", None)
+                    if predicate.namespace is None
+                    else snapshot.iter_range(predicate.namespace + "/", predicate.namespace + "0")
+                )
+                parts, count = request.encoding.initial_events(self.resource, objects, predicate.matches)
+                watcher.deliver_initial(parts, start_rv, count)
+                if plan.initial_events_end_bookmark:
+                    watcher.bookmark(start_rv, initial_events_end=True)
+            for event in backlog:
+                watcher.deliver(event)
+            self.dispatcher.add(watcher, self.clock())
+        except BaseException:
+            # Never registered, or half: it leaves the budget and the dispatcher.
+            watcher.close(CloseReason.INTERNAL_ERROR)
+            raise
+        return watcher
+
+    def catch_up(self, watcher: Watcher) -> bool:
+        """One step of a LAGGING watcher's catch-up, run once its client has drained (the sink says when).
+
+        Replays the history after ``resume_rv`` until about half the watcher's cap is queued
+        (whole rv groups); when that reaches the newest event the watcher is live again, in
+        this same step (invariant 6). Returns True while more is to be replayed: call again
+        once the client has read what was queued.
+        """
+        if watcher.closed or not watcher.lagging:
+            return False
+        try:
+            events = self.cache.events_since(watcher.resume_rv, watcher.predicate)
+        except ResourceVersionTooOld as e:
+            return self.history_gone(watcher, e)
+        if watcher.replay(events):
+            self.watchers_caught_up += 1
+            return False
+        return True
+
+    def history_gone(self, watcher: Watcher, error: ResourceVersionTooOld) -> bool:
+        """The history moved past a lagging watcher's ``resume_rv``: the one place that decides what then.
+
+        Today the watch ends with 410 Expired and its client relists (invariant 6). Issue 20
+        (history older than the window backfilled from the upstream) changes only this method:
+        start the backfill, leave the watcher LAGGING, return False, and call
+        ``watcher.sink.lagging(watcher)`` once the history is there, so that the sink runs
+        ``catch_up`` again. Returns whether ``catch_up`` may be called again at once.
+        """
+        self.watchers_expired += 1
+        watcher.expire(watcher.encoding.error_frame(apierrors.resource_expired(str(error))))
+        return False
+
+    # WatchOwner: told by the watchers ``start_watch`` registered.
+    def lagged(self, watcher: Watcher) -> None:
+        self.watchers_lagged += 1
+
+    def ended(self, watcher: Watcher, reason: str) -> None:
+        if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.EXPIRED):
+            self.watchers_terminated += 1
+        self.dispatcher.remove(watcher)
 
     def add_watcher(self, watcher: Watcher) -> None:
+        """Register a watcher built elsewhere (tests, benchmarks); a client's watch goes through ``watch``."""
         self.dispatcher.add(watcher, self.clock())
 
     def remove_watcher(self, watcher: Watcher) -> None:

@@ -157,6 +157,10 @@ class Dispatcher:
         self._bookmarks: list[tuple[float, int, Watcher]] = []
         self._seq = itertools.count()
         self.events_dispatched = 0
+        # A watcher removed during a fan-out (it closed there) leaves when the fan-out ends:
+        # the fan-out iterates the groups and indexes that removal changes.
+        self._dispatching = False
+        self._departed: list[Watcher] = []
 
     def __len__(self) -> int:
         return len(self._group_of)
@@ -186,6 +190,10 @@ class Dispatcher:
         self._schedule_bookmark(watcher, now)
 
     def remove(self, watcher: Watcher) -> None:
+        """Unregister ``watcher``; safe at any time (inside a fan-out it takes effect when the fan-out ends)."""
+        if self._dispatching:
+            self._departed.append(watcher)
+            return
         group = self._group_of.pop(watcher, None)
         if group is None:
             return
@@ -211,15 +219,22 @@ class Dispatcher:
 
         Never raises: a watcher that cannot be given its frames is ended (see the module doc).
         """
+        self._dispatching = True
         try:
             self._dispatch(events)
         except Exception:
-            # Not contained to a group or a watcher: nobody can be trusted to have the batch.
+            # Not contained to a group or a watcher: nobody can be trusted to have the batch (invariant 11).
             log.exception("dispatching a batch of %s failed; ending every watcher", self.resource.qualified)
             for group in self.groups.values():
                 group.frames, group.events, group.broken = [], [], False
             for watcher in list(self._group_of):
                 self.fail(watcher)
+        finally:
+            self._dispatching = False
+            if self._departed:
+                departed, self._departed = self._departed, []
+                for watcher in departed:
+                    self.remove(watcher)
 
     def fail(self, watcher: Watcher) -> None:
         """End ``watcher``: something on its path raised, so it may be missing an event."""
