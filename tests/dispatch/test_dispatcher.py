@@ -314,3 +314,31 @@ def test_bookmarks_fall_due_in_whole_seconds_of_the_cacher_clock_as_kube():
     assert not late.pending
     d.send_due_bookmarks(3.3, 21)
     assert late.pending
+
+
+def test_a_frame_one_encoding_cannot_build_ends_only_that_groups_watchers():
+    """Issue 21 item 5, invariant 11: a protobuf metadata frame that raises costs the other groups nothing."""
+    from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF
+    from watchcache.cache.object import encode_object
+
+    failures: list[str] = []
+    d = Dispatcher(PODS, failures.append)
+    full, meta, proto = (watcher("ns1", encoding=e) for e in (FULL_JSON, METADATA_JSON["v1"], METADATA_PROTOBUF["v1"]))
+    for w in (full, meta, proto):
+        d.add(w, 0.0)
+    # Metadata protobuf cannot hold (ownerReferences is no list); full JSON and metadata JSON can.
+    bad = encode_object(
+        PODS, {"metadata": {"name": "bad", "namespace": "ns1", "resourceVersion": "11", "ownerReferences": 5}}
+    )
+    c = cache()
+    d.dispatch(c.apply([("ADDED", bad), (MODIFIED, pod("a", "ns1", 12))]))
+    assert proto.closed and proto.close_reason == CloseReason.INTERNAL_ERROR and failures == ["dispatch"]
+    assert not full.closed and not meta.closed
+    for w in (full, meta):
+        lines = b"".join(w.take()[0]).splitlines()
+        assert [orjson.loads(line)["object"]["metadata"]["resourceVersion"] for line in lines] == ["11", "12"]
+    # The group is whole again for the next batch: a new protobuf watcher gets its frames.
+    again = watcher("ns1", start_rv=12, encoding=METADATA_PROTOBUF["v1"])
+    d.add(again, 0.0)
+    d.dispatch(c.apply([(MODIFIED, pod("a", "ns1", 13))]))
+    assert not again.closed and again.take()[0][0][4:].startswith(b"\n\x08MODIFIED")

@@ -122,12 +122,22 @@ class EncodedWatcherGroup(WatcherGroup):
         self.encoding = encoding
 
     def offer(self, event: WatchEvent, touched: list[WatcherGroup]) -> None:
-        as_type = select_type(self.predicate, event)
-        if as_type is None:
+        # As WatcherGroup.offer: building a PartialObjectMetadata or protobuf frame that raises
+        # ends this group's watchers only (invariant 11).
+        try:
+            as_type = select_type(self.predicate, event)
+            frame = None if as_type is None else self.encoding.event_frame(event, as_type)
+        except Exception:
+            log.exception("building the %s frame of %r for %r failed; ending its watchers", self.encoding, event, self)
+            if not self.broken and not self.frames:
+                touched.append(self)
+            self.broken = True
             return
-        if not self.frames:
+        if frame is None:
+            return
+        if not self.frames and not self.broken:
             touched.append(self)
-        self.frames.append(self.encoding.event_frame(event, as_type))
+        self.frames.append(frame)
         self.events.append(event)
 
 
