@@ -19,8 +19,8 @@ import aiohttp
 import orjson
 
 from watchcache.resources import ResourceType
-from watchcache.upstream.config import TokenSource, UpstreamConfig
-from watchcache.upstream.identity import ClientCertificate, IdentityOptions, Route
+from watchcache.upstream.config import ClientCertificate, TokenSource, UpstreamConfig
+from watchcache.upstream.identity import IdentityOptions, Route
 
 USER_AGENT = "watchcache/0.1"
 

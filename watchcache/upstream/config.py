@@ -8,6 +8,7 @@ unless ``insecure-skip-tls-verify`` is set explicitly. Tokens are never logged.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import ssl
 import tempfile
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+log = logging.getLogger("watchcache.upstream.config")
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -205,3 +208,33 @@ def upstream_from_args(args: Any) -> UpstreamConfig | None:
             insecure_skip_tls_verify=args.insecure_skip_tls_verify,
         )
     return None
+
+
+class ClientCertificate:
+    """A client certificate in an ``SSLContext``, loaded again when its files change (rotation).
+
+    The front-proxy certificate of pass-through (``--proxy-client-cert-file``, ``upstream/identity.py``).
+    """
+
+    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
+        self.context = context
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self._stamp = self._mtimes()
+        context.load_cert_chain(cert_file, key_file)
+
+    def _mtimes(self) -> tuple[float, float]:
+        return os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime
+
+    def reload_if_changed(self) -> bool:
+        try:
+            stamp = self._mtimes()
+            if stamp == self._stamp:
+                return False
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as e:
+            log.warning("keeping the previous front-proxy client certificate: %s", e)
+            return False
+        self._stamp = stamp
+        log.info("front-proxy client certificate reloaded from %s", self.cert_file)
+        return True
