@@ -8,7 +8,7 @@ object is derived once (``cache/metadata.py``) and each watch frame once per eve
 encoding (cached on the ``WatchEvent``), then shared by every watcher of that encoding.
 
 Watchers of different encodings never share frames: the dispatcher groups watchers by
-(predicate, encoding).
+(predicate, encoding). All of it is invariant 5 (encode once).
 """
 
 from __future__ import annotations

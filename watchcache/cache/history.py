@@ -1,6 +1,6 @@
 """The history window: the recent events of one resource, in resourceVersion order.
 
-Invariants (tested in ``tests/cache/test_history.py``):
+Invariants (docs/architecture.md's 1 and 3; tested in ``tests/cache/test_history.py``):
 
 * events are ordered by ``rv`` (non-decreasing; several events may share one rv when
   they form one atomic change, e.g. a relist's diff) and a group of events with the
@@ -95,6 +95,7 @@ class HistoryWindow:
         return self._events[index:]
 
     def _evict_oldest_group(self) -> int:
+        # Whole groups only, so a resume point is never half in the window (invariant 3).
         events = self._events
         group_rv = events[self._start].rv
         count = 0

@@ -18,7 +18,11 @@ kube's own upstream never makes groups, so none of this costs anything there.
 
 Concurrency contract: single-threaded. Readers take a ``Snapshot`` and use it before
 the next mutation (every read in the server is built synchronously, so it never
-straddles an ``apply``).
+straddles an ``apply``). No I/O, and the clock is injected (invariant 10).
+
+The invariants of docs/architecture.md this module keeps: 1 (ordering: ``apply`` refuses
+anything else), 3 (what the window guarantees: ``snapshot``, ``events_since``,
+``ambiguous``) and 7 (``relist``).
 """
 
 from __future__ import annotations
@@ -88,7 +92,7 @@ class CacheStats:
 class ResourceCache:
     # _objects: key -> CachedObject, the state at ``rv``. Invariant: for every event e in
     # history, the state at e.rv contains e.object (unless DELETED) — i.e. history and
-    # state agree, so undoing the events after r yields the state at r.
+    # state agree, so undoing the events after r yields the state at r (invariant 3).
     def __init__(self, resource: ResourceType, config: CacheConfig, clock: Callable[[], float]) -> None:
         self.resource = resource
         self.config = config
@@ -131,7 +135,8 @@ class ResourceCache:
 
         The rvs must be non-decreasing, and the first greater than ``rv`` — or equal to it
         when the head of the history is a group of events at ``rv``: the rest of a group that
-        arrived in two reads (``continues_group``). Nothing is changed if the batch is refused.
+        arrived in two reads (``continues_group``): invariant 1. Nothing is changed if the batch
+        is refused: the cache changes first, or not at all (invariant 11).
         """
         if not changes:
             return []
@@ -142,6 +147,7 @@ class ResourceCache:
             oldest = self.history.oldest_rv
             self._continued = {r for r in self._continued if r >= oldest}
             self._continued.add(last)
+        # Checked whole before anything changes (invariants 1 and 11).
         for _, obj in changes:
             if obj.rv < last:
                 raise ResourceVersionOrderError(f"{self.resource.qualified}: rv {obj.rv} after {last}")
@@ -179,7 +185,7 @@ class ResourceCache:
         return newest == self.rv
 
     def relist(self, objects: Iterable[CachedObject], rv: int) -> list[WatchEvent]:
-        """Replace the state with a fresh list at ``rv`` and return the difference as events.
+        """Replace the state with a fresh list at ``rv`` and return the difference as events (invariant 7).
 
         Used after the upstream answered 410 to a resumed watch: instead of ending every
         client watch (kube-apiserver's behaviour), the change from the old state ``C`` (at
@@ -257,7 +263,10 @@ class ResourceCache:
         return below + deleted + top
 
     def progress(self, rv: int) -> bool:
-        """The upstream promises no event at or before ``rv`` is missing; True if rv moved."""
+        """The upstream promises no event at or before ``rv`` is missing; True if rv moved.
+
+        A "Most Recent" read relies on it: the cache at ``rv`` is as new as the upstream was (invariant 8).
+        """
         if rv > self.rv:
             self.rv = rv
             return True
@@ -276,7 +285,11 @@ class ResourceCache:
         return self._objects.get(key)
 
     def snapshot(self, rv: int | None = None) -> Snapshot:
-        """The state at ``rv`` (default: current). Raises TooOld/TooNew outside the window."""
+        """The state at ``rv`` (default: current). Raises TooOld/TooNew outside the window.
+
+        Exact anywhere in the window (invariant 3), so every page of a chunked LIST reads the
+        first page's state (invariant 4).
+        """
         if rv is None or rv == self.rv:
             return Snapshot(self._objects, {}, self.rv)
         if rv > self.rv:
@@ -299,7 +312,8 @@ class ResourceCache:
         at ``rv``, or several of which at most one concerns the watch, is no ambiguity — unless
         the group arrived in more than one batch: then a client may have listed, started a
         watch or got a bookmark at ``rv`` before the rest came, so any event of the group that
-        concerns the watch makes ``rv`` ambiguous for it.
+        concerns the watch makes ``rv`` ambiguous for it. (Invariant 3; a watch start and a
+        lagging watcher's catch-up in ``Cacher`` rely on it.)
         """
         history = self.history
         if rv < history.oldest_rv:

@@ -170,8 +170,10 @@ class Cacher:
         """Apply a batch, then hand its events to every path: replicas, watchers, waiters.
 
         The paths are independent: each is fed whatever another did (see ``_feed`` and
-        ``Dispatcher.dispatch``), so a failure on one costs no other an event. Only the cache
-        itself may refuse the batch (``ResourceVersionOrderError``), before anything changed.
+        ``Dispatcher.dispatch``), so a failure on one costs no other an event (invariant 11).
+        Only the cache itself may refuse the batch (``ResourceVersionOrderError``), before
+        anything changed (invariant 1). Fanned out in this same step, so a watch started
+        between two calls sees each event once (invariant 2).
         """
         head = self.cache.rv
         events = self.cache.apply(changes)
@@ -194,7 +196,7 @@ class Cacher:
         return events
 
     def _group_continued(self, events: list[WatchEvent]) -> None:
-        """The rest of a group arrived in a later batch (an upstream watch cache's group, split by a read).
+        """The rest of a group arrived in a later batch (an upstream watch cache's group, split by a read): invariant 3.
 
         A watcher that started at the group's rv (its client listed or resumed there) or got a
         bookmark at it holds the group's first part as if it were all of it: the rest would go
@@ -223,7 +225,7 @@ class Cacher:
                 self.dispatcher.fail(watcher)
 
     def relist(self, objects: Iterable[CachedObject], rv: int) -> list[WatchEvent]:
-        """A fresh list after the upstream's 410: watchers get the difference, not a 410 of their own.
+        """A fresh list after the upstream's 410: watchers get the difference, not a 410 of their own (invariant 7).
 
         Watchers that allow bookmarks then get a BOOKMARK at ``rv`` at once, so a client
         that reconnects resumes from ``rv`` (inside the new window) rather than from an
@@ -278,7 +280,7 @@ class Cacher:
             self._wake_waiters()
 
     def _feed(self, call: Callable[..., None], *args: object) -> None:
-        """``call(replica, *args)`` for every replica; one that raises is cut, the others are fed.
+        """``call(replica, *args)`` for every replica; one that raises is cut, the others are fed (invariant 11).
 
         A cut follower resyncs from a snapshot and hands its watchers the difference (as one
         that fell too far behind does), so it loses nothing either.
@@ -327,7 +329,7 @@ class Cacher:
         """True once the cache has reached ``rv`` (by events or progress); False after ``timeout`` seconds.
 
         However the wait ends (reached, timed out, cancelled, cacher stopped), its entry is gone
-        when this returns: a client asking for far-future rvs leaves nothing behind.
+        when this returns: a client asking for far-future rvs leaves nothing behind (invariant 8).
         """
         if self.cache.rv >= rv:
             return True

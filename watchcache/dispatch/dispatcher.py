@@ -25,10 +25,11 @@ from kube-apiserver.
 
 Invariants: a watcher is in exactly one group from ``add`` until ``remove``; a group is
 in exactly one index bucket while it has watchers; each watcher receives a batch's
-frames in event order, once — or, if delivering to it raised, is ended (``INTERNAL_ERROR``:
-its client resumes from the last event it read), never left silently short. A failure is
-contained to what it concerns: one watcher (its delivery raised), one group (choosing a
-frame for its predicate raised), else every watcher.
+frames in event order, once (docs/architecture.md, invariant 1) — or, if delivering to it
+raised, is ended (``INTERNAL_ERROR``: its client resumes from the last event it read), never
+left silently short. A failure is contained to what it concerns: one watcher (its delivery
+raised), one group (choosing or building a frame for it raised), else every watcher
+(invariant 11). Frames are chosen once per group and shared (invariant 5).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class WatcherGroup:
         return f"WatcherGroup({self.key!r}, watchers={len(self.watchers)})"
 
     def offer(self, event: WatchEvent, touched: list[WatcherGroup]) -> None:
+        # A try costs nothing until it catches; one that does ends this group only (invariant 11).
         try:
             frame = select_frame(self.predicate, event)
         except Exception:
@@ -92,6 +94,7 @@ class WatcherGroup:
         frames, events = self.frames, self.events
         self.frames, self.events = [], []
         if self.broken:
+            # Never silently short (invariant 11): each of them may be missing a frame.
             self.broken = False
             for watcher in list(self.watchers):
                 failed(watcher)
@@ -195,6 +198,7 @@ class Dispatcher:
             )
             index, value = self._bucket(group.predicate)
             (self.cluster_wide if index is None else index.setdefault(value, set())).add(group)
+        # One group per watcher, one bucket per group: no event reaches a watcher twice (invariant 1).
         group.watchers[watcher] = None
         self._group_of[watcher] = group
         self._schedule_bookmark(watcher, now)

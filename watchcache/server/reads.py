@@ -85,7 +85,10 @@ async def reach_rv(ctx: ApiContext, cacher: Cacher, target: int | None, *, small
 
 
 def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:
-    """The snapshot a plan reads (call right after ``wait_fresh``, without awaiting between)."""
+    """The snapshot a plan reads (call right after ``wait_fresh``, without awaiting between).
+
+    A continue token's pages read its rv exactly (invariant 4), inside the window or 410 (invariant 3).
+    """
     cache = cacher.cache
     if plan.mode in (Mode.EXACT, Mode.CONTINUE):
         try:

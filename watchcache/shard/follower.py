@@ -4,7 +4,8 @@ Created on the first request for the resource (``Followers.ensure``), fed by the
 stream: the first time, the owner's whole window (so watches resume here exactly as on the
 owner) and ready once caught up to the owner's head; after a reconnect (owner restarted,
 stream ended because this follower fell behind, owner relisted), a fresh state delivered
-to local watchers as the difference (``Cacher.relist``), so they continue. Dropped when idle.
+to local watchers as the difference (``Cacher.relist``), so they continue (invariants 7 and 11).
+Dropped when idle.
 """
 
 from __future__ import annotations

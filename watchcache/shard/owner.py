@@ -6,13 +6,15 @@ it registered — from there on every change as it happens. So the follower ends
 same window as the owner, and a client can resume a watch on any worker.
 
 The replica feed is registered in the same synchronous step as the snapshot and history are
-taken, so nothing falls between them. Live changes are written to the follower's socket by
-the cacher itself, in the step that applies them (see ``framing``); while the snapshot is
-still being sent they queue behind it. The feed is bounded: a follower whose unsent bytes
-pass ``max_buffer`` has its stream cut and follows again from a snapshot.
+taken, so nothing falls between them (as a watch's start: invariant 2). Live changes are
+written to the follower's socket by the cacher itself, in the step that applies them (see
+``framing``); while the snapshot is still being sent they queue behind it. The feed is bounded:
+a follower whose unsent bytes pass ``max_buffer`` has its stream cut and follows again from a
+snapshot, and a feed that raises is cut alike (invariant 11): its watchers get the difference,
+never a gap.
 
-The same socket answers the other workers' requests for this worker's metrics (a scrape
-that reaches any worker covers all of them): a ``WorkerRequest`` frame says which.
+The same socket answers the other workers' requests for this worker's metrics (a scrape that
+reaches any worker covers all of them): a ``WorkerRequest`` frame says which.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ FOLLOW_SNDBUF = 4 << 20
 
 
 def event_batches(events: list[WatchEvent]) -> list[list[WatchEvent]]:
-    """``events`` cut into runs of at most EVENT_BATCH events and MESSAGE_BYTES, never inside an rv group."""
+    """``events`` in runs of at most EVENT_BATCH events and MESSAGE_BYTES, never inside an rv group (invariant 3)."""
     out: list[list[WatchEvent]] = []
     start = 0
     size = 0
@@ -232,7 +234,7 @@ class FollowServer:
         if not await cacher.wait_ready(self.ready_wait) or conn.lost:
             transport.close()
             return
-        # ---- synchronous: snapshot, history and registration in one step.
+        # ---- synchronous: snapshot, history and registration in one step (invariant 2).
         cache = cacher.cache
         oldest = cache.oldest_rv
         objects = list(cache.snapshot(oldest).iter_range("", None))

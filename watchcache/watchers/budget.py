@@ -20,7 +20,7 @@ once every writable stream has been written.
 
 The sum counts a frame shared by several watchers once per watcher, so it overstates memory
 when many watchers hold the same frames (watchers with one predicate share one buffer per
-batch); it is a bound, not a measurement.
+batch); it is a bound, not a measurement. It is the process-wide half of invariant 6.
 """
 
 from __future__ import annotations

@@ -210,6 +210,7 @@ class Watcher:
 
     def frame_for(self, event: WatchEvent) -> bytes | None:
         """The frame ``event`` means for this watcher, or None (also for events it already has)."""
+        # Only events after the start rv: the client has the rest (invariant 1).
         if event.rv <= self.start_rv:
             return None
         encoding = self.encoding
@@ -236,7 +237,7 @@ class Watcher:
         """
         if self.closed or self.lagging:
             return 0
-        if events[0].rv <= self.start_rv:
+        if events[0].rv <= self.start_rv:  # invariant 1: none at or before start_rv
             return sum(self.deliver(event) for event in events)
         self._enqueue(frames, events[-1].rv, count)
         return count
@@ -310,7 +311,7 @@ class Watcher:
             self.sink.wake(self)
 
     def _past_mark(self) -> bool:
-        """Over the cap: overflow (True). Else another step behind: tell the budget (False)."""
+        """Over the cap: overflow (True). Else another step behind: tell the budget (False). Invariant 6."""
         if self.pending_bytes > self.max_pending_bytes:
             if not self.can_lag:
                 self.close(CloseReason.BUFFER_OVERFLOW)
@@ -337,7 +338,7 @@ class Watcher:
         self.reported = 0
 
     def lag(self) -> None:
-        """Go LAGGING: drop the unsent live frames, keep the initial events (see module doc)."""
+        """Go LAGGING: drop the unsent live frames, keep the initial events (see module doc; invariant 6)."""
         del self.pending[self.protected :]
         del self.pending_rv[self.protected :]
         del self.pending_n[self.protected :]
@@ -420,6 +421,7 @@ class Watcher:
                 i += 1
             self.resume_rv = group_rv
             self.last_rv = group_rv
+            # Stops between rv groups only: a client never holds half a group (invariant 3).
             if self.pending_bytes >= fill and i < n:
                 return False
         self.lagging = False
