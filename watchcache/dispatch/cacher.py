@@ -42,7 +42,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sortedcontainers import SortedList
 
@@ -52,11 +52,14 @@ from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import Mode, WatchPlan
-from watchcache.cache.store import CacheConfig, ResourceCache, ResourceVersionTooOld
+from watchcache.cache.store import CacheConfig, ResourceCache, ResourceVersionTooOld, Span
 from watchcache.dispatch.dispatcher import Dispatcher
 from watchcache.resources import ResourceType
 from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.watcher import CloseReason, Watcher, WatchSink
+
+if TYPE_CHECKING:
+    from watchcache.dispatch.backfill import Backfills
 
 log = logging.getLogger("watchcache.dispatch.cacher")
 
@@ -142,6 +145,9 @@ class Cacher:
         # Deliveries that raised, by path ("flush", "dispatch", "replica"): each ended only the
         # watcher or follower stream concerned.
         self.failures: dict[str, int] = {}
+        # Where older history comes from when a request needs it (None: nowhere, 410 as before).
+        self.backfills: Backfills | None = None
+        self.backfilled_events = 0
 
     @property
     def ready(self) -> bool:
@@ -259,6 +265,16 @@ class Cacher:
         self._wake_waiters()
         return events
 
+    def backfill(self, span: Span) -> list[WatchEvent]:
+        """Put a span of older history in front of the window (``ResourceCache.backfill``: checked, or refused).
+
+        Nothing is delivered: the span is history every watcher here is past. Followers do not
+        get it unasked; one that needs it asks (``shard``), with its own window's start.
+        """
+        events = self.cache.backfill(span)
+        self.backfilled_events += len(events)
+        return events
+
     def _announce_relist(self, before: int, rv: int) -> None:
         frames: dict[Encoding, bytes] = {}
         for watcher in list(self.dispatcher.watchers()):
@@ -313,6 +329,8 @@ class Cacher:
             if not fut.done():
                 fut.set_result(None)
         self._waiters.clear()
+        if self.backfills is not None:
+            self.backfills.stop()
 
     # ------------------------------------------------------------------ waiting
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
@@ -125,6 +125,10 @@ class UpstreamClient:
         return self.session
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None, timeout: float = 30.0) -> Any:
+        return orjson.loads(await self.get_bytes(path, params, timeout))
+
+    async def get_bytes(self, path: str, params: Mapping[str, str] | None = None, timeout: float = 30.0) -> bytes:
+        """A GET's body (raises UpstreamError for a non-200 answer)."""
         headers = {"Accept": "application/json", **self.tokens.headers()}
         async with self._own().get(
             self.url(path),
@@ -135,7 +139,7 @@ class UpstreamClient:
         ) as resp:
             if resp.status != 200:
                 raise await _error_from(resp)
-            return orjson.loads(await resp.read())
+            return await resp.read()
 
     async def list_rv(self, resource: ResourceType) -> int:
         """The upstream's current resourceVersion: a consistent (quorum) LIST of one item."""
@@ -144,7 +148,7 @@ class UpstreamClient:
 
     async def watch(
         self, resource: ResourceType, params: Mapping[str, str], *, stall_timeout: float
-    ) -> AsyncIterator[list[bytes]]:
+    ) -> AsyncGenerator[list[bytes], None]:
         """Yield the complete event lines of a watch stream, a batch per network read.
 
         Raises WatchStalled if nothing arrives for ``stall_timeout`` seconds, UpstreamError
