@@ -8,6 +8,7 @@ from pathlib import Path
 
 from watchcache.auth.options import add_auth_flags
 from watchcache.cache.store import CacheConfig
+from watchcache.dispatch.backfill import BackfillLimits
 from watchcache.http.h2protocol import H2Limits
 from watchcache.http.protocol import HttpLimits
 from watchcache.logs import configure
@@ -28,6 +29,7 @@ _SERVE = ServeConfig()
 _REFLECTOR = ReflectorConfig()
 _SIM = SimOptions()
 _TUNNELS = TunnelLimits()
+_BACKFILL = BackfillLimits()
 
 
 def _flag(p: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, default: object, text: str) -> None:
@@ -152,6 +154,19 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
                    "tunnel is closed whatever it does (default %(default)s: 24 h)")
     _flag(g, "--max-tunnels", _TUNNELS.max_tunnels, "exec/attach/port-forward tunnels open at once per worker; more "
           "get 429 with Retry-After")
+    b = _BACKFILL
+    g.add_argument("--backfill", action=argparse.BooleanOptionalAction, default=b.enabled, help="a watch, or an "
+                   "exact LIST or continue page, at a resourceVersion older than the cache's history (a client "
+                   "resuming after this proxy, a worker or a follow stream restarted) is served from the upstream's "
+                   "history, fetched once for every client that needs it, instead of 410 and a relist "
+                   "(docs/reliability.md; default %(default)s)")
+    _flag(g, "--backfill-wait", b.wait, "seconds a request waits for that history before its 410")
+    _flag(g, "--backfill-max-events", b.max_events, "events one fetch may bring (how far back it reaches); more: "
+          "410")
+    _flag(g, "--backfill-max-bytes", b.max_bytes, "object bytes of those events")
+    _flag(g, "--backfill-concurrency", b.concurrency, "fetches from the upstream at once per worker")
+    _flag(g, "--backfill-memory-bytes", b.memory_bytes, "bytes the fetches of a worker may hold at once (the LIST at "
+          "the old resourceVersion included)")
 def _sim_auth_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requestheader-client-ca-file", metavar="FILE", help="believe X-Remote-User/-Group/-Extra-* "
                    "headers on requests whose client certificate this CA signed (a front proxy, e.g. watchcache "

@@ -121,12 +121,14 @@ class Backfills:
         cacher: Cacher,
         fetch: Fetch,
         *,
+        wait: float = 10.0,
         coalesce: float = 0.1,
         attempts: int = 3,
         backoff: Backoff | None = None,
     ) -> None:
         self.cacher = cacher
         self.fetch = fetch
+        self.wait = wait
         self.coalesce = coalesce
         self.attempts = attempts
         self.backoff = backoff or Backoff(0.5, 10.0)
@@ -265,15 +267,18 @@ class Backfills:
                 fut.exception()  # retrieved: its request may have given up already
 
 
-async def reach_back(cacher: Cacher, rv: int, timeout: float) -> BackfillFailed | None:
-    """The seam the read and watch paths call: None once the window reaches ``rv``, else why not."""
+async def reach_back(cacher: Cacher, rv: int, timeout: float | None = None) -> BackfillFailed | None:
+    """The seam the read and watch paths call: None once the window reaches ``rv``, else why not.
+
+    ``timeout``: how long to wait (default: the cache's ``--backfill-wait``).
+    """
     backfills = cacher.backfills
     if rv >= cacher.cache.oldest_rv:
         return None
     if backfills is None:
         return BackfillFailed(BackfillFailed.OFF, "")
     try:
-        await backfills.reach(rv, timeout)
+        await backfills.reach(rv, backfills.wait if timeout is None else timeout)
     except BackfillFailed as e:
         return e
     return None

@@ -67,7 +67,7 @@ class UpstreamBackfill:
 
     def backfills(self, cacher: Cacher) -> Backfills:
         """The single flight of ``cacher``'s backfills, fetching here."""
-        return Backfills(cacher, self, coalesce=self.limits.coalesce)
+        return Backfills(cacher, self, wait=self.limits.wait, coalesce=self.limits.coalesce)
 
     async def __call__(self, cacher: Cacher, rv: int) -> Fetched:
         limits = self.limits
