@@ -393,11 +393,17 @@ class CacheCollector(Collector):
         resyncs = CounterMetricFamily(
             "watchcache_follower_resyncs", "Follower resyncs from a fresh snapshot", labels=lbl
         )
+        resumes = CounterMetricFamily(
+            "watchcache_follower_resumes",
+            "Follow streams that went on from the follower's rv after a break (no snapshot, no difference)",
+            labels=lbl,
+        )
         for f in self.followers():
             lv = [f.resource.group, f.resource.resource]
             follower_synced.add_metric(lv, 1 if f.cacher.ready else 0)
             resyncs.add_metric(lv, f.resyncs)
-        yield from (relists, restarts, gone, age, state, follower_synced, resyncs)
+            resumes.add_metric(lv, f.resumes)
+        yield from (relists, restarts, gone, age, state, follower_synced, resyncs, resumes)
 
     def _passthrough_and_consistency(self) -> Iterator[Metric]:
         passthrough = CounterMetricFamily(

@@ -37,6 +37,7 @@ async def wire_shard(wiring: Wiring, options: RunOptions, shard: ShardOptions) -
         lambda t: shard.socket_path(owner_of(t.path_id(), shard.workers)),
         shard.worker_id,
         options.cache,
+        backfill=options.backfill,
     )
     ctx.on_demand = lambda t: None if shard.owns(t) else followers.ensure(t)
     follow, server = await _listen(ctx, shard)

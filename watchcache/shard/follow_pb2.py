@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwatchcache/shard/follow.proto\x12\x13watchcache.shard.v1\"\x85\x01\n\rWorkerRequest\x12\x34\n\x06\x66ollow\x18\x01 \x01(\x0b\x32\".watchcache.shard.v1.FollowRequestH\x00\x12\x36\n\x07metrics\x18\x02 \x01(\x0b\x32#.watchcache.shard.v1.MetricsRequestH\x00\x42\x06\n\x04kind\"\x10\n\x0eMetricsRequest\"\x1c\n\x0cMetricsReply\x12\x0c\n\x04text\x18\x01 \x01(\x0c\"3\n\rFollowRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x10\n\x08\x66ollower\x18\x02 \x01(\x05\"\xa1\x02\n\x06Object\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\x04\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.watchcache.shard.v1.Object.LabelsEntry\x12\x37\n\x06\x66ields\x18\x05 \x03(\x0b\x32\'.watchcache.shard.v1.Object.FieldsEntry\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x06\x43hange\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .watchcache.shard.v1.Change.Type\x12+\n\x06object\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.Object\",\n\x04Type\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x00\x12\x0c\n\x08MODIFIED\x10\x01\x12\x0b\n\x07\x44\x45LETED\x10\x02\"\x86\x01\n\x08Snapshot\x12,\n\x07objects\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12$\n\x1cunresumable_resource_version\x18\x04 \x01(\x04\"6\n\x06\x45vents\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\"P\n\x06Relist\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\"\xba\x01\n\x0b\x46ollowBatch\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1d.watchcache.shard.v1.SnapshotH\x00\x12-\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.EventsH\x00\x12\x12\n\x08progress\x18\x03 \x01(\x04H\x00\x12-\n\x06relist\x18\x04 \x01(\x0b\x32\x1b.watchcache.shard.v1.RelistH\x00\x42\x06\n\x04kindb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwatchcache/shard/follow.proto\x12\x13watchcache.shard.v1\"\xbf\x01\n\rWorkerRequest\x12\x34\n\x06\x66ollow\x18\x01 \x01(\x0b\x32\".watchcache.shard.v1.FollowRequestH\x00\x12\x36\n\x07metrics\x18\x02 \x01(\x0b\x32#.watchcache.shard.v1.MetricsRequestH\x00\x12\x38\n\x08\x62\x61\x63kfill\x18\x03 \x01(\x0b\x32$.watchcache.shard.v1.BackfillRequestH\x00\x42\x06\n\x04kind\"\x10\n\x0eMetricsRequest\"\x1c\n\x0cMetricsReply\x12\x0c\n\x04text\x18\x01 \x01(\x0c\"H\n\rFollowRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x10\n\x08\x66ollower\x18\x02 \x01(\x05\x12\x13\n\x0bresume_from\x18\x03 \x01(\x04\"<\n\x0f\x42\x61\x63kfillRequest\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\x12\x0f\n\x07through\x18\x02 \x01(\x04\"\xa1\x02\n\x06Object\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\x04\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.watchcache.shard.v1.Object.LabelsEntry\x12\x37\n\x06\x66ields\x18\x05 \x03(\x0b\x32\'.watchcache.shard.v1.Object.FieldsEntry\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x06\x43hange\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .watchcache.shard.v1.Change.Type\x12+\n\x06object\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.Object\",\n\x04Type\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x00\x12\x0c\n\x08MODIFIED\x10\x01\x12\x0b\n\x07\x44\x45LETED\x10\x02\"\x86\x01\n\x08Snapshot\x12,\n\x07objects\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12$\n\x1cunresumable_resource_version\x18\x04 \x01(\x04\"6\n\x06\x45vents\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\"P\n\x06Relist\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\"\"\n\x06Resume\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\"\x99\x01\n\x04Span\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\x12\x0f\n\x07through\x18\x02 \x01(\x04\x12*\n\x05prior\x18\x03 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12,\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x0c\n\x04last\x18\x05 \x01(\x08\"L\n\x0e\x42\x61\x63kfillFailed\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xd4\x02\n\x0b\x46ollowBatch\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1d.watchcache.shard.v1.SnapshotH\x00\x12-\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.EventsH\x00\x12\x12\n\x08progress\x18\x03 \x01(\x04H\x00\x12-\n\x06relist\x18\x04 \x01(\x0b\x32\x1b.watchcache.shard.v1.RelistH\x00\x12-\n\x06resume\x18\x05 \x01(\x0b\x32\x1b.watchcache.shard.v1.ResumeH\x00\x12)\n\x04span\x18\x06 \x01(\x0b\x32\x19.watchcache.shard.v1.SpanH\x00\x12>\n\x0f\x62\x61\x63kfill_failed\x18\x07 \x01(\x0b\x32#.watchcache.shard.v1.BackfillFailedH\x00\x42\x06\n\x04kindb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,29 +36,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OBJECT_FIELDSENTRY']._loaded_options = None
   _globals['_OBJECT_FIELDSENTRY']._serialized_options = b'8\001'
   _globals['_WORKERREQUEST']._serialized_start=55
-  _globals['_WORKERREQUEST']._serialized_end=188
-  _globals['_METRICSREQUEST']._serialized_start=190
-  _globals['_METRICSREQUEST']._serialized_end=206
-  _globals['_METRICSREPLY']._serialized_start=208
-  _globals['_METRICSREPLY']._serialized_end=236
-  _globals['_FOLLOWREQUEST']._serialized_start=238
-  _globals['_FOLLOWREQUEST']._serialized_end=289
-  _globals['_OBJECT']._serialized_start=292
-  _globals['_OBJECT']._serialized_end=581
-  _globals['_OBJECT_LABELSENTRY']._serialized_start=489
-  _globals['_OBJECT_LABELSENTRY']._serialized_end=534
-  _globals['_OBJECT_FIELDSENTRY']._serialized_start=536
-  _globals['_OBJECT_FIELDSENTRY']._serialized_end=581
-  _globals['_CHANGE']._serialized_start=584
-  _globals['_CHANGE']._serialized_end=731
-  _globals['_CHANGE_TYPE']._serialized_start=687
-  _globals['_CHANGE_TYPE']._serialized_end=731
-  _globals['_SNAPSHOT']._serialized_start=734
-  _globals['_SNAPSHOT']._serialized_end=868
-  _globals['_EVENTS']._serialized_start=870
-  _globals['_EVENTS']._serialized_end=924
-  _globals['_RELIST']._serialized_start=926
-  _globals['_RELIST']._serialized_end=1006
-  _globals['_FOLLOWBATCH']._serialized_start=1009
-  _globals['_FOLLOWBATCH']._serialized_end=1195
+  _globals['_WORKERREQUEST']._serialized_end=246
+  _globals['_METRICSREQUEST']._serialized_start=248
+  _globals['_METRICSREQUEST']._serialized_end=264
+  _globals['_METRICSREPLY']._serialized_start=266
+  _globals['_METRICSREPLY']._serialized_end=294
+  _globals['_FOLLOWREQUEST']._serialized_start=296
+  _globals['_FOLLOWREQUEST']._serialized_end=368
+  _globals['_BACKFILLREQUEST']._serialized_start=370
+  _globals['_BACKFILLREQUEST']._serialized_end=430
+  _globals['_OBJECT']._serialized_start=433
+  _globals['_OBJECT']._serialized_end=722
+  _globals['_OBJECT_LABELSENTRY']._serialized_start=630
+  _globals['_OBJECT_LABELSENTRY']._serialized_end=675
+  _globals['_OBJECT_FIELDSENTRY']._serialized_start=677
+  _globals['_OBJECT_FIELDSENTRY']._serialized_end=722
+  _globals['_CHANGE']._serialized_start=725
+  _globals['_CHANGE']._serialized_end=872
+  _globals['_CHANGE_TYPE']._serialized_start=828
+  _globals['_CHANGE_TYPE']._serialized_end=872
+  _globals['_SNAPSHOT']._serialized_start=875
+  _globals['_SNAPSHOT']._serialized_end=1009
+  _globals['_EVENTS']._serialized_start=1011
+  _globals['_EVENTS']._serialized_end=1065
+  _globals['_RELIST']._serialized_start=1067
+  _globals['_RELIST']._serialized_end=1147
+  _globals['_RESUME']._serialized_start=1149
+  _globals['_RESUME']._serialized_end=1183
+  _globals['_SPAN']._serialized_start=1186
+  _globals['_SPAN']._serialized_end=1339
+  _globals['_BACKFILLFAILED']._serialized_start=1341
+  _globals['_BACKFILLFAILED']._serialized_end=1417
+  _globals['_FOLLOWBATCH']._serialized_start=1420
+  _globals['_FOLLOWBATCH']._serialized_end=1760
 # @@protoc_insertion_point(module_scope)
