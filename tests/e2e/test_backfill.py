@@ -1,0 +1,201 @@
+"""Backfill end to end: `watchcache sim` + `watchcache serve --workers 2`, restarted on the same port.
+
+After the proxy restarts (SIGKILL of its whole process group, or SIGTERM), clients come back
+with resourceVersions from before its new window. Each must be served from the upstream's
+history — every update once and in order, selector transitions included — at the cost of one
+or two fetches, counted by the simulated cluster itself; a paged LIST goes on across the
+restart; and only an rv the upstream compacted gets 410, saying so. (The informer scenario,
+with the checker, is tests/reliability/test_restarts.py.)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import READY, Proc, start, wait_ready
+from tests.e2e.httpkube import WatchStream, configmap, get, get_ok, path_with, request, rv_of
+
+CM = "/api/v1/namespaces/ns-0/configmaps"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_proxy(sim: Proc, port: int, key: Path, *args: str) -> Proc:
+    """``watchcache serve --workers 2`` on a fixed port (so that a restart takes the same one), its own group."""
+    cmd = [sys.executable, "-m", "watchcache", "serve", "--upstream", sim.url, "--workers", "2"]
+    cmd += ["--resources", "configmaps", "--continue-token-key-file", str(key), *args]
+    cmd += ["--listen", f"127.0.0.1:{port}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
+    log: list[str] = []
+    found = threading.Event()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.append(line)
+            if READY.search(line):
+                found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    proc = Proc(f"http://127.0.0.1:{port}", process, log)
+    assert found.wait(30), "".join(log)
+    wait_ready(proc)
+    return proc
+
+
+def kill_group(proc: Proc) -> None:
+    os.killpg(proc.process.pid, signal.SIGKILL)
+    proc.process.wait(10)
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """Sum of a metric's samples whose labels include ``labels``."""
+    text = get(url, "/metrics").body.decode()
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r"([a-z_]+)\{([^}]*)\} (\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def write(sim: Proc, name: str, **labels: str) -> int:
+    body = {"metadata": {"labels": labels}, "data": {"v": str(time.monotonic_ns())}}
+    res = request(sim.url, "PATCH", f"{CM}/{name}", body, content_type="application/merge-patch+json")
+    assert res.status == 200, res
+    return rv_of(res.json())
+
+
+@pytest.fixture
+def sim() -> Iterator[Proc]:
+    proc = start("sim", "--objects", "20", "--namespaces", "2", "--churn", "0")
+    for i in range(6):
+        res = request(proc.url, "POST", CM, {**configmap(f"c{i}", "ns-0", v="0"), "metadata": {"name": f"c{i}"}})
+        assert res.status == 201, res
+    yield proc
+    proc.stop()
+
+
+def watch_events(url: str, rv: int, until_rv: int, **query: str) -> list[tuple[str, str, int]]:
+    """A watch from ``rv`` read until it reaches ``until_rv`` (a BOOKMARK or event at or past it)."""
+    path = path_with(CM, watch="1", resourceVersion=str(rv), allowWatchBookmarks=True, timeoutSeconds=30, **query)
+    got: list[tuple[str, str, int]] = []
+    with WatchStream(url, path, timeout=20) as stream:
+        assert stream.status == 200
+        while True:
+            event = stream.next(20)
+            assert event is not None, f"the watch from {rv} ended early: {got}"
+            obj = event["object"]
+            if event["type"] == "ERROR":
+                raise AssertionError(f"watch from {rv}: {obj.get('code')} {obj.get('message')}")
+            erv = int(obj["metadata"]["resourceVersion"])
+            if event["type"] != "BOOKMARK":
+                got.append((event["type"], obj["metadata"]["name"], erv))
+            if erv >= until_rv:
+                return got
+
+
+def test_a_restart_storm_of_60_watches_from_old_rvs_costs_the_upstream_at_most_two_lists(
+    sim: Proc, tmp_path: Path
+) -> None:
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(32))
+    port = free_port()
+    proxy = start_proxy(sim, port, key)
+    try:
+        start_rv = rv_of(get_ok(proxy.url, CM, limit=1))
+        writes = [(f"c{i % 6}", write(sim, f"c{i % 6}", round=str(i))) for i in range(40)]
+        kill_group(proxy)  # SIGKILL: no final bookmark, nothing handed over
+        proxy = start_proxy(sim, port, key)
+        head = write(sim, "c0", round="after")
+        writes.append(("c0", head))
+        lists = metric(sim.url, "apiserver_request_total", resource="configmaps", verb="LIST")
+        held = [start_rv] + [rv for _, rv in writes[:-1]]
+        asked = [held[i % len(held)] for i in range(60)]
+        with concurrent.futures.ThreadPoolExecutor(60) as pool:
+            results = list(pool.map(lambda rv: (rv, watch_events(proxy.url, rv, head)), asked))
+        for rv, got in results:  # each client: exactly the updates after its rv, in order
+            assert got == [("MODIFIED", name, wrv) for name, wrv in writes if wrv > rv], rv
+        fetched = metric(sim.url, "apiserver_request_total", resource="configmaps", verb="LIST") - lists
+        assert 1 <= fetched <= 2, f"{fetched} LISTs reached the upstream for 60 clients"
+        assert 1 <= metric(proxy.url, "watchcache_backfill_fetches_total", outcome="ok") <= 2
+        # Those that came after the span was in place were served at once, without waiting.
+        served = metric(proxy.url, "watchcache_backfill_requests_total", outcome="served")
+        assert served >= 1 and metric(proxy.url, "watchcache_backfill_requests_total") == served
+    finally:
+        kill_group(proxy)
+
+
+def test_a_paged_list_and_a_selector_watch_go_on_across_a_sigterm_restart(sim: Proc, tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(32))
+    port = free_port()
+    proxy = start_proxy(sim, port, key)
+    try:
+        for i in range(6):
+            write(sim, f"c{i}", team="a")
+        first = get_ok(proxy.url, CM, limit=2)
+        rv = rv_of(first)
+        token = first["metadata"]["continue"]
+        left = write(sim, "c3", team="b")  # leaves a team=a watch's selection
+        proxy.process.send_signal(signal.SIGTERM)
+        assert proxy.process.wait(15) == 0
+        proxy = start_proxy(sim, port, key)
+        # The next pages read the state at rv, from before the new process's window.
+        names = [o["metadata"]["name"] for o in first["items"]]
+        while token:
+            page = get_ok(proxy.url, CM, limit=2, **{"continue": token})
+            assert rv_of(page) == rv
+            names += [o["metadata"]["name"] for o in page["items"]]
+            token = page["metadata"].get("continue")
+        exact = get_ok(sim.url, CM, resourceVersion=str(rv), resourceVersionMatch="Exact")
+        assert names == [o["metadata"]["name"] for o in exact["items"]]
+        # A team=a watch resumed from rv gets c3's exit: the span began from the state at rv.
+        assert watch_events(proxy.url, rv, left, labelSelector="team=a") == [("DELETED", "c3", left)]
+    finally:
+        kill_group(proxy)
+
+
+def test_an_rv_the_upstream_compacted_gets_410_saying_so(sim: Proc, tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(32))
+    port = free_port()
+    proxy = start_proxy(sim, port, key)
+    try:
+        old = write(sim, "c1", x="1")
+        write(sim, "c1", x="2")
+        kill_group(proxy)
+        proxy = start_proxy(sim, port, key)
+        assert request(sim.url, "POST", "/sim/compact").status == 200
+        path = path_with(CM, watch="1", resourceVersion=str(old), timeoutSeconds=10)
+        with WatchStream(proxy.url, path, timeout=20) as stream:
+            event = stream.next(20)
+        assert event is not None and event["type"] == "ERROR"
+        status = event["object"]
+        assert status["code"] == 410 and status["reason"] == "Expired"
+        assert "too old resource version" in status["message"] and "the upstream answered 410" in status["message"]
+        assert metric(proxy.url, "watchcache_backfill_fetches_total", outcome="gone") == 1
+    finally:
+        kill_group(proxy)
