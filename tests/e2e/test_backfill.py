@@ -199,3 +199,30 @@ def test_an_rv_the_upstream_compacted_gets_410_saying_so(sim: Proc, tmp_path: Pa
         assert metric(proxy.url, "watchcache_backfill_fetches_total", outcome="gone") == 1
     finally:
         kill_group(proxy)
+
+
+def test_two_tiers_restarted_backfill_through_each_other(sim: Proc, tmp_path: Path) -> None:
+    """sim ← inner ← outer, both restarted: the outer's Exact LIST at an old rv makes the inner backfill."""
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(32))
+    inner_port, outer_port = free_port(), free_port()
+    inner = start_proxy(sim, inner_port, key, "--workers", "1")
+    outer = start_proxy(inner, outer_port, key, "--workers", "1")
+    try:
+        start_rv = rv_of(get_ok(outer.url, CM, limit=1))
+        writes = [(f"c{i % 6}", write(sim, f"c{i % 6}", tier=str(i))) for i in range(10)]
+        head = writes[-1][1]
+        assert watch_events(outer.url, start_rv, head) == [("MODIFIED", n, rv) for n, rv in writes]
+        kill_group(outer)
+        kill_group(inner)
+        inner = start_proxy(sim, inner_port, key, "--workers", "1")
+        outer = start_proxy(inner, outer_port, key, "--workers", "1")
+        lists = metric(sim.url, "apiserver_request_total", resource="configmaps", verb="LIST")
+        held = writes[3][1]
+        assert watch_events(outer.url, held, head) == [("MODIFIED", n, rv) for n, rv in writes if rv > held]
+        assert metric(sim.url, "apiserver_request_total", resource="configmaps", verb="LIST") - lists == 1
+        assert metric(inner.url, "watchcache_backfill_fetches_total", outcome="ok") == 1
+        assert metric(outer.url, "watchcache_backfill_fetches_total", outcome="ok") == 1
+    finally:
+        kill_group(outer)
+        kill_group(inner)
