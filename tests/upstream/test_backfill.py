@@ -19,7 +19,7 @@ from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.backfill import BackfillFailed, BackfillLimits, reach_back
 from watchcache.dispatch.cacher import Cacher
-from watchcache.resources import PODS
+from watchcache.resources import CONFIGMAPS, PODS
 from watchcache.upstream.backfill import UpstreamBackfill
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.reflector import Reflector
@@ -102,13 +102,37 @@ def test_a_restart_storm_of_200_clients_at_different_old_rvs_costs_one_exact_lis
     asyncio.run(go())
 
 
+def test_the_event_at_the_windows_start_proves_the_span_at_once() -> None:
+    """The window starts at the resource's last event (the restarted proxy listed right after it):
+    kube sends no bookmark then (nothing moved past the watch), and the event itself is the proof."""
+
+    async def go() -> float:
+        async with sim_server(objects=20) as sim, upstream_client(sim.url) as client:
+            names = pod_names(sim)
+            held = relabel(sim, names[0], "a")
+            last = relabel(sim, names[1], "b")
+            async with restarted_proxy(client) as (cacher, _):
+                assert cacher.cache.oldest_rv == last
+                started = time.monotonic()
+                assert await reach_back(cacher, held, 10.0) is None
+                assert [e.rv for e in cacher.cache.events_since(held)] == [last]
+                return time.monotonic() - started
+
+    took = asyncio.run(go())
+    assert took < 0.5, f"the proof took {took:.2f}s"
+
+
 def test_a_quiet_resource_is_proven_by_the_upstreams_bookmark() -> None:
+    """The window starts past the resource's last event (another resource was written since)."""
+
     async def go() -> float:
         async with sim_server(objects=20) as sim, upstream_client(sim.url) as client:
             names = pod_names(sim)
             held = relabel(sim, names[0], "a")
             relabel(sim, names[1], "b")
+            sim.cluster.create(CONFIGMAPS, "ns-0", {"metadata": {"name": "elsewhere"}})
             async with restarted_proxy(client) as (cacher, _):
+                assert cacher.cache.oldest_rv == held + 2
                 started = time.monotonic()
                 assert await reach_back(cacher, held, 10.0) is None
                 assert [e.rv for e in cacher.cache.events_since(held)] == [held + 1]

@@ -7,13 +7,17 @@ For a request at ``R`` older than the window's start ``O``, two requests to the 
    span must start from a known state, never from bare events: a selector watch needs each
    event's prior state to turn a MODIFIED into an ADDED or a DELETED;
 2. the events after ``R``: a WATCH from ``R`` with bookmarks and ``timeoutSeconds=3``, read
-   until it proves every event ``≤ O`` was received — an event past ``O`` (events come in rv
-   order), or a BOOKMARK at or past ``O``. On a quiet resource kube sends that bookmark 2 s
-   before the watch's deadline, 1-2.25 s in (``upstream.probes`` relies on the same timer);
-   bookmarks are best effort, so a watch that ends without one is watched again from the last
-   event seen (at most ``WATCH_ROUNDS`` times). kube answers a watch from an rv older than its
-   own watch cache with 410, even while etcd still has the revision: a limit of the upstream,
-   not of this proxy (docs/reliability.md).
+   until it proves every event ``≤ O`` was received: an event past ``O`` (events come in rv
+   order); an event *at* ``O`` (kube-apiserver and the simulated cluster give every event its
+   own rv, so nothing else is at ``O``; an upstream watchcache tier's groups of events sharing
+   an rv come from relist diffs, which a window never reaches back across); or a BOOKMARK at or
+   past ``O``. kube sends that bookmark 2 s before the watch's deadline only when its cache has
+   moved past the last event it sent the watch (measured against the reference apiserver:
+   0.5-1.8 s into a 3 s watch, sometimes not at all; none when ``O`` is the resource's last
+   event, which the event at ``O`` proves instead). So a watch that ends without a proof is
+   watched again from the last event seen, at most ``WATCH_ROUNDS`` times. kube answers a
+   watch from an rv older than its own watch cache with 410, even while etcd still has the
+   revision: a limit of the upstream, not of this proxy (docs/reliability.md).
 
 The LIST first, then the watch, so that the proof is checked against the window's start in
 the same step that hands the span to the cache (``Cacher.backfill``, which replays it and
@@ -42,8 +46,8 @@ log = logging.getLogger("watchcache.upstream.backfill")
 
 # kube sends a watch's bookmark 2 s before its deadline: 3 s brings it 1-2.25 s in (2 never does).
 WATCH_TIMEOUT = 3
-# Watches without a proof before the fetch gives up (bookmarks are best effort).
-WATCH_ROUNDS = 5
+# Watches without a proof before the fetch gives up (bookmarks are best effort): ~9 s.
+WATCH_ROUNDS = 3
 
 _REFUSED = {
     BackfillRefused.RELIST: BackfillFailed.RELIST,
@@ -178,7 +182,8 @@ class _Fetch:
                             continue  # a resumed stream repeating its start
                         changes.append((DELETED if kind == DELETED else str(kind), obj))
                         self.span_bytes += len(obj.body)
-                        through = max(through, obj.rv - 1)
+                        # Every event before this one came; at its rv, no other (one event per rv).
+                        through = max(through, obj.rv)
                         last = obj.rv
                         if len(changes) > limits.max_events or self.span_bytes > limits.max_bytes:
                             raise BackfillFailed(
