@@ -95,10 +95,22 @@ def test_prepend_refuses_when_the_group_at_the_start_was_split_by_eviction():
     h = HistoryWindow(2, 300, oldest_rv=1)
     h.append(ev(2, name="a"))
     h.append(ev(2, name="b"))
-    h.append(ev(3))  # evicts the group at 2
-    assert h.evicted_at_oldest == 2
+    h.append(ev(2, name="c"))  # evicts the group at 2 so far...
+    h.append(ev(2, name="d"))  # ...and the rest of it came after (an upstream tier's group, split by a read)
+    assert h.oldest_rv == 2 and [e.rv for e in h] == [2]
     with pytest.raises(ValueError, match="partly evicted"):
         h.prepend([], 1)
+
+
+def test_prepend_after_whole_groups_were_evicted_starts_the_window_over():
+    h = HistoryWindow(2, 300, oldest_rv=1)
+    h.max_events = 2
+    for rv in (2, 3, 4):
+        h.append(ev(rv))
+    assert h.oldest_rv == 2 and h.evicted_at_oldest == 1
+    h.max_events = 3  # room for the span
+    h.prepend([ev(2)], 1)
+    assert [e.rv for e in h] == [2, 3, 4] and h.oldest_rv == 1 and h.evicted_at_oldest == 0
 
 
 def test_a_prepended_span_expires_with_the_head_it_was_stamped_with():

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 
 from tests.factories import pod
+from tests.waiting import until
+from watchcache import apierrors
 from watchcache.backoff import Backoff
 from watchcache.cache.events import ADDED, MODIFIED
-from watchcache.cache.store import Span
+from watchcache.cache.predicate import SelectionPredicate
+from watchcache.cache.semantics import Mode, WatchPlan
+from watchcache.cache.store import CacheConfig, Span
 from watchcache.dispatch.backfill import BackfillFailed, Backfills, Fetched, reach_back
-from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.cacher import Cacher, WatchRequest
 from watchcache.resources import PODS
+from watchcache.watchers.watcher import CloseReason, Watcher
 
 HEAD = 100
 
@@ -160,3 +166,118 @@ def test_no_fetch_for_an_rv_the_window_reaches(rv: int) -> None:
 
     result, fetch = asyncio.run(go())
     assert result is None and fetch.fetched == []
+
+
+# ---- the cacher's watch: its start and its lag cycle use the backfill (dispatch/cacher.py)
+
+ALL = SelectionPredicate.parse(PODS, None, "", "")
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.lagged = 0
+        self.closed_reasons: list[str] = []
+
+    def wake(self, watcher: Watcher) -> None:
+        pass
+
+    def closed(self, watcher: Watcher, reason: str) -> None:
+        self.closed_reasons.append(reason)
+
+    def lagging(self, watcher: Watcher) -> None:
+        self.lagged += 1
+
+
+def exact(rv: int) -> WatchPlan:
+    return WatchPlan(Mode.EXACT, rv, initial_events=False, initial_events_end_bookmark=False)
+
+
+def rvs(w: Watcher) -> list[int]:
+    return [
+        int(orjson.loads(line)["object"]["metadata"]["resourceVersion"]) for line in b"".join(w.take()[0]).splitlines()
+    ]
+
+
+def test_a_watch_from_before_the_window_starts_after_the_backfill_with_the_upstreams_events() -> None:
+    async def go() -> tuple[list[int], FakeUpstream]:
+        fetch = FakeUpstream(delay=0.02)
+        cacher = cacher_with(fetch)
+        w = await cacher.watch(WatchRequest(ALL, exact(95)), Sink())
+        cacher.apply([(MODIFIED, pod("a", "ns", HEAD + 1))])
+        return rvs(w), fetch
+
+    got, fetch = asyncio.run(go())
+    assert got == [96, 97, 98, 99, 100, 101]
+    assert fetch.fetched == [95]
+
+
+def test_a_watch_whose_backfill_fails_gets_410_saying_why() -> None:
+    async def go() -> apierrors.StatusError:
+        cacher = cacher_with(FakeUpstream(gone_below=1000))
+        with pytest.raises(apierrors.StatusError) as e:
+            await cacher.watch(WatchRequest(ALL, exact(95)), Sink())
+        assert len(cacher.dispatcher) == 0
+        return e.value
+
+    error = asyncio.run(go())
+    assert error.code == 410
+    assert str(error).startswith("too old resource version: 95 (100): the upstream compacted 95")
+
+
+def lagging_watcher_past_its_window(fetch: FakeUpstream, max_events: int = 50) -> tuple[Cacher, Watcher, Sink]:
+    """A watcher that lagged at 90 while its client read nothing; then its history aged out of the window."""
+
+    now = [0.0]
+    cacher = Cacher(PODS, CacheConfig(history_max_events=max_events, history_max_age=10.0), clock=lambda: now[0])
+    cacher.replace([pod("a", "ns", 90)], 90)  # the upstream's state at 90 (see upstream_span)
+    cacher.backfills = Backfills(cacher, fetch, coalesce=0.0)
+    sink = Sink()
+    watcher = cacher.start_watch(WatchRequest(ALL, exact(90), max_pending_bytes=1500), sink)
+    for rv in range(91, HEAD + 1):
+        cacher.apply([(MODIFIED, pod("a", "ns", rv))])
+    assert watcher.lagging and watcher.resume_rv == 90
+    now[0] = 20.0
+    cacher.tick()  # older than --history-max-age: evicted
+    assert cacher.cache.oldest_rv == HEAD
+    return cacher, watcher, sink
+
+
+def test_a_lagging_watcher_whose_history_aged_out_is_backfilled_and_caught_up_not_ended() -> None:
+    async def go() -> tuple[Watcher, list[int], Cacher, FakeUpstream]:
+        fetch = FakeUpstream()
+        cacher, w, sink = lagging_watcher_past_its_window(fetch)
+        assert not cacher.catch_up(w)  # the backfill starts; the watcher stays LAGGING
+        assert not w.closed and w.lagging
+        await until(lambda: sink.lagged == 2)  # told once the history is there
+        got: list[int] = []
+        while cacher.catch_up(w) or w.pending:
+            got += rvs(w)
+        return w, got + rvs(w), cacher, fetch
+
+    w, got, cacher, fetch = asyncio.run(go())
+    assert got == list(range(91, HEAD + 1)) and not w.lagging and not w.closed
+    assert fetch.fetched == [90]
+    assert (cacher.watchers_expired, cacher.watchers_caught_up) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("fetch", "max_events", "why"),
+    [
+        (FakeUpstream(gone_below=1000), 50, "the upstream compacted 90"),
+        # more behind than the window may hold: the span does not fit (--history-max-events)
+        (FakeUpstream(), 5, "do not fit in the window"),
+    ],
+)
+def test_a_lagging_watcher_whose_backfill_fails_gets_410_saying_why(
+    fetch: FakeUpstream, max_events: int, why: str
+) -> None:
+    async def go() -> tuple[Watcher, list[dict]]:
+        cacher, w, _ = lagging_watcher_past_its_window(fetch, max_events)
+        assert not cacher.catch_up(w) and not w.closed
+        await until(lambda: w.closed)
+        return w, [orjson.loads(line) for line in b"".join(w.take()[0]).splitlines()]
+
+    w, got = asyncio.run(go())
+    assert w.close_reason == CloseReason.EXPIRED
+    [error] = got
+    assert error["object"]["code"] == 410 and why in error["object"]["message"], error

@@ -89,7 +89,9 @@ class HistoryWindow:
         """
         if oldest_rv >= self.oldest_rv:
             raise ValueError(f"a span must start before the window's oldest rv {self.oldest_rv}, not at {oldest_rv}")
-        if self.evicted_at_oldest:
+        if self.at(self.oldest_rv):
+            # The rest of a group at oldest_rv came after the group was evicted (an upstream tier's
+            # group split across reads): the span's events at that rv could not be told apart.
             raise ValueError(f"the group at the window's oldest rv {self.oldest_rv} was partly evicted")
         if len(events) > self.room():
             raise ValueError(f"{len(events)} events do not fit: room for {self.room()} of {self.max_events}")
@@ -105,6 +107,7 @@ class HistoryWindow:
         self._start = 0
         self._bytes += sum(e.size for e in events)
         self.oldest_rv = oldest_rv
+        self.evicted_at_oldest = 0
 
     def expire(self, now: float) -> int:
         """Evict groups older than ``max_age``; returns the number of events evicted."""

@@ -359,7 +359,7 @@ class ResourceCache:
             )
         if span.through < oldest:
             raise BackfillRefused(BackfillRefused.SHORT, f"span ({start}, {span.through}] ends before {oldest}")
-        if history.evicted_at_oldest:
+        if history.at(oldest):
             raise BackfillRefused(BackfillRefused.SPLIT, f"the group at {oldest} was partly evicted")
         state: dict[str, CachedObject | None] = dict(span.prior)
         stamp = history.oldest_event_time

@@ -183,6 +183,14 @@ class Backfills:
                 self._waiters.remove(entry)
         self.requests["served"] += 1
 
+    async def reach_back(self, rv: int, timeout: float | None = None) -> BackfillFailed | None:
+        """``reach``, returning why it failed instead of raising (None: the window reaches ``rv``)."""
+        try:
+            await self.reach(rv, self.wait if timeout is None else timeout)
+        except BackfillFailed as e:
+            return e
+        return None
+
     def stop(self) -> None:
         if self._pump is not None:
             self._pump.cancel()
@@ -277,8 +285,4 @@ async def reach_back(cacher: Cacher, rv: int, timeout: float | None = None) -> B
         return None
     if backfills is None:
         return BackfillFailed(BackfillFailed.OFF, "")
-    try:
-        await backfills.reach(rv, backfills.wait if timeout is None else timeout)
-    except BackfillFailed as e:
-        return e
-    return None
+    return await backfills.reach_back(rv, timeout)

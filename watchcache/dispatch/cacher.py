@@ -18,7 +18,8 @@ with its active/lagging split). The HTTP handler (``server/watch.py``) builds a
 tells ``catch_up`` when its client has drained::
 
     watch(request, sink)
-      | async step: nothing to await today (issue 20: a backfill of history older than the window)
+      | async step: a start rv before the window waits for a backfill of the older history
+      | (dispatch/backfill.py; bounded by --backfill-wait)
       v
     start_watch(request, sink)  synchronous, no await (invariant 2)
       |  plan: initial events from a snapshot | backlog from history | start at the head
@@ -29,7 +30,9 @@ tells ``catch_up`` when its client has drained::
                                                                     | buffer dropped, resume_rv kept
     LAGGING --client drained: catch_up() replays a bounded step--> LAGGING
     LAGGING --catch_up() replays up to the newest event----------> ACTIVE       (same step: no gap)
-    LAGGING --history moved past resume_rv: history_gone()-------> CLOSED (410 Expired)
+    LAGGING --history moved past resume_rv: history_gone()-------> LAGGING, backfilling: catch_up()
+                                                                    again once it is there, else
+                                                                    CLOSED (410 Expired)
     any ------close(reason): timeout, client gone, shutdown, error-> CLOSED --ended()--> unregistered
 """
 
@@ -62,6 +65,9 @@ if TYPE_CHECKING:
     from watchcache.dispatch.backfill import Backfills
 
 log = logging.getLogger("watchcache.dispatch.cacher")
+
+# A lagging watcher whose history went is backfilled at most this many times (then 410).
+BACKFILLS_PER_WATCHER = 2
 
 
 class CacherState(enum.Enum):
@@ -148,6 +154,9 @@ class Cacher:
         # Where older history comes from when a request needs it (None: nowhere, 410 as before).
         self.backfills: Backfills | None = None
         self.backfilled_events = 0
+        # Lagging watchers whose history is being backfilled, and how many times each was.
+        self._backfilling: set[Watcher] = set()
+        self._backfilled: dict[Watcher, int] = {}
 
     @property
     def ready(self) -> bool:
@@ -391,14 +400,19 @@ class Cacher:
         """Start a watch: a registered watcher whose first frames are its initial events or backlog.
 
         Two steps, kept apart on purpose (see the module doc). The asynchronous one waits for
-        what the start needs first: nothing yet (the handler has waited for freshness already);
-        issue 20 awaits a backfill of history older than the window here. Then ``start_watch`` runs
-        without an ``await``. Raises the 410 ``StatusError`` when the start rv is before the
-        window (the handler sends it as an ERROR event, as kube does).
+        what the start needs first (the handler has waited for freshness already): a start rv
+        older than the window waits for the history before it (``backfills``). Then
+        ``start_watch`` runs without an ``await``. Raises the 410 ``StatusError`` when the start
+        rv is before the window (the handler sends it as an ERROR event, as kube does).
         """
-        return self.start_watch(request, sink)
+        plan = request.plan
+        backfills = self.backfills
+        failed: Exception | None = None
+        if backfills is not None and plan.mode is Mode.EXACT and plan.rv < self.cache.oldest_rv:
+            failed = await backfills.reach_back(plan.rv)
+        return self.start_watch(request, sink, backfill=failed)
 
-    def start_watch(self, request: WatchRequest, sink: WatchSink) -> Watcher:
+    def start_watch(self, request: WatchRequest, sink: WatchSink, *, backfill: Exception | None = None) -> Watcher:
         """The synchronous section of a watch's start: read the state, queue it, register.
 
         No ``await`` from the state read to ``dispatcher.add``: an event applied before it is in
@@ -418,8 +432,9 @@ class Cacher:
             try:
                 backlog = cache.events_since(plan.rv, predicate)
             except ResourceVersionTooOld as e:
-                # Outside the window, or ambiguous for this watch (invariant 3): the client relists.
-                raise apierrors.resource_expired(str(e)) from None
+                # Outside the window (and its backfill failed), or ambiguous for this watch
+                # (invariant 3): the client relists.
+                raise apierrors.resource_expired(_expired(e, backfill)) from None
         else:
             start_rv = cache.rv
         watcher = Watcher(
@@ -477,15 +492,46 @@ class Cacher:
     def history_gone(self, watcher: Watcher, error: ResourceVersionTooOld) -> bool:
         """The history moved past a lagging watcher's ``resume_rv``: the one place that decides what then.
 
-        Today the watch ends with 410 Expired and its client relists (invariant 6). Issue 20
-        (history older than the window backfilled from the upstream) changes only this method:
-        start the backfill, leave the watcher LAGGING, return False, and call
-        ``watcher.sink.lagging(watcher)`` once the history is there, so that the sink runs
-        ``catch_up`` again. Returns whether ``catch_up`` may be called again at once.
+        With a source of older history (``backfills``) and a ``resume_rv`` before the window, the
+        watcher stays LAGGING while the history before the window is fetched, and its sink is told
+        (``lagging``) once it is there, so that it runs ``catch_up`` again; at most
+        ``BACKFILLS_PER_WATCHER`` times. Otherwise, or if the backfill fails, the watch ends with
+        410 Expired and its client relists (invariant 6). Returns whether ``catch_up`` may be
+        called again at once.
         """
-        self.watchers_expired += 1
-        watcher.expire(watcher.encoding.error_frame(apierrors.resource_expired(str(error))))
+        backfills = self.backfills
+        if watcher in self._backfilling:
+            return False  # under way: the sink is told when it ends
+        tries = self._backfilled.get(watcher, 0)
+        if backfills is not None and watcher.resume_rv < self.cache.oldest_rv and tries < BACKFILLS_PER_WATCHER:
+            self._backfilled[watcher] = tries + 1
+            self._backfilling.add(watcher)
+            task = asyncio.ensure_future(self._backfill_lagging(watcher, error))
+            task.add_done_callback(_retrieve)
+            return False
+        self._expire(watcher, error, None)
         return False
+
+    async def _backfill_lagging(self, watcher: Watcher, error: ResourceVersionTooOld) -> None:
+        assert self.backfills is not None
+        try:
+            failed = await self.backfills.reach_back(watcher.resume_rv)
+        finally:
+            self._backfilling.discard(watcher)
+        if watcher.closed or not watcher.lagging:
+            return
+        if failed is not None:
+            self._expire(watcher, error, failed)
+            return
+        try:
+            watcher.sink.lagging(watcher)  # catch up from the history now in front of the window
+        except Exception:
+            log.exception("resuming %r after its backfill failed; ending it", watcher)
+            watcher.close(CloseReason.INTERNAL_ERROR)
+
+    def _expire(self, watcher: Watcher, error: ResourceVersionTooOld, backfill: Exception | None) -> None:
+        self.watchers_expired += 1
+        watcher.expire(watcher.encoding.error_frame(apierrors.resource_expired(_expired(error, backfill))))
 
     # WatchOwner: told by the watchers ``start_watch`` registered.
     def lagged(self, watcher: Watcher) -> None:
@@ -494,6 +540,7 @@ class Cacher:
     def ended(self, watcher: Watcher, reason: str) -> None:
         if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.EXPIRED):
             self.watchers_terminated += 1
+        self._backfilled.pop(watcher, None)
         self.dispatcher.remove(watcher)
 
     def add_watcher(self, watcher: Watcher) -> None:
@@ -508,6 +555,17 @@ class Cacher:
         self.cache.expire()
         if self.ready:
             self.dispatcher.send_due_bookmarks(self.clock(), self.cache.rv)
+
+
+def _expired(error: ResourceVersionTooOld, backfill: Exception | None) -> str:
+    """The 410's message: kube's, and why the older history could not be had (when it was tried)."""
+    reason = str(backfill) if backfill is not None else ""
+    return f"{error}: {reason}" if reason else str(error)
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a lagging watcher's backfill raised", exc_info=task.exception())
 
 
 def _on_relist(replica: Replica, events: list[WatchEvent], rv: int) -> None:
