@@ -135,12 +135,17 @@ def test_a_restart_storm_of_60_watches_from_old_rvs_costs_the_upstream_at_most_t
         held = [start_rv] + [rv for _, rv in writes[:-1]]
         asked = [held[i % len(held)] for i in range(60)]
         with concurrent.futures.ThreadPoolExecutor(60) as pool:
-            results = list(pool.map(lambda rv: (rv, watch_events(proxy.url, rv, head)), asked))
+            try:
+                results = list(pool.map(lambda rv: (rv, watch_events(proxy.url, rv, head)), asked))
+            except Exception as e:
+                raise AssertionError("".join(proxy.log[-40:])) from e
         for rv, got in results:  # each client: exactly the updates after its rv, in order
             assert got == [("MODIFIED", name, wrv) for name, wrv in writes if wrv > rv], rv
         fetched = metric(sim.url, "apiserver_request_total", resource="configmaps", verb="LIST") - lists
         assert 1 <= fetched <= 2, f"{fetched} LISTs reached the upstream for 60 clients"
-        assert 1 <= metric(proxy.url, "watchcache_backfill_fetches_total", outcome="ok") <= 2
+        # Per worker: the owner's fetches from the sim, a follower's from the owner.
+        per_worker = [metric(proxy.url, "watchcache_backfill_fetches_total", outcome="ok", worker=w) for w in "01"]
+        assert max(per_worker) >= 1 and all(n <= 2 for n in per_worker), per_worker
         # Those that came after the span was in place were served at once, without waiting.
         served = metric(proxy.url, "watchcache_backfill_requests_total", outcome="served")
         assert served >= 1 and metric(proxy.url, "watchcache_backfill_requests_total") == served
@@ -196,7 +201,8 @@ def test_an_rv_the_upstream_compacted_gets_410_saying_so(sim: Proc, tmp_path: Pa
         status = event["object"]
         assert status["code"] == 410 and status["reason"] == "Expired"
         assert "too old resource version" in status["message"] and "the upstream answered 410" in status["message"]
-        assert metric(proxy.url, "watchcache_backfill_fetches_total", outcome="gone") == 1
+        # Counted by the worker that fetched from the sim, and by a follower that asked it.
+        assert metric(proxy.url, "watchcache_backfill_fetches_total", outcome="gone") >= 1
     finally:
         kill_group(proxy)
 
