@@ -111,6 +111,7 @@ def test_the_history_before_a_restarted_proxys_window_is_the_apiservers(
 
 
 @pytest.mark.skipif(not os.environ.get("WATCHCACHE_REFERENCE_SLOW"), reason="set WATCHCACHE_REFERENCE_SLOW=1: ~2 min")
+@pytest.mark.timeout(400)
 def test_an_rv_kubes_watch_cache_dropped_is_410_though_etcd_still_lists_it(
     kube: KubeEnv, namespace: tuple[Api, str]
 ) -> None:
