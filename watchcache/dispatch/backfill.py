@@ -123,6 +123,7 @@ class Backfills:
         *,
         wait: float = 10.0,
         coalesce: float = 0.1,
+        source: str = "the upstream",
         attempts: int = 3,
         backoff: Backoff | None = None,
     ) -> None:
@@ -130,6 +131,8 @@ class Backfills:
         self.fetch = fetch
         self.wait = wait
         self.coalesce = coalesce
+        # Where the fetches go, for the logs: "the upstream", "the owner (worker 1)".
+        self.source = source
         self.attempts = attempts
         self.backoff = backoff or Backoff(0.5, 10.0)
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -215,9 +218,10 @@ class Backfills:
                 self.durations.observe(time.monotonic() - started)
                 self.fetches[e.outcome] += 1
                 log.warning(
-                    "backfill of %s from rv %d failed after %.2fs (%s): %s",
+                    "backfill of %s from rv %d from %s failed after %.2fs (%s): %s",
                     self.cacher.resource.qualified,
                     rv,
+                    self.source,
                     time.monotonic() - started,
                     e.outcome,
                     e,
@@ -250,9 +254,10 @@ class Backfills:
                 return
             self.fetches["ok"] += 1
             log.info(
-                "backfilled %s from rv %d: %d events, %d bytes read, %.2fs, %d requests waiting",
+                "backfilled %s from rv %d from %s: %d events, %d bytes read, %.2fs, %d requests waiting",
                 self.cacher.resource.qualified,
                 rv,
+                self.source,
                 fetched.events,
                 fetched.bytes,
                 seconds,

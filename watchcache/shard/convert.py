@@ -107,8 +107,10 @@ class SpanParts:
         self.through = through
         self.prior: dict[str, CachedObject] = {}
         self.changes: list[tuple[str, CachedObject]] = []
+        self.bytes = 0
 
     def add(self, msg: pb.Span) -> None:
+        self.bytes += msg.ByteSize()
         for o in msg.prior:
             obj = object_from_pb(o)
             self.prior[obj.key] = obj

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import cast
@@ -61,7 +62,7 @@ class Follower:
         self.live = asyncio.Event()
         self._send: Callable[[bytes], None] | None = None
         # Backfill requests sent and not answered, by rv: the answer's events put in front.
-        self._asked: dict[int, asyncio.Future[int]] = {}
+        self._asked: dict[int, asyncio.Future[Fetched]] = {}
         self.fetch_timeout = 30.0
 
     async def run(self) -> None:
@@ -110,12 +111,12 @@ class Follower:
                     if send is None:  # not yet: the stream that set ``live`` is being set up
                         await asyncio.sleep(0.01)
                         continue
-                    fut: asyncio.Future[int] = loop.create_future()
+                    fut: asyncio.Future[Fetched] = loop.create_future()
                     self._asked[rv] = fut
                     request = pb.BackfillRequest(resource_version=rv, through=cacher.cache.oldest_rv)
                     send(encode_frame(pb.WorkerRequest(backfill=request)))
                     try:
-                        return Fetched(await fut, 0)
+                        return await fut
                     finally:
                         if self._asked.get(rv) is fut:
                             del self._asked[rv]
@@ -126,7 +127,7 @@ class Follower:
                     BackfillFailed.FAILED, f"no answer from the owner within {self.fetch_timeout:g}s"
                 ) from None
 
-    def answered(self, rv: int, events: int | None, error: BackfillFailed | _Retry | None = None) -> None:
+    def answered(self, rv: int, fetched: Fetched | None, error: BackfillFailed | _Retry | None = None) -> None:
         fut = self._asked.get(rv)
         if fut is None or fut.done():
             return
@@ -134,7 +135,7 @@ class Follower:
             fut.set_exception(error)
             fut.exception()
         else:
-            fut.set_result(events or 0)
+            fut.set_result(fetched or Fetched(0, 0))
 
 
 class _FollowStream(asyncio.Protocol):
@@ -267,7 +268,7 @@ class _Session:
             log.warning("following %s: the owner's span from %d refused: %s", follower.resource.qualified, parts.rv, e)
             follower.answered(parts.rv, None, BackfillFailed(_REFUSED.get(e.reason, BackfillFailed.MISMATCH), str(e)))
             return
-        follower.answered(parts.rv, len(events))
+        follower.answered(parts.rv, Fetched(len(events), parts.bytes))
 
 
 def _after(state: ResourceCache, changes: list[tuple[str, CachedObject]]) -> list[CachedObject]:
@@ -320,7 +321,10 @@ class Followers:
         follower = Follower(resource, cacher, self.socket_of(resource), self.me, resume=limits is not None)
         if limits is not None:
             follower.fetch_timeout = limits.fetch_timeout
-            cacher.backfills = Backfills(cacher, follower.fetch, wait=limits.wait, coalesce=limits.coalesce)
+            owner = f"the owner ({os.path.basename(follower.socket_path)})"
+            cacher.backfills = Backfills(
+                cacher, follower.fetch, wait=limits.wait, coalesce=limits.coalesce, source=owner
+            )
         self.cachers[resource] = cacher
         self.followers[resource] = (follower, asyncio.ensure_future(follower.run()))
         return cacher
