@@ -32,8 +32,11 @@ def test_campaign_keeps_every_watch_guarantee_and_the_checker_sees_an_injected_l
     assert result["clients"] >= 100
     names = {p["name"] for p in result["phases"]}
     assert {"upstream SIGKILL + restart", "owner worker SIGKILL", "rolling restart (supervisor SIGTERM)"} <= names
-    # The faults did bite: clients reconnected, and relisted after the rolling restart.
-    assert result["totals"]["reconnects"] > 100 and result["totals"]["relists"] > 50
+    # The faults did bite: clients reconnected, every one of them across the rolling restart (which,
+    # since the proxy backfills the history before its new window, costs them no relist).
+    assert result["totals"]["reconnects"] > 100
+    rolling = next(p for p in result["phases"] if p["name"] == "rolling restart (supervisor SIGTERM)")
+    assert rolling["reconnects"] >= result["clients"], rolling
 
     # The same records, tampered with: the checker must notice.
     upstream = Upstream(read_log(str(tmp_path / "sim.journal")))
