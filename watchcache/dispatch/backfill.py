@@ -10,11 +10,13 @@ One resource, one fetch at a time, shared: requests arriving within ``coalesce``
 each other (a restart storm: clients holding slightly different rvs) are served by one fetch
 from the oldest rv asked; those that arrive during a fetch with an rv it does not reach get
 the next one. A fetch that fails for its rv (the upstream compacted it, a bound) fails the
-requests at or below that rv and is tried again for the others (at most ``attempts`` times in
-a row); one that fails for any other reason fails every waiting request, and the next
-requests fail at once until a backoff has passed, so a failing upstream is not asked again
-by every client. Every wait is bounded by its request's deadline; the fetch is not cancelled
-when its requests give up (its span serves the next ones).
+requests at or below that rv at once and is tried again for the others. One that fails for
+any other reason (an error, a timeout, no proof of completeness, a span that did not check)
+is tried again after a backoff while requests wait, so a passing fault costs a client a
+delay, not a relist; the requests waiting when ``attempts`` fetches in a row have failed get
+the last failure. Every wait is bounded by its request's deadline (``--backfill-wait``), and
+fetches by the backoff, so a failing upstream is asked a few times, not once per client; a
+fetch is not cancelled when its requests give up (its span serves the next ones).
 """
 
 from __future__ import annotations
@@ -138,7 +140,6 @@ class Backfills:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._pump: asyncio.Task[None] | None = None
         self._retry_at = 0.0
-        self._error: BackfillFailed | None = None
         # Requests that needed a backfill, by outcome ("served" or a BackfillFailed outcome).
         self.requests: collections.Counter[str] = collections.Counter()
         # Fetches by outcome ("ok" or a BackfillFailed outcome), what they brought, how long they took.
@@ -162,9 +163,6 @@ class Backfills:
                 BackfillFailed.RELIST,
                 f"this cache relisted at {cache.relisted_at}: older resourceVersions cannot be served exactly",
             )
-        if time.monotonic() < self._retry_at and self._error is not None:
-            self.requests[self._error.outcome] += 1
-            raise BackfillFailed(self._error.outcome, f"backing off after: {self._error}")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (rv, fut)
         self._waiters.append(entry)
@@ -204,7 +202,8 @@ class Backfills:
 
     async def _run(self) -> None:
         failures = 0
-        await asyncio.sleep(self.coalesce)
+        # After a failed fetch, the next one waits out the backoff, whoever asks.
+        await asyncio.sleep(max(self.coalesce, self._retry_at - time.monotonic()))
         while True:
             self._settle(None)
             pending = [rv for rv, fut in self._waiters if not fut.done()]
@@ -227,14 +226,18 @@ class Backfills:
                     e,
                 )
                 failures += 1
-                if e.outcome in BackfillFailed.PER_RV and failures < self.attempts:
-                    self._settle(e, upto=rv)
+                if failures >= self.attempts:
+                    self._settle(e)  # those waiting now get it; later requests start over
+                    if e.outcome not in BackfillFailed.PER_RV:
+                        self._retry_at = time.monotonic() + self.backoff.next()
+                    return
+                if e.outcome in BackfillFailed.PER_RV:
+                    self._settle(e, upto=rv)  # the others may still be served: at once
                     continue
-                self._settle(e)
-                if e.outcome not in BackfillFailed.PER_RV:
-                    self._error = e
-                    self._retry_at = time.monotonic() + self.backoff.next()
-                return
+                delay = self.backoff.next()
+                self._retry_at = time.monotonic() + delay
+                await asyncio.sleep(delay)
+                continue
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # never leave requests waiting on a pump that died
@@ -265,7 +268,7 @@ class Backfills:
             )
             failures = 0
             self.backoff.reset()
-            self._error = None
+            self._retry_at = 0.0
 
     def _settle(self, error: BackfillFailed | None, upto: int | None = None) -> None:
         """Wake the waiters the window now reaches; with ``error``, fail those at or below ``upto`` (None: all)."""
