@@ -66,8 +66,10 @@ class BackfillLimits:
     max_events: int = 20_000
     max_bytes: int = 256 << 20
     # Fetches from the upstream at once per worker, and the bytes they may hold together
-    # (the LIST at the old rv counts: it is held until the span is checked).
-    concurrency: int = 2
+    # (the LIST at the old rv counts: it is held until the span is checked). After a restart every
+    # resource whose clients come back needs one: a worker owning a dozen must not queue them
+    # past the requests' wait.
+    concurrency: int = 4
     memory_bytes: int = 512 << 20
     # Requests arriving within this many seconds of the first share its fetch.
     coalesce: float = 0.1
