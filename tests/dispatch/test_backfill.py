@@ -7,8 +7,8 @@ import asyncio
 import orjson
 import pytest
 
-from tests.factories import pod
-from tests.waiting import until
+from tests.support.factories import pod
+from tests.support.waiting import until
 from watchcache import apierrors
 from watchcache.backoff import Backoff
 from watchcache.cache.events import ADDED, MODIFIED

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import READY, Proc, start, wait_ready
-from tests.e2e.httpkube import WatchStream, configmap, get, get_ok, path_with, request, rv_of
+from tests.support.httpkube import WatchStream, configmap, get, get_ok, path_with, request, rv_of
+from tests.support.processes import READY, Proc, start, wait_ready
 
 CM = "/api/v1/namespaces/ns-0/configmaps"
 

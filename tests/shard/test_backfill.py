@@ -14,9 +14,9 @@ from pathlib import Path
 
 import orjson
 
-from tests.factories import NullSink, pod
-from tests.server.harness import arun
-from tests.waiting import until
+from tests.support.factories import NullSink, pod
+from tests.support.harness import arun
+from tests.support.waiting import until
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.object import CachedObject
 from watchcache.cache.predicate import SelectionPredicate
