@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from watchcache.dispatch.backfill import Backfills
 from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.freshness import Reached, Wait
 from watchcache.http.admission import Admission
@@ -351,7 +352,7 @@ class CacheCollector(Collector):
         )
         for resource, cacher in list(self.cachers.items()):
             b = cacher.backfills
-            if b is None:
+            if not isinstance(b, Backfills):
                 continue
             lv = [resource.group, resource.resource]
             for outcome in ("ok", "gone", "bound", "mismatch", "relist", "failed"):

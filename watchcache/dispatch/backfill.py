@@ -295,4 +295,7 @@ async def reach_back(cacher: Cacher, rv: int, timeout: float | None = None) -> B
         return None
     if backfills is None:
         return BackfillFailed(BackfillFailed.OFF, "")
-    return await backfills.reach_back(rv, timeout)
+    failed = await backfills.reach_back(rv, timeout)
+    if failed is None or isinstance(failed, BackfillFailed):
+        return failed
+    return BackfillFailed(BackfillFailed.FAILED, str(failed))

@@ -45,7 +45,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from sortedcontainers import SortedList
 
@@ -61,9 +61,6 @@ from watchcache.resources import ResourceType
 from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.watcher import CloseReason, Watcher, WatchSink
 
-if TYPE_CHECKING:
-    from watchcache.dispatch.backfill import Backfills
-
 log = logging.getLogger("watchcache.dispatch.cacher")
 
 # A lagging watcher whose history went is backfilled at most this many times (then 410).
@@ -74,6 +71,18 @@ class CacherState(enum.Enum):
     PENDING = "pending"
     READY = "ready"
     STOPPED = "stopped"
+
+
+class OlderHistory(Protocol):
+    """Where a cache's history older than its window comes from (``dispatch.backfill.Backfills``).
+
+    A seam, so that the cacher does not import its backfill (which sits above it)."""
+
+    async def reach_back(self, rv: int, timeout: float | None = None) -> Exception | None:
+        """None once the window reaches back to ``rv``; else why it could not (bounded by ``timeout``)."""
+
+    def stop(self) -> None:
+        """No more fetches: every request waiting for one fails now."""
 
 
 class Replica(Protocol):
@@ -152,7 +161,7 @@ class Cacher:
         # watcher or follower stream concerned.
         self.failures: dict[str, int] = {}
         # Where older history comes from when a request needs it (None: nowhere, 410 as before).
-        self.backfills: Backfills | None = None
+        self.backfills: OlderHistory | None = None
         self.backfilled_events = 0
         # Lagging watchers whose history is being backfilled, and how many times each was.
         self._backfilling: set[Watcher] = set()
