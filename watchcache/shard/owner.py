@@ -288,7 +288,7 @@ class FollowServer:
             resume = 0
         if conn.lost:
             return
-        # ---- synchronous: the events after the follower's rv (or a snapshot and history) and registration (invariant 2).
+        # ---- synchronous (invariant 2): the events after the follower's rv (or a snapshot and history), registration.
         cache = cacher.cache
         if resume:
             try:
