@@ -38,13 +38,17 @@ class Proc:
     control_url: str = ""
     _offset: int = 0
     starts: list[float] = field(default_factory=list)
+    # Its own process group (session), so that the whole group can be killed at once (a container kill).
+    new_session: bool = False
 
     def start(self) -> None:
         self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
         try:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=self.new_session
+            )
         finally:
             log.close()
         self.starts.append(time.monotonic())
