@@ -94,6 +94,9 @@ class ScenarioOptions:
     after_writes: int = 60  # writes after the proxy is back, seen by every client before churn stops
     watch_timeout: tuple[int, int] = (10, 20)
     step_timeout: float = 60.0  # each wait is bounded by this
+    # Cluster-wide watches without a selector see every ConfigMap of the upstream: only where the
+    # authoritative log covers them all (the sim's journal), not a shared apiserver's namespace.
+    cluster_wide: bool = True
     proxy_args: tuple[str, ...] = ()  # more flags for ``watchcache serve``
 
 
@@ -150,18 +153,23 @@ class Outcome:
         return "\n".join(lines)
 
 
-def client_specs(count: int, namespaces: tuple[str, ...]) -> list[tuple[WatchSpec, InformerConfig]]:
-    """Cluster-wide, namespaced and label-selected ConfigMap informers; every fourth lists consistently."""
+def client_specs(
+    count: int, namespaces: tuple[str, ...], *, cluster_wide: bool = True
+) -> list[tuple[WatchSpec, InformerConfig]]:
+    """Cluster-wide, namespaced and label-selected ConfigMap informers; every fourth lists consistently.
+    Without ``cluster_wide``, every watch is of one of ``namespaces``."""
     selectors = (f"{LABEL},phase=a", f"{LABEL},phase in (b)", f"{LABEL},phase!=a")
     out: list[tuple[WatchSpec, InformerConfig]] = []
     for i in range(count):
         slot = i % 4
+        ns = namespaces[(i // 4) % len(namespaces)]
         if slot in (0, 1):
-            spec = WatchSpec(RESOURCE, None, LABEL if slot == 1 else "")
+            spec = WatchSpec(RESOURCE, None if cluster_wide else ns, LABEL if slot == 1 else "")
         elif slot == 2:
-            spec = WatchSpec(RESOURCE, namespaces[(i // 4) % len(namespaces)])
+            spec = WatchSpec(RESOURCE, ns)
         else:
-            spec = WatchSpec(RESOURCE, None if i % 8 == 3 else namespaces[0], selectors[(i // 4) % len(selectors)])
+            where = None if i % 8 == 3 and cluster_wide else namespaces[0]
+            spec = WatchSpec(RESOURCE, where, selectors[(i // 4) % len(selectors)])
         out.append((spec, InformerConfig(list_mode="consistent" if i % 4 == 3 else "any")))
     return out
 
@@ -431,16 +439,22 @@ class RestartScenario:
     proxy: ProxyGroup
     log: Callable[[], list[LogEntry]]  # the upstream's authoritative log, read after the run
     say: Callable[[str], None] = print
+    # Without a journal: watches the upstream directly from before the first write; it is the log.
+    recorder: Recorder | None = None
     timings: dict[str, float] = field(default_factory=dict)
     informers: list[Informer] = field(default_factory=list)
 
     async def run(self) -> Outcome:
         o = self.opts
+        recording = None
+        if self.recorder is not None:
+            recording = asyncio.ensure_future(self.recorder.run())
+            await asyncio.wait_for(self.recorder.listed.wait(), o.step_timeout)
         writer = Writer(self.upstream, o.namespaces, o.objects, o.write_rate)
         await writer.setup()
         self.timings["proxy start"] = await self.proxy.start(o.step_timeout)
         sessions = [new_session() for _ in range((o.clients + 11) // 12)]
-        for i, (spec, cfg) in enumerate(client_specs(o.clients, o.namespaces)):
+        for i, (spec, cfg) in enumerate(client_specs(o.clients, o.namespaces, cluster_wide=o.cluster_wide)):
             cfg.watch_timeout = o.watch_timeout
             self.informers.append(Informer(f"c{i:02d}", self.proxy.url, spec, sessions[i // 12], cfg, seed=i))
         tasks = [asyncio.ensure_future(i.run()) for i in self.informers]
@@ -459,6 +473,15 @@ class RestartScenario:
             await asyncio.gather(*tasks, return_exceptions=True)
             for s in sessions:
                 await s.close()
+            if self.recorder is not None and recording is not None:
+                recorder = self.recorder
+                with contextlib.suppress(TimeoutError):
+                    await until("the recorder at the head", lambda: recorder.rv >= writer.head, o.step_timeout)
+                recorder.stop()
+                recording.cancel()
+                await asyncio.gather(recording, return_exceptions=True)
+                assert recorder.rv >= writer.head, f"the recorder stopped at rv {recorder.rv}: {recorder.failures}"
+                assert not recorder.failures, recorder.failures
         return await self._verdict(writer)
 
     def _seen(self, rv: int) -> Callable[[], bool]:
