@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY = re.compile(rb"ready: listening on (http://[\d.]+:\d+)(?: control (http://[\d.]+:\d+))?")
-SUPERVISOR_READY = re.compile(rb"watchcache serve ready: listening on (http://[\d.]+:\d+)")
+SUPERVISOR_READY = re.compile(rb"watchcache serve ready: listening on (https?://[\d.]+:\d+)")
 RELISTED = re.compile(r"relisted (\S+) at rv (\d+)")
 LOG_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 CAUGHT_UP = re.compile(r"following (\S+): caught up at rv (\d+)")

@@ -275,10 +275,11 @@ class ProxyGroup:
     log_path: Path
     port: int
     procs: list[Proc] = field(default_factory=list)
+    ca_file: str | None = None  # it serves HTTPS with a certificate this CA signed
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca_file else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def current(self) -> Proc:
@@ -291,7 +292,7 @@ class ProxyGroup:
         self.procs.append(proc)
         proc.start()
         await asyncio.to_thread(proc.wait_ready, timeout)
-        await wait_http_ok(self.url + "/readyz", timeout)
+        await wait_http_ok(self.url + "/readyz", timeout, self.ca_file)
         return time.monotonic() - t0
 
     async def sigterm(self, timeout: float) -> int | None:
@@ -329,9 +330,10 @@ class ProxyGroup:
         return [ln.strip() for ln in text.splitlines() if "relisted" in ln or "caught up" in ln]
 
 
-async def wait_http_ok(url: str, timeout: float) -> None:
+async def wait_http_ok(url: str, timeout: float, ca_file: str | None = None) -> None:
     deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+    ssl_ctx: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True, ssl=ssl_ctx)) as s:
         while True:
             with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
                 async with s.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
@@ -536,7 +538,7 @@ class RestartScenario:
             while not await restarted():
                 assert time.monotonic() - t0 < o.step_timeout, "the supervisor did not restart the worker"
                 await asyncio.sleep(0.05)
-            await wait_http_ok(p.url + "/readyz", o.step_timeout)
+            await wait_http_ok(p.url + "/readyz", o.step_timeout, p.ca_file)
             self.timings["restart to ready"] = time.monotonic() - t0
         else:
             raise ValueError(f"unknown fault {o.fault!r} (one of {FAULTS})")
