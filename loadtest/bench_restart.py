@@ -325,8 +325,12 @@ class Restartable:
     def start(self) -> None:
         with self.log.open("ab") as out:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            cwd = None
+            if bl.SRC:  # another copy of the package (WATCHCACHE_BENCH_SRC), as benchlib's processes
+                env["PYTHONPATH"] = bl.SRC + os.pathsep + env.get("PYTHONPATH", "")
+                cwd = "/"
             self.process = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
                 preexec_fn=bl.raise_nofile,
             )  # fmt: skip
 
