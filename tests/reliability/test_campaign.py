@@ -34,6 +34,8 @@ def test_campaign_keeps_every_watch_guarantee_and_the_checker_sees_an_injected_l
     assert {"upstream SIGKILL + restart", "owner worker SIGKILL", "rolling restart (supervisor SIGTERM)"} <= names
     # The faults did bite: clients reconnected, and relisted after the rolling restart.
     assert result["totals"]["reconnects"] > 100 and result["totals"]["relists"] > 50
+    # Every relist is put down to the proxy's own faults or to the upstream.
+    assert result["totals"]["relists_proxy"] + result["totals"]["relists_upstream"] == result["totals"]["relists"]
 
     # The same records, tampered with: the checker must notice.
     upstream = Upstream(read_log(str(tmp_path / "sim.journal")))
