@@ -589,7 +589,7 @@ def main() -> None:
     import uvloop
 
     results = uvloop.run(amain(args))
-    print(table(results))
+    table(results)
     bl.bench_line("restart", {"results": [r.__dict__ for r in results]})
 
 

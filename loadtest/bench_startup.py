@@ -198,9 +198,9 @@ def main() -> None:
             *[""] * (len(names) - 1),
         ]
     )
-    print(bl.print_table(["phase (s from exec): median (range)", *names], rows,
-                         title=f"watchcache serve --workers {args.workers}: start-up, {args.rounds} rounds "
-                               f"(load average {load})"))  # fmt: skip
+    bl.print_table(["phase (s from exec): median (range)", *names], rows,
+                   title=f"watchcache serve --workers {args.workers}: start-up, {args.rounds} rounds "
+                         f"(load average {load})")  # fmt: skip
     cpu = {"interpreter": interpreter_cpu()}
     for name, src in sources.items():
         cpu[f"import watchcache.cli ({name})"] = import_cpu("import watchcache.cli", src=src)
