@@ -27,21 +27,32 @@ from urllib.parse import parse_qs, urlsplit
 
 import httptools
 
+INITIAL_EVENTS_END = b"k8s.io/initial-events-end"
 
-@dataclass(frozen=True)
+
+@dataclass
 class Logged:
     at: float  # time.monotonic()
     method: str
     target: str
     user_agent: str
+    # When the client had what it asked for: a LIST's whole response, a watch-list's
+    # initial-events-end bookmark; None for a plain watch, or not yet.
+    done: float | None = None
+
+    @property
+    def watch_list(self) -> bool:
+        return "sendInitialEvents=true" in self.target
 
 
 class _Parser:
+    """The client-to-proxy direction: one ``Logged`` per request head, queued on its connection."""
+
     def __init__(self, log: list[Logged]) -> None:
         self.log = log
         self.url = b""
         self.agent = b""
-        self._header = b""
+        self.pending: list[Logged] = []  # this connection's requests without their answer yet
         self.parser = httptools.HttpRequestParser(self)
 
     def on_message_begin(self) -> None:
@@ -57,7 +68,33 @@ class _Parser:
     def on_headers_complete(self) -> None:
         # Logged at the head: a watch's request never "completes" from the relay's point of view.
         method = self.parser.get_method().decode()
-        self.log.append(Logged(time.monotonic(), method, self.url.decode("latin-1"), self.agent.decode("latin-1")))
+        entry = Logged(time.monotonic(), method, self.url.decode("latin-1"), self.agent.decode("latin-1"))
+        self.log.append(entry)
+        self.pending.append(entry)
+
+
+class _Answers:
+    """The proxy-to-client direction: when each request of the connection was answered."""
+
+    def __init__(self, requests: _Parser) -> None:
+        self.requests = requests
+        self.parser = httptools.HttpResponseParser(self)
+        self.tail = b""
+
+    def on_message_complete(self) -> None:
+        if self.requests.pending:
+            entry = self.requests.pending.pop(0)
+            if entry.done is None:
+                entry.done = time.monotonic()
+
+    def feed(self, data: bytes) -> None:
+        pending = self.requests.pending
+        if pending and pending[0].watch_list and pending[0].done is None:
+            if INITIAL_EVENTS_END in self.tail + data:
+                pending[0].done = time.monotonic()
+            self.tail = data[-len(INITIAL_EVENTS_END) :]
+        with contextlib.suppress(httptools.HttpParserError, httptools.HttpParserUpgrade):
+            self.parser.feed_data(data)
 
 
 @dataclass
@@ -106,19 +143,21 @@ class RequestLog:
             client_w.close()
             return
         parser = _Parser(self.requests)
-        await asyncio.gather(_pipe(client_r, up_w, parser), _pipe(up_r, client_w, None))
+        await asyncio.gather(_pipe(client_r, up_w, parser), _pipe(up_r, client_w, _Answers(parser)))
 
     def since(self, t: float) -> list[Logged]:
         return [r for r in list(self.requests) if r.at >= t]
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, parser: _Parser | None) -> None:
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, parser: _Parser | _Answers) -> None:
     try:
         while True:
             data = await reader.read(1 << 16)
             if not data:
                 break
-            if parser is not None:
+            if isinstance(parser, _Answers):
+                parser.feed(data)
+            else:
                 with contextlib.suppress(httptools.HttpParserError):
                     parser.parser.feed_data(data)
             writer.write(data)
