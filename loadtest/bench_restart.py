@@ -321,8 +321,8 @@ def free_port() -> int:
 class Restartable:
     """A process on a fixed port that can be stopped (SIGTERM) and started again."""
 
-    def __init__(self, name: str, argv: list[str], ready: str, ca_file: str | None = None) -> None:
-        self.name, self.argv, self.ready, self.ca_file = name, argv, ready, ca_file
+    def __init__(self, name: str, argv: list[str], ready: str, ca_file: str | None = None, token: str = "") -> None:
+        self.name, self.argv, self.ready, self.ca_file, self.token = name, argv, ready, ca_file, token
         self.process: subprocess.Popen[bytes] | None = None
         self.log = Path(tempfile.mkstemp(prefix=f"bench-restart-{name}-", suffix=".log")[1])
 
@@ -345,7 +345,8 @@ class Restartable:
             assert self.process is not None and self.process.poll() is None, self.log.read_text()[-2000:]
             with contextlib.suppress(OSError, ValueError, IndexError, asyncio.IncompleteReadError):
                 r, w = await asyncio.open_connection(*Upstream("", self.ready).host_port(), ssl=ctx)
-                w.write(b"GET /readyz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+                auth = f"Authorization: Bearer {self.token}\r\n" if self.token else ""
+                w.write(f"GET /readyz HTTP/1.1\r\nHost: bench\r\n{auth}Connection: close\r\n\r\n".encode())
                 head = await asyncio.wait_for(r.readuntil(b"\r\n"), 5)
                 w.close()
                 if b" 200 " in head:
@@ -361,6 +362,11 @@ class Restartable:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+    async def restart(self) -> None:
+        """SIGTERM, wait for the exit in a thread (the clients go on meanwhile), start again."""
+        await asyncio.to_thread(self.stop)
+        self.start()
 
 
 # ---------------------------------------------------------------- one run
@@ -421,8 +427,7 @@ async def measure(
         before_bytes = counts.received if counts else 0
         before = [(i.lists, i.gone, i.stats.received, collections.Counter(i.stats.requests)) for i in informers]
         t_restart = time.monotonic()
-        restarted.stop()
-        restarted.start()
+        await restarted.restart()
         down = await restarted.wait_ready(args.timeout)
         bl.log(f"{run}: {restarted.name} restarted, ready {down:.1f}s after the signal")
         while not all(i.live_since > t_restart for i in informers) and time.monotonic() - t_restart < args.timeout:
@@ -515,12 +520,13 @@ async def run_kube(args: argparse.Namespace, through_proxy: bool, workdir: Path)
 
         class Kube(Restartable):
             def start(self) -> None:
-                private.start()
+                private.launch()
+                self.process = private.process
 
             def stop(self) -> None:
                 private.stop()
 
-        restarted = Kube("kube-apiserver", [], kube.url, kube.ca)
+        restarted = Kube("kube-apiserver", [], kube.url, kube.ca, kube.token)
         restarted.process = private.process
         if not through_proxy:
             return await measure("kube", up, restarted, up, None, args, "bench")

@@ -69,13 +69,17 @@ class PrivateApiserver:
             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
         ]  # fmt: skip
 
-    def start(self, timeout: float = 120.0) -> float:
-        """Start it; the seconds until /readyz is 200."""
+    def launch(self) -> None:
+        """Start it, without waiting for it."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 self.argv(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
+
+    def start(self, timeout: float = 120.0) -> float:
+        """Start it; the seconds until /readyz is 200."""
+        self.launch()
         api = Api(self.url, self.kit.token, self.kit.ca, timeout=2)
 
         def ready() -> bool:
