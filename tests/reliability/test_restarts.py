@@ -9,6 +9,9 @@ restarts it). Each must leave 0 relists, every update seen exactly once and in o
 client (the checker, no relist diff accepted), and every client's final state equal to the sim's.
 
 Run alone: ``.venv/bin/pytest -q -s -n 0 tests/reliability/test_restarts.py`` (~20 s a fault).
+On a tree without issue 20's history backfill (no ``serve --no-backfill``), the three faults it
+fixes are strict xfails: they fail there, as they did on main 024c487 (docs/reliability.md,
+"Restarts"); with it they must pass.
 """
 
 from __future__ import annotations
@@ -18,9 +21,25 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.restarts import FAULTS, ScenarioOptions, run_on_sim
+from watchcache.cli import build_parser
 
 
-@pytest.mark.parametrize("fault", FAULTS)
+def has_backfill() -> bool:
+    """Whether this tree has issue 20's history backfill (branch i20: ``serve --backfill``)."""
+    _, unknown = build_parser().parse_known_args(["serve", "--no-backfill"])
+    return not unknown
+
+
+# Without the backfill, a restarted proxy's history starts at its own first LIST: every client
+# relists (sigterm, sigkill), or a follower hands its watchers a resync difference (kill-owner).
+# Strict: once the backfill is in the tree these must pass, and the mark goes with it.
+WITHOUT_BACKFILL = pytest.mark.xfail(
+    not has_backfill(), strict=True, reason="issue 20: no history backfill in this tree (branch i20)"
+)
+CASES = [pytest.param(f, marks=WITHOUT_BACKFILL) if f != "kill-follower" else f for f in FAULTS]
+
+
+@pytest.mark.parametrize("fault", CASES)
 @pytest.mark.timeout(240)
 def test_a_proxy_restart_mid_churn_costs_the_informers_nothing(fault: str, tmp_path: Path) -> None:
     import uvloop
