@@ -20,22 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.restarts import FAULTS, ScenarioOptions, run_on_sim
-from watchcache.cli import build_parser
+from tests.reliability.restarts import FAULTS, WITHOUT_BACKFILL, ScenarioOptions, run_on_sim
 
-
-def has_backfill() -> bool:
-    """Whether this tree has issue 20's history backfill (branch i20: ``serve --backfill``)."""
-    _, unknown = build_parser().parse_known_args(["serve", "--no-backfill"])
-    return not unknown
-
-
-# Without the backfill, a restarted proxy's history starts at its own first LIST: every client
-# relists (sigterm, sigkill), or a follower hands its watchers a resync difference (kill-owner).
-# Strict: once the backfill is in the tree these must pass, and the mark goes with it.
-WITHOUT_BACKFILL = pytest.mark.xfail(
-    not has_backfill(), strict=True, reason="issue 20: no history backfill in this tree (branch i20)"
-)
 CASES = [pytest.param(f, marks=WITHOUT_BACKFILL) if f != "kill-follower" else f for f in FAULTS]
 
 
