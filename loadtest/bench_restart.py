@@ -527,7 +527,7 @@ async def run_kube(args: argparse.Namespace, through_proxy: bool, workdir: Path)
                 private.stop()
 
         restarted = Kube("kube-apiserver", [], kube.url, kube.ca, kube.token)
-        restarted.process = private.process
+        restarted.process, restarted.log = private.process, private.log
         if not through_proxy:
             return await measure("kube", up, restarted, up, None, args, "bench")
         port = free_port()
