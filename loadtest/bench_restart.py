@@ -6,8 +6,9 @@ resource (ConfigMaps), a writer updating 10 of them per second; then one restart
 * the time until every client is watching again (a watch answered 200 after the restart, after
   its relist if it had to), its median and maximum;
 * the requests and bytes the upstream served from the restart until then (a counting relay in
-  front of the sim: requests by kind, response bytes; for a direct apiserver, what the clients
-  sent and received, since they are its clients);
+  front of it: requests by kind, response bytes; a TLS-terminating one in front of a kube-apiserver,
+  ``tests/reference/requestlog.py``; for a direct upstream, also what the clients sent and
+  received, since they are its clients);
 * relists (LISTs after the first, and the 410s that caused them).
 
 Runs (``--runs``):
@@ -398,7 +399,7 @@ async def measure(
     clients_to: Upstream,
     restarted: Restartable,
     upstream: Upstream,
-    counts: Counts | None,
+    counts: Counts | LoggedCounts | None,
     args: argparse.Namespace,
     ns: str,
 ) -> Result:
@@ -507,9 +508,27 @@ async def run_sim(args: argparse.Namespace, through_proxy: bool, workdir: Path) 
         sim.stop()
 
 
+class LoggedCounts:
+    """What ``Counts`` tells, from a ``RequestLog`` (a TLS relay): requests by kind, response bytes."""
+
+    def __init__(self, log: Any) -> None:
+        self.relay = log
+
+    def snapshot(self) -> collections.Counter[tuple[str, str]]:
+        counts = Counts()
+        for r in list(self.relay.requests):
+            counts.record(r.method, r.target)
+        return counts.snapshot()
+
+    @property
+    def received(self) -> int:
+        return int(self.relay.received)
+
+
 async def run_kube(args: argparse.Namespace, through_proxy: bool, workdir: Path) -> Result:
-    from tests.reference.kit import KubeEnv
+    from tests.reference.kit import KubeEnv, Serving, write_kubeconfig
     from tests.reference.private import PrivateApiserver
+    from tests.reference.requestlog import RequestLog
 
     private = PrivateApiserver(KubeEnv.from_environ(), workdir / "kube")
     try:
@@ -530,16 +549,27 @@ async def run_kube(args: argparse.Namespace, through_proxy: bool, workdir: Path)
         restarted.process, restarted.log = private.process, private.log
         if not through_proxy:
             return await measure("kube", up, restarted, up, None, args, "bench")
+        # The proxy reaches the apiserver through a TLS relay that counts what it asks and receives.
+        serving = Serving.make(workdir)
+        server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_ssl.load_cert_chain(str(serving.server.crt), str(serving.server.key))
+        relay = RequestLog(up.host_port(), server_ssl, ssl.create_default_context(cafile=kube.ca))
+        kubeconfig = write_kubeconfig(
+            workdir / "proxy.kubeconfig", f"https://127.0.0.1:{relay.start()}", str(serving.ca.crt), kube.token
+        )
         port = free_port()
         proxy = Restartable(
-            "proxy", proxy_argv(port, ["--kubeconfig", kube.kubeconfig], args.workers), f"http://127.0.0.1:{port}"
+            "proxy", proxy_argv(port, ["--kubeconfig", str(kubeconfig)], args.workers), f"http://127.0.0.1:{port}"
         )
         proxy.start()
         try:
             await proxy.wait_ready()
-            return await measure("proxy-kube", Upstream("proxy", proxy.ready), proxy, up, None, args, "bench")
+            return await measure(
+                "proxy-kube", Upstream("proxy", proxy.ready), proxy, up, LoggedCounts(relay), args, "bench"
+            )
         finally:
             proxy.stop()
+            relay.stop()
     finally:
         private.close()
 

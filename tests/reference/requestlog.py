@@ -76,8 +76,9 @@ class _Parser:
 class _Answers:
     """The proxy-to-client direction: when each request of the connection was answered."""
 
-    def __init__(self, requests: _Parser) -> None:
+    def __init__(self, requests: _Parser, log: RequestLog) -> None:
         self.requests = requests
+        self.log = log
         self.parser = httptools.HttpResponseParser(self)
         self.tail = b""
 
@@ -88,6 +89,7 @@ class _Answers:
                 entry.done = time.monotonic()
 
     def feed(self, data: bytes) -> None:
+        self.log.received += len(data)
         pending = self.requests.pending
         if pending and pending[0].watch_list and pending[0].done is None:
             if INITIAL_EVENTS_END in self.tail + data:
@@ -106,6 +108,7 @@ class RequestLog:
     client_ssl: ssl.SSLContext
     requests: list[Logged] = field(default_factory=list)
     port: int = 0
+    received: int = 0  # bytes the target sent back (response heads and bodies)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
 
@@ -143,7 +146,7 @@ class RequestLog:
             client_w.close()
             return
         parser = _Parser(self.requests)
-        await asyncio.gather(_pipe(client_r, up_w, parser), _pipe(up_r, client_w, _Answers(parser)))
+        await asyncio.gather(_pipe(client_r, up_w, parser), _pipe(up_r, client_w, _Answers(parser, self)))
 
     def since(self, t: float) -> list[Logged]:
         return [r for r in list(self.requests) if r.at >= t]
