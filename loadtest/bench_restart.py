@@ -625,7 +625,11 @@ def main() -> None:
     p.add_argument("--objects", type=int, default=10_000)
     p.add_argument("--write-rate", type=float, default=10.0, help="ConfigMap updates per second on the upstream")
     p.add_argument("--workers", type=int, default=2, help="the proxy's workers")
-    p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
+    # "kube" (1,000 clients relisting 10,000 objects straight from a kube-apiserver) is left out by
+    # default: on a 2-core machine that apiserver never serves them (docs/reliability.md).
+    p.add_argument(
+        "--runs", default="proxy-sim,sim,proxy-kube", help=f"comma-separated, of {', '.join(RUNS)} (default: not kube)"
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="bound of every wait (s)")
     p.add_argument("--quick", action="store_true", help="200 informers, 2,000 objects")
     args = p.parse_args()
