@@ -39,6 +39,7 @@ class Logged:
     # When the client had what it asked for: a LIST's whole response, a watch-list's
     # initial-events-end bookmark; None for a plain watch, or not yet.
     done: float | None = None
+    status: int = 0  # the response's status code (0: none came: the connection was closed first)
 
     @property
     def watch_list(self) -> bool:
@@ -81,6 +82,12 @@ class _Answers:
         self.log = log
         self.parser = httptools.HttpResponseParser(self)
         self.tail = b""
+
+    def on_headers_complete(self) -> None:
+        for entry in self.requests.pending:
+            if not entry.status:
+                entry.status = self.parser.get_status_code()
+                break
 
     def on_message_complete(self) -> None:
         if self.requests.pending:

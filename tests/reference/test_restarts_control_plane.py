@@ -87,6 +87,15 @@ def test_controllers_through_a_restarted_proxy_do_not_relist(private: PrivateApi
             after = Scenario(api, "i20t-cp-after").run()
             again = cp.counts()
             relisted = relists(requests, restart)
+            # Why they relisted: each one's watch requests after the restart, with the answers' status (0: none).
+            relisting = {line.split(": ", 1)[1].split("?")[0] for line in relisted}
+            why = sorted(
+                f"{r.user_agent.split('/')[0]} {r.target.split('?')[0]} -> {r.status or 'no answer'}"
+                for r in requests.since(restart)
+                if r.target.split("?")[0].split(" ")[-1] in relisting
+                and "watch=true" in r.target
+                and "sendInitialEvents" not in r.target
+            )
             report = (
                 f"synced in {synced:.1f}s; proxy exited {code}, new one ready in {ready:.1f}s, every informer "
                 f"watching again {resumed:.1f}s after it was ready ({len(watching)} informers); steps before "
@@ -94,7 +103,7 @@ def test_controllers_through_a_restarted_proxy_do_not_relist(private: PrivateApi
             )
             print(report)
             assert kubelet.errors == []
-        assert relisted == [], report + "\n" + "\n".join(relisted[:40])
+        assert relisted == [], report + "\n" + "\n".join(relisted[:40]) + "\nwatches before:\n" + "\n".join(why[:60])
         for component in ("kube-controller-manager", "kube-scheduler"):
             for pattern in ("lists (Caches populated)", "too old resource version", "decode errors"):
                 assert again[component][pattern] == counts[component][pattern], (component, pattern, report)
