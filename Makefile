@@ -95,7 +95,7 @@ bench: $(BIN)/.installed
 
 ## bench-restart: what a restart costs 1,000 informers on 10,000 objects: the proxy vs the sim vs a kube-apiserver (docs/reliability.md)
 bench-restart: $(BIN)/.installed
-	$(BIN)/python loadtest/bench_restart.py
+	$(BIN)/python -m loadtest.bench.restart
 
 ## chaos: the reliability campaign: 5 min of faults around the proxy, every client's watch stream checked (docs/reliability.md)
 chaos: $(BIN)/.installed

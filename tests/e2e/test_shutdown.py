@@ -15,9 +15,9 @@ import json
 import signal
 import threading
 
-from tests.e2e.conftest import start_stack
-from tests.e2e.httpkube import get_ok
-from tests.waiting import wait_until
+from tests.support.httpkube import get_ok
+from tests.support.processes import start_stack
+from tests.support.waiting import wait_until
 
 
 def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, dict[str, str], bytes]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.chaos_stack import python_m
+from loadtest.chaos.stack import python_m
 from tests.reference.controlplane import ControlPlane
 from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, needs_kube, wait_for, write_kubeconfig
 from tests.reference.kubelet import FakeKubelet

@@ -43,7 +43,7 @@ import aiohttp
 import orjson
 import pytest
 
-from loadtest.chaos_stack import SUPERVISOR_READY, Proc, python_m
+from loadtest.chaos.stack import SUPERVISOR_READY, Proc, python_m
 from tests.reliability.checker import (
     DELETED,
     ERROR_T,

@@ -1,6 +1,6 @@
 """What a restart costs a fleet of informers: the proxy restarting vs the apiserver (or the sim) restarting.
 
-``python loadtest/bench_restart.py`` (``make bench-restart``): 1,000 informers on a 10,000-object
+``python -m loadtest.bench.restart`` (``make bench-restart``): 1,000 informers on a 10,000-object
 resource (ConfigMaps), a writer updating 10 of them per second; then one restart, and per run:
 
 * the time until every client is watching again (a watch answered 200 after the restart, after
@@ -48,18 +48,14 @@ import re
 import signal
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import benchlib as bl
-from bench_upstream import Counts, start_relay
+from loadtest.bench import lib as bl
+from loadtest.bench.upstream import Counts, start_relay
 
 PATH = "/api/v1/namespaces/{ns}/configmaps"
 RV = re.compile(rb'"resourceVersion":"(\d+)"')
@@ -329,11 +325,7 @@ class Restartable:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            cwd = None
-            if bl.SRC:  # another copy of the package (WATCHCACHE_BENCH_SRC), as benchlib's processes
-                env["PYTHONPATH"] = bl.SRC + os.pathsep + env.get("PYTHONPATH", "")
-                cwd = "/"
+            env, cwd = bl.child_env()  # WATCHCACHE_BENCH_SRC: another copy of the package
             self.process = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
                 preexec_fn=bl.raise_nofile,

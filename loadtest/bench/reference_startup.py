@@ -20,7 +20,7 @@ Runs against a kube-apiserver of our own over the kit's etcd (``tests/reference/
 kit's own controller manager, if it runs, is not disturbed::
 
     eval "$(../shared/tools/kube-reference/env.sh)"
-    .venv/bin/python -m loadtest.reference_startup --rounds 3 [--proxy-args "--workers 1"]
+    .venv/bin/python -m loadtest.bench.reference_startup --rounds 3 [--proxy-args "--workers 1"]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.chaos_stack import python_m
+from loadtest.chaos.stack import python_m
 from tests.reference.controlplane import ControlPlane
 from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, write_kubeconfig
 from tests.reference.private import PrivateApiserver

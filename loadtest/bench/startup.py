@@ -1,6 +1,6 @@
 """Where the proxy's start-up time goes: from ``exec`` until a client is served, phase by phase.
 
-``python loadtest/bench_startup.py [--rounds 5] [--workers 2]`` starts ``watchcache sim`` once
+``python -m loadtest.bench.startup [--rounds 5] [--workers 2]`` starts ``watchcache sim`` once
 (``--objects`` pods, ConfigMaps in each namespace), then, ``--rounds`` times, ``watchcache serve
 --upstream SIM --workers W`` on a free port, and times (wall clock, from just before ``exec``):
 
@@ -36,9 +36,7 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import benchlib as bl
+from loadtest.bench import lib as bl
 
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 PHASES = ("supervisor up", "workers up", "listening", "discovered", "synced", "group ready", "/readyz 200",
