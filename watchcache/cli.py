@@ -248,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
             host, port = parse_listen(args.listen)
             serve_args = list(sys.argv[2:] if argv is None else argv[1:])
             key = str(args.continue_token_key_file) if args.continue_token_key_file else None
-            return Supervisor(serve_args, workers, host, port, continue_key_file=key).run()
+            # A worker's drain: in-flight reads (up to --fresh-wait + 1 s), then its connections close.
+            drain = max(10.0, args.fresh_wait + 5.0)
+            return Supervisor(
+                serve_args, workers, host, port, continue_key_file=key, drain_timeout=drain, run_worker=main
+            ).run()
         options = RunOptions.from_args(args, upstream, workers)
         if upstream is None:
             from watchcache.sim.wiring import run_embedded

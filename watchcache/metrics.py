@@ -419,7 +419,7 @@ class CacheCollector(Collector):
             "Requests (or connections) refused by a limit: 429, 408 or closed (see docs/security.md)",
             labels=["limit"],
         )
-        for limit in ("inflight", "watchers", "tunnels"):
+        for limit in ("inflight", "watchers", "tunnels", "shutdown"):
             rejected.add_metric([limit], self.rejected.get(limit, 0))
         admission = self.admission
         if admission is not None:
