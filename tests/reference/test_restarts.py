@@ -22,7 +22,6 @@ import pytest
 from tests.reference.kit import Api, KubeEnv, drop_namespace, needs_kube
 from tests.reliability.restarts import (
     FAULTS,
-    WITHOUT_BACKFILL,
     Outcome,
     ProxyGroup,
     Recorder,
@@ -51,7 +50,7 @@ async def run_on_kube(kube: KubeEnv, namespace: str, opts: ScenarioOptions, work
 
 
 @pytest.mark.parametrize(
-    "fault", [pytest.param(f, marks=WITHOUT_BACKFILL) if f != "kill-follower" else f for f in FAULTS]
+    "fault", list(FAULTS)
 )
 @pytest.mark.timeout(300)
 def test_a_proxy_restart_in_front_of_kube_apiserver_costs_the_informers_nothing(fault: str, tmp_path: Path) -> None:

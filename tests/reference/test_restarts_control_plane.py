@@ -34,7 +34,7 @@ from tests.reference.kubelet import FakeKubelet
 from tests.reference.private import PrivateApiserver
 from tests.reference.requestlog import RequestLog, informers, relists, watches
 from tests.reference.scenario import CRD_RESOURCE, Scenario, ensure_crd
-from tests.reliability.restarts import WITHOUT_BACKFILL, ProxyGroup, free_port
+from tests.reliability.restarts import ProxyGroup, free_port
 
 pytestmark = [pytest.mark.reference, needs_kube]
 
@@ -52,7 +52,6 @@ def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateApiserv
         server.close()
 
 
-@WITHOUT_BACKFILL
 @pytest.mark.timeout(900)
 def test_controllers_through_a_restarted_proxy_do_not_relist(private: PrivateApiserver, tmp_path: Path) -> None:
     kube = private.env()

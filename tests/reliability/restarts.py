@@ -41,7 +41,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-import pytest
 
 from loadtest.chaos.stack import SUPERVISOR_READY, Proc, python_m
 from tests.reliability.checker import (
@@ -61,20 +60,6 @@ from tests.reliability.clients import Informer, InformerConfig, new_session
 FAULTS = ("sigterm", "sigkill", "kill-owner", "kill-follower")
 
 
-def has_backfill() -> bool:
-    """Whether this tree has issue 20's history backfill (branch i20: ``serve --no-backfill``)."""
-    from watchcache.cli import build_parser
-
-    _, unknown = build_parser().parse_known_args(["serve", "--no-backfill"])
-    return not unknown
-
-
-# Without the backfill, a restarted proxy's history starts at its own first LIST: every client
-# relists (sigterm, sigkill), or a follower hands its watchers a resync difference (kill-owner).
-# Strict: once the backfill is in the tree these must pass, and the mark goes with it.
-WITHOUT_BACKFILL = pytest.mark.xfail(
-    not has_backfill(), strict=True, reason="issue 20: no history backfill in this tree (branch i20)"
-)
 RESOURCE = "configmaps"
 LABEL = "i20-scenario"  # every object the writer makes carries it; "phase" flips between a and b
 

@@ -9,9 +9,9 @@ restarts it). Each must leave 0 relists, every update seen exactly once and in o
 client (the checker, no relist diff accepted), and every client's final state equal to the sim's.
 
 Run alone: ``.venv/bin/pytest -q -s -n 0 tests/reliability/test_restarts.py`` (~20 s a fault).
-On a tree without issue 20's history backfill (no ``serve --no-backfill``), the three faults it
-fixes are strict xfails: they fail there, as they did on main 024c487 (docs/reliability.md,
-"Restarts"); with it they must pass.
+Before issue 20's history backfill (main 024c487), and with ``serve --no-backfill`` today, the
+first three fail: every client relists, or a follower hands its watchers a resync difference
+(docs/reliability.md, "Restarts").
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.restarts import FAULTS, WITHOUT_BACKFILL, ScenarioOptions, run_on_sim
+from tests.reliability.restarts import FAULTS, ScenarioOptions, run_on_sim
 
-CASES = [pytest.param(f, marks=WITHOUT_BACKFILL) if f != "kill-follower" else f for f in FAULTS]
+CASES = list(FAULTS)
 
 
 @pytest.mark.parametrize("fault", CASES)
