@@ -59,7 +59,6 @@ from tests.reliability.clients import Informer, InformerConfig, new_session
 
 FAULTS = ("sigterm", "sigkill", "kill-owner", "kill-follower")
 
-
 RESOURCE = "configmaps"
 LABEL = "i20-scenario"  # every object the writer makes carries it; "phase" flips between a and b
 
