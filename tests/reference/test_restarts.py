@@ -49,9 +49,7 @@ async def run_on_kube(kube: KubeEnv, namespace: str, opts: ScenarioOptions, work
         proxy.stop()
 
 
-@pytest.mark.parametrize(
-    "fault", list(FAULTS)
-)
+@pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.timeout(300)
 def test_a_proxy_restart_in_front_of_kube_apiserver_costs_the_informers_nothing(fault: str, tmp_path: Path) -> None:
     import uvloop
