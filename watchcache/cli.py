@@ -9,6 +9,7 @@ from pathlib import Path
 
 from watchcache.auth.options import add_auth_flags
 from watchcache.cache.store import CacheConfig
+from watchcache.dispatch.backfill import BackfillLimits
 from watchcache.http.h2protocol import H2Limits
 from watchcache.http.protocol import HttpLimits
 from watchcache.logs import configure
@@ -30,6 +31,7 @@ _SERVE = ServeConfig()
 _REFLECTOR = ReflectorConfig()
 _SIM = SimOptions()
 _TUNNELS = TunnelLimits()
+_BACKFILL = BackfillLimits()
 
 
 def _flag(p: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, default: object, text: str) -> None:
@@ -198,7 +200,24 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     t.add_argument("--tunnel-max-duration", type=float, default=_TUNNELS.max_duration, help="seconds after which a "
                    "tunnel is closed whatever it does (default %(default)s: 24 h)")
     _flag(t, "--max-tunnels", _TUNNELS.max_tunnels, "tunnels open at once per worker; more get 429 with Retry-After")
+    _backfill(serve.add_argument_group("tuning: history older than the cache's window (restarts without relists)"))
     _sim_flags(serve.add_argument_group("simulated cluster (with --simulated only)"), "sim-")
+
+
+def _backfill(g: Group) -> None:
+    b = _BACKFILL
+    g.add_argument("--backfill", action=argparse.BooleanOptionalAction, default=b.enabled, help="a watch, or an "
+                   "exact LIST or continue page, at a resourceVersion older than the cache's history (a client "
+                   "resuming after this proxy, a worker or a follow stream restarted) is served from the upstream's "
+                   "history, fetched once for every client that needs it, instead of 410 and a relist "
+                   "(docs/reliability.md; default %(default)s)")
+    _flag(g, "--backfill-wait", b.wait, "seconds a request waits for that history before its 410")
+    _flag(g, "--backfill-max-events", b.max_events, "events one fetch may bring (how far back it reaches); more: "
+          "410")
+    _flag(g, "--backfill-max-bytes", b.max_bytes, "object bytes of those events")
+    _flag(g, "--backfill-concurrency", b.concurrency, "fetches from the upstream at once per worker")
+    _flag(g, "--backfill-memory-bytes", b.memory_bytes, "bytes the fetches of a worker may hold at once (the LIST at "
+          "the old resourceVersion included)")
 
 
 def _sim_command_flags(sim: argparse.ArgumentParser) -> None:
@@ -291,7 +310,11 @@ def main(argv: list[str] | None = None) -> int:
             host, port = parse_listen(args.listen)
             serve_args = list(sys.argv[2:] if argv is None else argv[1:])
             key = str(args.continue_token_key_file) if args.continue_token_key_file else None
-            return Supervisor(serve_args, workers, host, port, continue_key_file=key).run()
+            # A worker's drain: in-flight reads (up to --fresh-wait + 1 s), then its connections close.
+            drain = max(10.0, args.fresh_wait + 5.0)
+            return Supervisor(
+                serve_args, workers, host, port, continue_key_file=key, drain_timeout=drain, run_worker=main
+            ).run()
         options = RunOptions.from_args(args, upstream, workers)
         if upstream is None:
             from watchcache.sim.wiring import run_embedded

@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from watchcache.dispatch.backfill import Backfills
 from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.freshness import Reached, Wait
 from watchcache.http.admission import Admission
@@ -201,6 +202,7 @@ class CacheCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._caches()
+        yield from self._backfills()
         yield from self._reflectors()
         yield from self._passthrough_and_consistency()
 
@@ -345,6 +347,47 @@ class CacheCollector(Collector):
                 sum_value=hist.sum,
             )
 
+    def _backfills(self) -> Iterator[Metric]:
+        """Backfills (dispatch/backfill.py): fetches of older history, and the requests that waited for them."""
+        lbl = ["group", "resource"]
+        fetches = CounterMetricFamily(
+            "watchcache_backfill_fetches",
+            "Fetches of history older than the window (from the upstream, or a follower's from its owner), by "
+            "outcome: ok, gone (the upstream's 410), bound (a --backfill-* limit or the window's size), mismatch "
+            "(refused: it did not replay to the cache's state), relist, failed",
+            labels=[*lbl, "outcome"],
+        )
+        requests = CounterMetricFamily(
+            "watchcache_backfill_requests",
+            "Reads and watches older than the window that waited for a backfill: served, or the outcome that "
+            "made them 410 (deadline: --backfill-wait ran out)",
+            labels=[*lbl, "outcome"],
+        )
+        events = CounterMetricFamily(
+            "watchcache_backfill_events", "Events put in front of the window by backfills", labels=lbl
+        )
+        nbytes = CounterMetricFamily(
+            "watchcache_backfill_bytes", "Bytes read to fetch them (the LIST at the old rv included)", labels=lbl
+        )
+        waiting = GaugeMetricFamily("watchcache_backfill_waiting", "Requests waiting for a backfill", labels=lbl)
+        durations = HistogramMetricFamily(
+            "watchcache_backfill_duration_seconds", "How long each fetch took", labels=lbl
+        )
+        for resource, cacher in list(self.cachers.items()):
+            b = cacher.backfills
+            if not isinstance(b, Backfills):
+                continue
+            lv = [resource.group, resource.resource]
+            for outcome in ("ok", "gone", "bound", "mismatch", "relist", "failed"):
+                fetches.add_metric([*lv, outcome], b.fetches.get(outcome, 0))
+            for outcome in ("served", "gone", "bound", "mismatch", "relist", "failed", "deadline"):
+                requests.add_metric([*lv, outcome], b.requests.get(outcome, 0))
+            events.add_metric(lv, b.events_fetched)
+            nbytes.add_metric(lv, b.bytes_fetched)
+            waiting.add_metric(lv, b.waiting)
+            durations.add_metric(lv, b.durations.cumulative(), b.durations.sum)
+        yield from (fetches, requests, events, nbytes, waiting, durations)
+
     def _reflectors(self) -> Iterator[Metric]:
         lbl = ["group", "resource"]
         relists = CounterMetricFamily("watchcache_reflector_relists", "Relists after the upstream's 410", labels=lbl)
@@ -374,11 +417,17 @@ class CacheCollector(Collector):
         resyncs = CounterMetricFamily(
             "watchcache_follower_resyncs", "Follower resyncs from a fresh snapshot", labels=lbl
         )
+        resumes = CounterMetricFamily(
+            "watchcache_follower_resumes",
+            "Follow streams that went on from the follower's rv after a break (no snapshot, no difference)",
+            labels=lbl,
+        )
         for f in self.followers():
             lv = [f.resource.group, f.resource.resource]
             follower_synced.add_metric(lv, 1 if f.cacher.ready else 0)
             resyncs.add_metric(lv, f.resyncs)
-        yield from (relists, restarts, gone, age, state, follower_synced, resyncs)
+            resumes.add_metric(lv, f.resumes)
+        yield from (relists, restarts, gone, age, state, follower_synced, resyncs, resumes)
         if self.failures is not None:
             errors = CounterMetricFamily(
                 "watchcache_upstream_errors",
@@ -407,7 +456,7 @@ class CacheCollector(Collector):
             "Requests (or connections) refused by a limit: 429, 408 or closed (see docs/security.md)",
             labels=["limit"],
         )
-        for limit in ("inflight", "watchers", "tunnels"):
+        for limit in ("inflight", "watchers", "tunnels", "shutdown"):
             rejected.add_metric([limit], self.rejected.get(limit, 0))
         admission = self.admission
         if admission is not None:

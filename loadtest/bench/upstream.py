@@ -50,6 +50,7 @@ class Counts:
     def __init__(self) -> None:
         self.by_kind: collections.Counter[tuple[str, str]] = collections.Counter()
         self.log: list[tuple[float, str, str]] = []
+        self.received = 0  # bytes the upstream sent back (response heads and bodies)
 
     def record(self, method: str, target: str) -> None:
         parts = urlsplit(target)
@@ -101,6 +102,8 @@ async def start_relay(upstream: tuple[str, int], counts: Counts) -> tuple[asynci
                 if parser is not None:
                     with contextlib.suppress(httptools.HttpParserError):
                         parser.parser.feed_data(data)
+                else:
+                    counts.received += len(data)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -115,7 +118,9 @@ async def start_relay(upstream: tuple[str, int], counts: Counts) -> tuple[asynci
         except OSError:
             client_w.close()
             return
-        await asyncio.gather(pipe(client_r, up_w, _Parser(counts)), pipe(up_r, client_w, None))
+        # Cancelled at the end of a run with connections still open: nothing to report.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(pipe(client_r, up_w, _Parser(counts)), pipe(up_r, client_w, None))
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     return server, server.sockets[0].getsockname()[1]

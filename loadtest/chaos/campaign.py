@@ -56,6 +56,7 @@ from loadtest.chaos.stack import (
     python_m,
     relay_argv,
     relist_points,
+    relist_times,
     sim_argv,
 )
 from tests.reliability.checker import Report, Upstream, check, read_log
@@ -92,6 +93,8 @@ class Options:
     quiet: bool = False
     digests: bool = True
     expose_known_bugs: bool = False
+    # Fail when the proxy's own faults (worker kills, rolling restart) cost more relists than this.
+    max_proxy_relists: int | None = None
 
 
 @dataclass
@@ -105,6 +108,9 @@ class PhaseResult:
     clients_affected: int = 0
     reconnects: int = 0
     relists: int = 0
+    # The relists (410s) by who forced them (``Campaign.cause_of``): the proxy's own faults, or the upstream.
+    relists_proxy: int = 0
+    relists_upstream: int = 0
     errors: int = 0
     violations: int = 0
 
@@ -141,6 +147,8 @@ class Campaign:
         self.writes_failed = 0
         self.started = time.monotonic()
         self.timeline: list[str] = []
+        # The upstream's window floor over time, per resource: (wall-clock time, oldest rv it serves).
+        self.floors: dict[str, list[tuple[float, int]]] = {}
 
     # ------------------------------------------------------------------ output
 
@@ -290,9 +298,32 @@ class Campaign:
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             self.act(f"relay config failed: {e}")
 
+    def raise_floor(self, rv: int) -> None:
+        """The upstream serves no rv below ``rv`` from now on (compacted, or restarted there), any resource."""
+        now = time.time()
+        for resource in ("pods", "configmaps"):
+            self.floors.setdefault(resource, []).append((now, rv))
+
+    async def watch_upstream_window(self) -> None:
+        """Polls the sim's window (``/debug/cache``: ``oldest_rv`` per resource): a client resuming below
+        it got a 410 the upstream itself would have given."""
+        assert self.admin is not None
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError):
+                async with self.admin.get(self.sim_url + "/debug/cache", timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    body = json.loads(await r.read())
+                now = time.time()
+                for name, stats in body["resources"].items():
+                    floors = self.floors.setdefault(name, [])
+                    if not floors or floors[-1][1] != int(stats["oldest_rv"]):
+                        floors.append((now, int(stats["oldest_rv"])))
+            await asyncio.sleep(0.2)
+
     async def compact(self) -> None:
         try:
             status, body = await self.post(self.sim_url + "/sim/compact")
+            if status == 200:
+                self.raise_floor(int(body["resourceVersion"]))
             self.act(f"POST /sim/compact: {status} {body if status == 200 else ''}".rstrip())
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             self.act(f"compact failed: {e}")
@@ -304,6 +335,7 @@ class Campaign:
         self.act(f"SIGKILL sim (pid {pid}); down for {down:.1f}s")
         await asyncio.sleep(down)
         await self.start_sim()
+        self.raise_floor(last_journal_rv(self.state_file))  # its history starts at its revision
         self.act(f"sim restarted on port {self.sim_port} from its journal (pid {self.sim.pid})")
 
     async def rolling_restart(self) -> None:
@@ -500,6 +532,7 @@ class Campaign:
             self.begin_phase("startup")
             self.start_clients()
             self.tasks.append(asyncio.ensure_future(self.writer()))
+            self.tasks.append(asyncio.ensure_future(self.watch_upstream_window()))
             await self.wait_clients_listed(60.0)
             # Phases end on a fixed timetable; one that overruns (a restart that took long) eats into
             # the next ones, down to their minimum, so the whole stays close to --duration.
@@ -598,6 +631,8 @@ class Campaign:
             "bookmarks": sum(p.bookmarks for p in self.phases),
             "reconnects": sum(p.reconnects for p in self.phases),
             "relists": sum(p.relists for p in self.phases),
+            "relists_proxy": sum(p.relists_proxy for p in self.phases),
+            "relists_upstream": sum(p.relists_upstream for p in self.phases),
             "violations": report.total_violations,
         }
         (self.dir / "timeline.txt").write_text("\n".join(self.timeline) + "\n")
@@ -640,10 +675,25 @@ class Campaign:
         }
         return result
 
+    def cause_of(self, resource: str, when: float, rv: int, relists: dict[str, list[tuple[float, int]]]) -> str:
+        """Who forced a client's 410 at ``when`` while it stood at ``rv``: "upstream" if the upstream
+        itself refused ``rv`` then (below its window: compacted, restarted) or the proxy had relisted
+        past ``rv`` because the upstream answered it 410 (the client held part of a relist diff, or
+        resumed from before the relist); else "proxy": a fault of the proxy's own (worker kill,
+        rolling restart, a bug). Times have 0.5 s of slack: the floor is polled."""
+        floor = max((v for t, v in self.floors.get(resource, ()) if t <= when + 0.5), default=0)
+        if rv < floor:
+            return "upstream"
+        if any(r > rv and t <= when + 0.5 for t, r in relists.get(resource, ())):
+            return "upstream"
+        return "proxy"
+
     def attribute(self, report: Report) -> None:
-        """Per phase: events, clients affected, reconnects, relists, violations (by record index → phase)."""
+        """Per phase: events, clients affected, reconnects, relists (by cause), violations (record index → phase)."""
         by_client = {c.client: c for c in report.clients}
+        relists = relist_times(self.dir / "proxy.log")
         for inf in self.informers:
+            gone = iter(inf.gone_at)
             starts = [m[0] for m in inf.marks]
             phases = [m[1] for m in inf.marks]
 
@@ -670,6 +720,11 @@ class Campaign:
                     affected.add(phase_of(index))
                     if rec[1] == 410:
                         p.relists += 1
+                        when, rv = next(gone, (0.0, 0))
+                        if self.cause_of(inf.spec.resource, when, rv, relists) == "proxy":
+                            p.relists_proxy += 1
+                        else:
+                            p.relists_upstream += 1
                     else:
                         p.errors += 1
             for pi in affected:
@@ -798,23 +853,28 @@ FAULTS = [
 
 
 def table(result: dict[str, Any]) -> str:
-    head = "| phase | s | events delivered | clients affected | reconnects | relists (410) | errors seen | violations |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    head = (
+        "| phase | s | events delivered | clients affected | reconnects | relists (410) | by the proxy's faults "
+        "| forced by the upstream | errors seen | violations |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in result["phases"]:
         lines.append(
             f"| {p['name']} | {p['seconds']:.0f} | {p['events']:,} | {p['clients_affected']} | {p['reconnects']:,} "
-            f"| {p['relists']:,} | {p['errors']:,} | {p['violations']} |"
+            f"| {p['relists']:,} | {p['relists_proxy']:,} | {p['relists_upstream']:,} | {p['errors']:,} "
+            f"| {p['violations']} |"
         )
     t = result["totals"]
     lines.append(
         f"| **total** | {sum(p['seconds'] for p in result['phases']):.0f} | **{t['events']:,}** | {result['clients']} "
-        f"| {t['reconnects']:,} | {t['relists']:,} | {sum(p['errors'] for p in result['phases']):,} "
-        f"| **{t['violations']}** |"
+        f"| {t['reconnects']:,} | {t['relists']:,} | **{t['relists_proxy']:,}** | {t['relists_upstream']:,} "
+        f"| {sum(p['errors'] for p in result['phases']):,} | **{t['violations']}** |"
     )
     return "\n".join(lines)
 
 
 def summary(result: dict[str, Any]) -> str:
+    t = result["totals"]
     out = [table(result), ""]
     out.append(
         f"clients {result['clients']}, upstream writes {result['upstream_writes']:,} (final rv {result['final_rv']}), "
@@ -822,6 +882,10 @@ def summary(result: dict[str, Any]) -> str:
         f"relist groups accepted {result['relist_groups_accepted']}, "
         f"idempotent replays tolerated {result['replays_tolerated']}, not converged {len(result['not_converged'])}, "
         f"check {result['check_seconds']}s, wall {result['wall_seconds']}s"
+    )
+    out.append(
+        f"relists caused by the proxy's own faults: {t['relists_proxy']:,}; forced by the upstream (compacted or "
+        f"outside its window, or after the proxy's relist on the upstream's 410): {t['relists_upstream']:,}"
     )
     out.append(f"violations by kind: {result['violations_by_kind']}; known bugs {result['known_bugs']}")
     for v in result["violations"][:20]:
@@ -848,6 +912,12 @@ def parse_args(argv: list[str] | None) -> Options:
         action="store_true",
         help="drive into the product bugs already found (KNOWN_BUGS) instead of steering around them",
     )
+    p.add_argument(
+        "--max-proxy-relists",
+        type=int,
+        default=None,
+        help="fail when the proxy's own faults (worker kills, rolling restart) cost more relists (410s) than this",
+    )
     a = p.parse_args(argv)
     churn = a.churn if a.churn is not None else (100.0 if a.duration >= 120 else 50.0)
     objects = a.objects if a.objects is not None else (1000 if a.duration >= 120 else 500)
@@ -855,7 +925,7 @@ def parse_args(argv: list[str] | None) -> Options:
     return Options(
         duration=a.duration, clients=a.clients, churn=churn, objects=objects, namespaces=a.namespaces,
         writes=a.writes, seed=a.seed, workdir=a.workdir, keep=a.keep, json_path=a.json_path, min_events=min_events,
-        quiet=a.quiet, expose_known_bugs=a.expose_known_bugs,
+        quiet=a.quiet, expose_known_bugs=a.expose_known_bugs, max_proxy_relists=a.max_proxy_relists,
     )  # fmt: skip
 
 
@@ -868,8 +938,10 @@ def run_campaign(opts: Options) -> dict[str, Any]:
         return asyncio.run(Campaign(opts).run())
 
 
-def verdict(result: dict[str, Any], min_events: int) -> list[str]:
+def verdict(result: dict[str, Any], min_events: int, max_proxy_relists: int | None = None) -> list[str]:
     problems = []
+    if max_proxy_relists is not None and result["totals"]["relists_proxy"] > max_proxy_relists:
+        problems.append(f"{result['totals']['relists_proxy']} relists caused by the proxy's own faults")
     if result["totals"]["violations"]:
         problems.append(f"{result['totals']['violations']} guarantee violations")
     if result["not_converged"]:
@@ -886,7 +958,7 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(result))
     if opts.json_path:
         Path(opts.json_path).write_text(json.dumps(result, indent=2))
-    problems = verdict(result, opts.min_events)
+    problems = verdict(result, opts.min_events, opts.max_proxy_relists)
     if problems:
         print("FAILED: " + "; ".join(problems) + f" (logs in {result['workdir']})")
         return 1

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY = re.compile(rb"ready: listening on (http://[\d.]+:\d+)(?: control (http://[\d.]+:\d+))?")
-SUPERVISOR_READY = re.compile(rb"watchcache serve ready: listening on (http://[\d.]+:\d+)")
+SUPERVISOR_READY = re.compile(rb"watchcache serve ready: listening on (https?://[\d.]+:\d+)")
 RELISTED = re.compile(r"relisted (\S+) at rv (\d+)")
+LOG_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 CAUGHT_UP = re.compile(r"following (\S+): caught up at rv (\d+)")
 
 
@@ -38,13 +39,17 @@ class Proc:
     control_url: str = ""
     _offset: int = 0
     starts: list[float] = field(default_factory=list)
+    # Its own process group (session), so that the whole group can be killed at once (a container kill).
+    new_session: bool = False
 
     def start(self) -> None:
         self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
         try:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=self.new_session
+            )
         finally:
             log.close()
         self.starts.append(time.monotonic())
@@ -135,6 +140,21 @@ def relist_points(log_path: Path) -> dict[str, set[int]]:
             m = pattern.search(line)
             if m:
                 out.setdefault(m.group(1), set()).add(int(m.group(2)))
+    return out
+
+
+def relist_times(log_path: Path) -> dict[str, list[tuple[float, int]]]:
+    """(wall-clock time, rv) of every reflector relist in the proxy's log, per resource: each one the
+    upstream forced (its 410). Follower resyncs (``caught up``) are not: a follower resyncs when its
+    owner's stream breaks, which is the proxy's own doing."""
+    out: dict[str, list[tuple[float, int]]] = {}
+    if not log_path.exists():
+        return out
+    for line in log_path.read_text("utf-8", "replace").splitlines():
+        m = RELISTED.search(line)
+        if m and LOG_TIME.match(line):
+            when = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
+            out.setdefault(m.group(1), []).append((when, int(m.group(2))))
     return out
 
 

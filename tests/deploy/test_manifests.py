@@ -26,6 +26,7 @@ from tests.deploy.support import (
     render,
 )
 from watchcache.cli import build_parser
+from watchcache.server.context import ServeConfig
 from watchcache.upstream.discovery import DEFAULT_RESOURCES, parse_resource_id
 
 ALL = list(TARGETS)
@@ -360,3 +361,27 @@ def test_network_policy_admits_only_labelled_client_namespaces(target: str) -> N
 def test_no_configmap_in_the_base() -> None:
     # Only the monitoring component has something real to put in one (the dashboard).
     assert not objects("base", "ConfigMap")
+
+
+@pytest.mark.parametrize("target", ["base", "production"])
+def test_a_rolling_update_waits_for_synced_pods_and_drains_within_the_grace_period(target: str) -> None:
+    """Issue 20: a rollout is a non-event for clients. A new pod is Ready only once every cached
+    resource has synced on every worker (``/readyz``, tests/e2e/test_shards.py), and counts as
+    available only after ``minReadySeconds``; no ready pod is taken down first; an old pod keeps
+    serving while its endpoint is removed (preStop), then drains within the grace period."""
+    deployment = one(target, "Deployment")
+    spec = deployment["spec"]
+    assert spec["strategy"]["type"] == "RollingUpdate"
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert spec["strategy"]["rollingUpdate"]["maxSurge"] >= 1
+    assert spec["minReadySeconds"] >= 5
+    pod = spec["template"]["spec"]
+    (container,) = [c for c in pod_containers(deployment) if c["name"] == "watchcache"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    pause = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pause >= 5
+    # The drain after SIGTERM: the supervisor gives its workers max(10, fresh-wait + 5) s, then 5 s
+    # more before SIGKILL (watchcache/cli.py, shard/supervisor.py).
+    fresh_wait = float(flag_value(argv(container), "--fresh-wait") or ServeConfig().fresh_wait)
+    drain = max(10.0, fresh_wait + 5.0) + 5.0
+    assert pod["terminationGracePeriodSeconds"] >= pause + drain, (pause, drain)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Hashable
 
@@ -9,7 +10,9 @@ import pytest
 from tests.support.factories import pod
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
+from watchcache.cache.semantics import Mode, WatchPlan
 from watchcache.cache.store import CacheConfig, ResourceCache
+from watchcache.dispatch.cacher import Cacher, WatchRequest
 from watchcache.dispatch.dispatcher import Dispatcher, WatcherGroup, group_key
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import CloseReason, Watcher
@@ -182,37 +185,41 @@ def test_watcher_over_its_buffer_cap_without_history_is_closed_and_frees_memory(
 
 
 def test_slow_watcher_lags_then_catches_up_from_history_without_gap_or_duplicate():
-    w = watcher("ns1", max_pending_bytes=1500)
-    c = cache()
-    delivered: list[int] = []
+    """The real cycle: ``Cacher.watch`` starts it, the dispatcher feeds it, ``Cacher.catch_up`` replays."""
 
-    def read_all() -> None:
-        for frame in w.take()[0]:
-            delivered.append(int(frame.split(b'"resourceVersion":"')[1].split(b'"')[0]))
+    async def run() -> None:
+        c = Cacher(PODS, clock=lambda: 0.0)
+        c.replace([pod("a", "ns1", node="n1"), pod("b", "ns2", node="n2")], 10)
+        plan = WatchPlan(Mode.EXACT, 10, initial_events=False, initial_events_end_bookmark=False)
+        request = WatchRequest(SelectionPredicate.parse(PODS, "ns1", "", ""), plan, max_pending_bytes=1500)
+        w = await c.watch(request, Sink())
+        delivered: list[int] = []
 
-    for e in c.apply([(MODIFIED, pod("a", "ns1", 11))]):
-        w.deliver(e)
-    read_all()  # the client read rv 11
-    for rv in range(12, 30):  # then stopped reading
-        for e in c.apply([(MODIFIED, pod("a", "ns1", rv))]):
-            w.deliver(e)
-    assert w.lagging and w.resume_rv == 11 and w.pending_bytes == 0
-    # new events are ignored while lagging; they stay in history
-    for e in c.apply([(MODIFIED, pod("a", "ns1", 30))]):
-        assert not w.deliver(e)
-    steps = 0
-    while True:
-        steps += 1
-        done = w.catch_up(c.events_since(w.resume_rv))
+        def read_all() -> None:
+            for frame in w.take()[0]:
+                delivered.append(int(frame.split(b'"resourceVersion":"')[1].split(b'"')[0]))
+
+        c.apply([(MODIFIED, pod("a", "ns1", 11))])
+        read_all()  # the client read rv 11
+        for rv in range(12, 30):  # then stopped reading
+            c.apply([(MODIFIED, pod("a", "ns1", rv))])
+        assert w.lagging and w.resume_rv == 11 and w.pending_bytes == 0
+        assert c.watchers_lagged == 1
+        c.apply([(MODIFIED, pod("a", "ns1", 30))])  # ignored while lagging: it stays in history
+        assert not w.pending
+        steps = 1
+        while c.catch_up(w):  # what the sink runs each time the client has drained
+            steps += 1
+            read_all()
         read_all()
-        if done:
-            break
-    assert steps > 1  # bounded steps, not the whole backlog at once
-    assert not w.lagging
-    for e in c.apply([(MODIFIED, pod("a", "ns1", 31))]):
-        w.deliver(e)
-    read_all()
-    assert delivered == list(range(11, 32))
+        assert steps > 1  # bounded steps, not the whole backlog at once
+        assert not w.lagging and c.watchers_caught_up == 1
+        c.apply([(MODIFIED, pod("a", "ns1", 31))])
+        read_all()
+        assert delivered == list(range(11, 32))
+        assert not c.catch_up(w)  # live: nothing to do
+
+    asyncio.run(run())
 
 
 def test_initial_events_survive_an_overflow():
@@ -288,7 +295,7 @@ def test_a_lagging_metadata_watcher_catches_up_in_its_encoding():
     c = cache()
     w = watcher(start_rv=10, encoding=METADATA_JSON["v1"], max_pending_bytes=10)
     events = c.apply([(MODIFIED, pod("a", "ns1", 11))])
-    assert w.catch_up(events)
+    assert w.replay(events)
     assert orjson.loads(w.pending[0])["object"]["kind"] == "PartialObjectMetadata"
     assert w.frame_for(events[0]) is w.pending[0]
 
@@ -307,3 +314,31 @@ def test_bookmarks_fall_due_in_whole_seconds_of_the_cacher_clock_as_kube():
     assert not late.pending
     d.send_due_bookmarks(3.3, 21)
     assert late.pending
+
+
+def test_a_frame_one_encoding_cannot_build_ends_only_that_groups_watchers():
+    """Issue 21 item 5, invariant 11: a protobuf metadata frame that raises costs the other groups nothing."""
+    from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF
+    from watchcache.cache.object import encode_object
+
+    failures: list[str] = []
+    d = Dispatcher(PODS, failures.append)
+    full, meta, proto = (watcher("ns1", encoding=e) for e in (FULL_JSON, METADATA_JSON["v1"], METADATA_PROTOBUF["v1"]))
+    for w in (full, meta, proto):
+        d.add(w, 0.0)
+    # Metadata protobuf cannot hold (ownerReferences is no list); full JSON and metadata JSON can.
+    bad = encode_object(
+        PODS, {"metadata": {"name": "bad", "namespace": "ns1", "resourceVersion": "11", "ownerReferences": 5}}
+    )
+    c = cache()
+    d.dispatch(c.apply([("ADDED", bad), (MODIFIED, pod("a", "ns1", 12))]))
+    assert proto.closed and proto.close_reason == CloseReason.INTERNAL_ERROR and failures == ["dispatch"]
+    assert not full.closed and not meta.closed
+    for w in (full, meta):
+        lines = b"".join(w.take()[0]).splitlines()
+        assert [orjson.loads(line)["object"]["metadata"]["resourceVersion"] for line in lines] == ["11", "12"]
+    # The group is whole again for the next batch: a new protobuf watcher gets its frames.
+    again = watcher("ns1", start_rv=12, encoding=METADATA_PROTOBUF["v1"])
+    d.add(again, 0.0)
+    d.dispatch(c.apply([(MODIFIED, pod("a", "ns1", 13))]))
+    assert not again.closed and again.take()[0][0][4:].startswith(b"\n\x08MODIFIED")

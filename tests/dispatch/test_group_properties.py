@@ -18,10 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.factories import pod
+from watchcache.apierrors import StatusError
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
-from watchcache.cache.store import ResourceVersionTooOld
-from watchcache.dispatch.cacher import Cacher
+from watchcache.cache.semantics import Mode, WatchPlan
+from watchcache.dispatch.cacher import Cacher, WatchRequest
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
 
@@ -80,18 +81,14 @@ def list_and_watch(cacher: Cacher, client: Client) -> None:
 
 
 def resume(cacher: Cacher, client: Client) -> None:
-    """WATCH from the newest rv seen; on 410, relist."""
-    predicate = client.predicate
+    """WATCH from the newest rv seen (the cacher's own start section); on 410, relist."""
+    plan = WatchPlan(Mode.EXACT, client.rv, initial_events=False, initial_events_end_bookmark=False)
     try:
-        backlog = cacher.cache.events_since(client.rv, predicate)
-    except ResourceVersionTooOld:
+        client.watcher = cacher.start_watch(WatchRequest(client.predicate, plan, allow_bookmarks=True), Sink())
+    except StatusError as e:
+        assert e.code == 410
         client.relists += 1
         list_and_watch(cacher, client)
-        return
-    client.watcher = Watcher(PODS, predicate, client.rv, Sink(), allow_bookmarks=True)
-    for event in backlog:
-        client.watcher.deliver(event)
-    cacher.add_watcher(client.watcher)
 
 
 def read(cacher: Cacher, client: Client) -> None:

@@ -7,10 +7,12 @@ import os
 import signal
 import time
 
+import orjson
 import pytest
 
 from tests.support.httpkube import WatchStream, get, get_ok, key_of, path_with, request, rv_of
-from tests.support.processes import Stack, start_stack
+from tests.support.processes import Stack, start, start_stack
+from tests.support.waiting import wait_until
 
 RESOURCES = {
     "pods": "/api/v1/pods",
@@ -179,3 +181,57 @@ def test_sigterm_sends_a_final_bookmark_and_exits_within_the_drain_timeout():
     finally:
         s.proxy.stop()
         s.sim.stop()
+
+
+def _answer(url: str, path: str, worker: int) -> tuple[int, str]:
+    """``path`` answered by ``worker`` (fresh connections until that one answers; others are skipped,
+    and a connection queued on a stopped worker times out)."""
+    for _ in range(400):
+        try:
+            view = request(url, "GET", "/debug/shards", timeout=0.5).json()
+            if view["worker"] != worker:
+                continue
+            res = request(url, "GET", path, timeout=0.5)
+            # The same worker? A second request may land elsewhere: check again after it.
+            if request(url, "GET", "/debug/shards", timeout=0.5).json()["worker"] == worker:
+                return res.status, res.body.decode()
+        except OSError:
+            pass
+    raise AssertionError(f"worker {worker} never answered {path}")
+
+
+def test_readyz_waits_for_every_worker_and_every_resource():
+    """A group is ready only once every worker has synced every resource it owns: a worker whose own
+    caches are synced still says not ready while another has not synced (a probe reaches any one)."""
+    sim_proc = start("sim", "--objects", "50", "--namespaces", "2")
+    proxy = None
+    try:
+        sim = sim_proc.url
+        # Hold the upstream (every API request 500s) and start the group behind it: nothing can sync.
+        assert request(sim, "POST", "/sim/faults", {"kind": "error", "code": 500, "seconds": 120}).status == 200
+        proxy = start("serve", "--upstream", sim, "--workers", "2")
+        url = proxy.url
+        views = worker_views(url)
+        stopped, running = views[0], views[1]
+        os.kill(stopped["pid"], signal.SIGSTOP)  # worker 0 will not sync until SIGCONT
+        try:
+            assert request(sim, "DELETE", "/sim/faults").status == 200
+            # Worker 1 syncs what it owns...
+            wait_until(lambda: "[-]cache-synced" not in _answer(url, "/readyz?verbose", 1)[1], 30)
+            status, text = _answer(url, "/readyz?verbose", 1)
+            assert all("[+]cache-synced" in line for line in text.splitlines() if "cache-synced" in line), text
+            # ... and still is not ready: worker 0 has not synced.
+            assert status == 500 and "[-]workers-synced failed: workers [0] not synced" in text, text
+        finally:
+            os.kill(stopped["pid"], signal.SIGCONT)
+        wait_until(lambda: _answer(url, "/readyz", 1)[0] == 200 and _answer(url, "/readyz", 0)[0] == 200, 30)
+        # Ready: every worker's every owned cache has synced.
+        for w in (0, 1):
+            stats = orjson.loads(_answer(url, "/debug/cache", w)[1])["resources"]
+            owned = set(worker_views(url)[w]["owned"])
+            assert owned and all(stats[r]["ready"] for r in stats), (w, owned, stats)
+        assert running["pid"] == worker_views(url)[1]["pid"]
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        sim_proc.stop()

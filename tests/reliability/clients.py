@@ -102,6 +102,8 @@ class Informer:
         self.marks: list[tuple[int, int]] = [(0, self.phase.index)]
         self.counters = Counters()
         self.last_rv = 0
+        # (wall-clock time, the rv the client stood at) of every 410: for telling who forced it.
+        self.gone_at: list[tuple[float, int]] = []
         self._paused_until = 0.0
         self._stop = asyncio.Event()
         self._backoff = self.config.backoff[0]
@@ -202,6 +204,7 @@ class Informer:
         async with self.session.get(url, params=params, timeout=timeout) as resp:
             if resp.status == GONE:
                 self.counters.gone += 1
+                self.gone_at.append((time.time(), self.last_rv))
                 self._record(("error", GONE))
                 self._record(("relist",))
                 return True
@@ -251,6 +254,7 @@ class Informer:
             code = int(obj.get("code") or 0)
             if code == GONE:
                 self.counters.gone += 1
+                self.gone_at.append((time.time(), self.last_rv))
             else:
                 self.counters.errors += 1
             self._record(("error", code))

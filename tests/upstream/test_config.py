@@ -7,7 +7,8 @@ import textwrap
 import pytest
 
 from tests.support.pki import Pki
-from watchcache.upstream.config import UpstreamConfigError, from_flags, from_kubeconfig, load_cert_chain_data
+from watchcache.upstream.config import UpstreamConfigError, from_flags, load_cert_chain_data
+from watchcache.upstream.kubeconfig import from_kubeconfig
 
 
 def write_kubeconfig(tmp_path, body: str):

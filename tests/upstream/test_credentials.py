@@ -12,8 +12,8 @@ import pytest
 
 from tests.support.execplugin import ExecPlugin, kubeconfig
 from tests.support.pki import Pki
-from watchcache.upstream.config import UpstreamConfig
-from watchcache.upstream.credentials import CredentialError, Credentials, ExecConfig, run_exec
+from watchcache.upstream.config import ExecConfig, UpstreamConfig
+from watchcache.upstream.credentials import CredentialError, Credentials, run_exec
 from watchcache.upstream.kubeconfig import load
 
 

@@ -16,8 +16,8 @@ from tests.support.pki import Pki
 from watchcache.apierrors import StatusError
 from watchcache.auth.authn import CREDENTIAL_ID, CertAuthenticator
 from watchcache.auth.requestheader import RequestHeaderNames, escape_extra_key
+from watchcache.upstream.config import ClientCertificate
 from watchcache.upstream.identity import (
-    ClientCertificate,
     IdentityOptions,
     PassthroughIdentity,
     Route,

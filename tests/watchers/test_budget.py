@@ -66,7 +66,7 @@ def consistent(budget: WatchBudget) -> None:
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["feed", "take", "take_part", "lag", "catch_up", "close", "bookmark"]),
+        st.sampled_from(["feed", "take", "take_part", "lag", "replay", "close", "bookmark"]),
         st.integers(0, 5),
         st.integers(1, 3000),
     ),
@@ -90,8 +90,8 @@ def test_the_sum_is_the_watchers_reported_bytes_whatever_they_do(ops: list[tuple
             w.take(size)
         elif op == "lag" and not w.closed:
             w.lag()
-        elif op == "catch_up" and w.lagging and not w.closed:
-            w.catch_up([])  # nothing to replay: live again
+        elif op == "replay" and w.lagging and not w.closed:
+            w.replay([])  # nothing to replay: live again
         elif op == "close":
             w.close(CloseReason.TIMEOUT if size % 2 else CloseReason.CLIENT_GONE)
         elif op == "bookmark":

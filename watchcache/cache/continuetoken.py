@@ -1,4 +1,4 @@
-"""Continue tokens: where the next page of a chunked LIST starts, and at which rv.
+"""Continue tokens: where the next page of a chunked LIST starts, and at which rv (invariant 4).
 
 The payload is kube-apiserver's (``{"v":"meta.k8s.io/v1","rv":N,"start":"key\\x00"}``,
 base64url) with the start key relative to the list's scope, plus an HMAC so that a

@@ -8,17 +8,17 @@ object is derived once (``cache/metadata.py``) and each watch frame once per eve
 encoding (cached on the ``WatchEvent``), then shared by every watcher of that encoding.
 
 Watchers of different encodings never share frames: the dispatcher groups watchers by
-(predicate, encoding).
+(predicate, encoding). All of it is invariant 5 (encode once).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import orjson
 
 from watchcache.apierrors import StatusError
-from watchcache.cache.events import WatchEvent, frame_head, frame_tail
+from watchcache.cache.events import ADDED, BOOKMARK, ERROR, WatchEvent, json_frame, json_frame_ends
 from watchcache.cache.metadata import metadata_json, metadata_protobuf
 from watchcache.cache.object import CachedObject
 from watchcache.kubeproto import wire
@@ -26,8 +26,6 @@ from watchcache.resources import ResourceType
 
 JSON = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
-
-_EVENT_TAIL = frame_tail()
 
 
 def _json_list_meta(rv: int, continue_token: str | None, remaining: int | None, *, unstructured: bool = False) -> bytes:
@@ -113,26 +111,64 @@ class Encoding:
 
     def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
         """A watch frame of type ``as_type`` for object ``source``; called once per event (see events.py)."""
-        return b"".join((frame_head(as_type), resource.typed_prefix, source.body, _EVENT_TAIL))
+        return json_frame(as_type, resource.typed_prefix, source.body)
 
     def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
         """One ADDED frame of the initial events, in pieces (the object's bytes are not copied)."""
-        return (frame_head("ADDED") + resource.typed_prefix, obj.body, _EVENT_TAIL)
+        head, tail = json_frame_ends(ADDED, resource.typed_prefix)
+        return (head, obj.body, tail)
+
+    def initial_events(
+        self, resource: ResourceType, objects: Iterable[CachedObject], matches: Callable[[CachedObject], bool]
+    ) -> tuple[list[bytes], int]:
+        """The ADDED frames of a watch's initial events for the ``objects`` that match, in pieces, and their count.
+
+        Full JSON (this class) is ``initial_parts`` inlined, a shared head and tail around each
+        object's own bytes: a watch from a 5,000-pod list costs 15,000 appends, no copy.
+        """
+        parts: list[bytes] = []
+        append = parts.append
+        head, tail = json_frame_ends(ADDED, resource.typed_prefix)
+        count = 0
+        for obj in objects:
+            if matches(obj):
+                append(head)
+                append(obj.body)
+                append(tail)
+                count += 1
+        return parts, count
 
     def bookmark_frame(
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
-        meta = _bookmark_meta(rv, initial_events_end, relist_diff_end)
-        return frame_head("BOOKMARK") + resource.typed_prefix + meta + b"}}\n"
+        return json_frame(
+            BOOKMARK, resource.typed_prefix, _bookmark_meta(rv, initial_events_end, relist_diff_end), b"}"
+        )
 
     def error_frame(self, error: StatusError) -> bytes:
-        return frame_head("ERROR") + error.body() + _EVENT_TAIL
+        return json_frame(ERROR, error.body())
 
 
 FULL_JSON = Encoding()
 
 
-class MetadataJson(Encoding):
+class _PartialObjectMetadata(Encoding):
+    """The PartialObjectMetadata encodings' common part: initial events from ``initial_parts``, one object at a time."""
+
+    def initial_events(
+        self, resource: ResourceType, objects: Iterable[CachedObject], matches: Callable[[CachedObject], bool]
+    ) -> tuple[list[bytes], int]:
+        parts: list[bytes] = []
+        initial_parts = self.initial_parts
+        count = 0
+        for obj in objects:
+            if matches(obj):
+                parts.extend(initial_parts(resource, obj))
+                count += 1
+        return parts, count
+
+
+class MetadataJson(_PartialObjectMetadata):
     """PartialObjectMetadata(List) in JSON: ``{"kind":"PartialObjectMetadata",...,"metadata":{...}}``."""
 
     def __init__(self, version: str) -> None:
@@ -141,6 +177,7 @@ class MetadataJson(Encoding):
         self.prefix = b'{"kind":"PartialObjectMetadata","apiVersion":"' + api_version + b'",'
         self.list_prefix = b'{"kind":"PartialObjectMetadataList","apiVersion":"' + api_version + b'","metadata":'
         self.item_head = self.prefix + b'"metadata":'
+        self._initial_ends = json_frame_ends(ADDED, self.item_head, b"}")
 
     def object_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
         return (self.item_head, metadata_json(obj), b"}")
@@ -166,18 +203,19 @@ class MetadataJson(Encoding):
         return event.encoded(self, as_type)
 
     def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
-        return b"".join((frame_head(as_type), self.item_head, metadata_json(source), b"}", _EVENT_TAIL))
+        return json_frame(as_type, self.item_head, metadata_json(source), b"}")
 
     def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
-        return (frame_head("ADDED") + self.item_head, metadata_json(obj), b"}" + _EVENT_TAIL)
+        head, tail = self._initial_ends
+        return (head, metadata_json(obj), tail)
 
     def bookmark_frame(
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
-        return frame_head("BOOKMARK") + self.prefix + _bookmark_meta(rv, initial_events_end, relist_diff_end) + b"}}\n"
+        return json_frame(BOOKMARK, self.prefix, _bookmark_meta(rv, initial_events_end, relist_diff_end), b"}")
 
 
-class MetadataProtobuf(Encoding):
+class MetadataProtobuf(_PartialObjectMetadata):
     """PartialObjectMetadata(List) in protobuf: ``k8s\\0`` + Unknown; watch frames length-prefixed."""
 
     content_type = PROTOBUF

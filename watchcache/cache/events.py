@@ -3,18 +3,21 @@
 A frame is the exact bytes of one line of a watch response
 (``{"type":"ADDED","object":{...}}\\n``). Every watcher that receives an event gets
 the *same* bytes object: a frame is built the first time any watcher needs it and
-cached on the event, so fan-out to N watchers costs one build, not N encodes.
+cached on the event, so fan-out to N watchers costs one build, not N encodes
+(invariant 5).
+
+The JSON frame's layout is written here and nowhere else: ``json_frame`` and
+``json_frame_ends`` build every JSON line, whatever the object in it (a full object, a
+PartialObjectMetadata, a bookmark, a Status); ``cache/encoding.py`` chooses the object.
+This module sits below the encodings: it knows them only as a ``FrameEncoder``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from watchcache.cache.object import CachedObject
 from watchcache.resources import ResourceType
-
-if TYPE_CHECKING:
-    from watchcache.cache.encoding import Encoding
 
 ADDED: Final = "ADDED"
 MODIFIED: Final = "MODIFIED"
@@ -28,12 +31,25 @@ _HEADS: Final = {t: b'{"type":"' + t.encode() + b'","object":' for t in (ADDED, 
 _TAIL: Final = b"}\n"
 
 
-def frame_head(event_type: str) -> bytes:
-    return _HEADS[event_type]
+def json_frame(event_type: str, *object_parts: bytes) -> bytes:
+    """One line of a JSON watch stream: ``{"type":"<event_type>","object":<object_parts joined>}\\n``."""
+    return b"".join((_HEADS[event_type], *object_parts, _TAIL))
 
 
-def frame_tail() -> bytes:
-    return _TAIL
+def json_frame_ends(event_type: str, object_head: bytes = b"", object_tail: bytes = b"") -> tuple[bytes, bytes]:
+    """The bytes before and after an object's body in ``json_frame(event_type, object_head, body, object_tail)``.
+
+    For frames written in pieces, the (shared, cached) body never copied: a watch's initial events.
+    """
+    return _HEADS[event_type] + object_head, object_tail + _TAIL
+
+
+class FrameEncoder(Protocol):
+    """An encoding other than full JSON, as ``WatchEvent.encoded`` uses it (``cache/encoding.py``)."""
+
+    def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
+        """The frame of type ``as_type`` for object ``source``: called once per event, type and encoding."""
+        ...
 
 
 class WatchEvent:
@@ -62,7 +78,7 @@ class WatchEvent:
         self.rv = rv
         self.received = received
         # Frames by delivery type (full JSON), and by (encoding, delivery type) for the others.
-        self._frames: dict[str | tuple[Encoding, str], bytes] | None = None
+        self._frames: dict[str | tuple[FrameEncoder, str], bytes] | None = None
         # The previous state stamped with this event's rv (a selector-leave DELETED), made once.
         self._stamped: CachedObject | None = None
 
@@ -88,11 +104,11 @@ class WatchEvent:
             if cached is not None:
                 return cached
         source = self._source(as_type) if as_type == DELETED else self.object
-        built = b"".join((_HEADS[as_type], self.resource.typed_prefix, source.body, _TAIL))
+        built = json_frame(as_type, self.resource.typed_prefix, source.body)
         frames[as_type] = built
         return built
 
-    def encoded(self, encoding: Encoding, as_type: str) -> bytes:
+    def encoded(self, encoding: FrameEncoder, as_type: str) -> bytes:
         """``frame`` in another encoding (PartialObjectMetadata, protobuf): also built once."""
         frames = self._frames
         if frames is None:

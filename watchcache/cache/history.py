@@ -1,6 +1,6 @@
 """The history window: the recent events of one resource, in resourceVersion order.
 
-Invariants (tested in ``tests/cache/test_history.py``):
+Invariants (docs/architecture.md's 1 and 3; tested in ``tests/cache/test_history.py``):
 
 * events are ordered by ``rv`` (non-decreasing; several events may share one rv when
   they form one atomic change, e.g. a relist's diff) and a group of events with the
@@ -13,7 +13,10 @@ Invariants (tested in ``tests/cache/test_history.py``):
   older than ``max_age`` (by the injected clock) is evicted at the next ``expire``;
 * ``at(rv)`` counts the events of the group at ``rv``, including those of the group at
   ``oldest_rv`` that were evicted (a group whose events arrived in several batches can
-  straddle an eviction): a resume point shared by several events is ambiguous.
+  straddle an eviction): a resume point shared by several events is ambiguous;
+* ``prepend`` puts a span of older events in front (a backfill from the upstream,
+  ``ResourceCache.backfill``): it must end at ``oldest_rv`` and fit in ``max_events``, and
+  its events carry the head's arrival time, so ``expire`` still meets them in time order.
 """
 
 from __future__ import annotations
@@ -71,6 +74,41 @@ class HistoryWindow:
         if len(self) > self.max_events:
             self._evict_oldest_group()
 
+    def room(self) -> int:
+        """How many events a ``prepend`` may add now."""
+        return self.max_events - len(self)
+
+    def prepend(self, events: list[WatchEvent], oldest_rv: int) -> None:
+        """Put ``events`` (every event in ``(oldest_rv, self.oldest_rv]``, in rv order) in front.
+
+        The caller stamps them no later than the head's ``received`` (``expire`` evicts from
+        the head while it is old: a younger head would shield older events behind it). Refused
+        (ValueError, nothing changed) when they do not fit, are out of order or outside the
+        span, or when the group at ``oldest_rv`` was partly evicted: the events before it
+        could not be told apart from those already here.
+        """
+        if oldest_rv >= self.oldest_rv:
+            raise ValueError(f"a span must start before the window's oldest rv {self.oldest_rv}, not at {oldest_rv}")
+        if self.at(self.oldest_rv):
+            # The rest of a group at oldest_rv came after the group was evicted (an upstream tier's
+            # group split across reads): the span's events at that rv could not be told apart.
+            raise ValueError(f"the group at the window's oldest rv {self.oldest_rv} was partly evicted")
+        if len(events) > self.room():
+            raise ValueError(f"{len(events)} events do not fit: room for {self.room()} of {self.max_events}")
+        last = oldest_rv
+        for event in events:
+            if event.rv <= oldest_rv or event.rv < last or event.rv > self.oldest_rv:
+                raise ValueError(f"event at rv {event.rv} out of order in a span ({oldest_rv}, {self.oldest_rv}]")
+            last = event.rv
+        head = self._events[self._start] if len(self) else None
+        if head is not None and events and events[-1].received > head.received:
+            raise ValueError("a span's events must not be younger than the window's head")
+        self._events = events + self._events[self._start :]
+        self._start = 0
+        self._bytes += sum(e.size for e in events)
+        self.oldest_rv = oldest_rv
+        self.evicted_at_oldest = 0
+
     def expire(self, now: float) -> int:
         """Evict groups older than ``max_age``; returns the number of events evicted."""
         evicted = 0
@@ -95,6 +133,7 @@ class HistoryWindow:
         return self._events[index:]
 
     def _evict_oldest_group(self) -> int:
+        # Whole groups only, so a resume point is never half in the window (invariant 3).
         events = self._events
         group_rv = events[self._start].rv
         count = 0

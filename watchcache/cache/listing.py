@@ -1,4 +1,8 @@
-"""Paging a LIST over a snapshot: scope, start key, limit, filter and what remains."""
+"""Paging a LIST over a snapshot: scope, start key, limit, filter and what remains.
+
+Every page reads the snapshot at the first page's rv (invariants 3 and 4); items are the cached
+bytes, never re-encoded (invariant 5).
+"""
 
 from __future__ import annotations
 

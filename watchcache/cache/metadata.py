@@ -13,7 +13,8 @@ on the ``CachedObject``, so every later LIST item, GET and watch frame reuses th
   protobuf metadata client has asked for.
 
 Deriving parses the object's JSON once (``orjson.loads``): paid per object on first use,
-never per watcher or per request, and never by deployments without metadata clients.
+never per watcher or per request, and never by deployments without metadata clients
+(invariant 5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cached object: JSON bytes encoded once, plus the attributes filters need.
+"""The cached object: JSON bytes encoded once, plus the attributes filters need (invariant 5).
 
 An object enters the cache exactly once (from the reflector, the simulated cluster or
 a follower stream); its JSON is encoded then and shared by every LIST page, GET and

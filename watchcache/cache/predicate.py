@@ -1,7 +1,8 @@
 """SelectionPredicate: namespace + label selector + field selector, evaluated on cached attributes.
 
 The same predicate filters LIST items and decides watch deliveries, so a watch and a
-list with the same parameters always agree on what they select.
+list with the same parameters always agree on what they select. It reads the attributes
+extracted when the object entered the cache, never its JSON (invariant 5).
 """
 
 from __future__ import annotations

@@ -16,14 +16,25 @@ part of the group, so a watch from it gets 410 (the client relists) unless at mo
 event of the group concerns the watch and the group arrived whole (``events_since``).
 kube's own upstream never makes groups, so none of this costs anything there.
 
+Backfill. A read or watch at an rv ``R`` older than the window is served when the upstream
+can still tell what happened after ``R``: a ``Span`` (the state at ``R`` of the keys its
+events touch, and every event in ``(R, O]``) is replayed, checked against the cache's own
+state at ``O`` (the window's oldest rv), and put in front of the window (``backfill``). A
+span never reaches back across a relist: the relist's diff gave clients states that were no
+state of the upstream, so an rv from before it cannot be resumed exactly.
+
 Concurrency contract: single-threaded. Readers take a ``Snapshot`` and use it before
 the next mutation (every read in the server is built synchronously, so it never
-straddles an ``apply``).
+straddles an ``apply``). No I/O, and the clock is injected (invariant 10).
+
+The invariants of docs/architecture.md this module keeps: 1 (ordering: ``apply`` refuses
+anything else), 3 (what the window guarantees: ``snapshot``, ``events_since``,
+``ambiguous``) and 7 (``relist``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from sortedcontainers import SortedDict
@@ -75,6 +86,54 @@ class ResourceVersionOrderError(ValueError):
     """The feed broke the stream contract (an rv going backwards or splitting a group)."""
 
 
+class BackfillRefused(ValueError):
+    """A span the cache will not take (nothing changed); ``reason`` is a metric label."""
+
+    RELIST = "relist"  # it reaches back across a relist
+    MISMATCH = "mismatch"  # replayed, it does not give the cache's state at the window's start
+    SHORT = "short"  # its events do not reach the window's start
+    ROOM = "room"  # it does not fit in --history-max-events
+    SPLIT = "split"  # the group at the window's start was partly evicted (an upstream tier's group)
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Span:
+    """What the upstream knows of the history before a window: every event in ``(rv, through]``.
+
+    ``changes`` are the upstream's watch events after ``rv`` in rv order (they may go past
+    ``through``: those are ignored). ``prior`` holds the state at ``rv`` of every key the
+    changes touch (a key missing from it did not exist at ``rv``), so that each event gets its
+    ``prev`` — a selector watch needs it to turn a MODIFIED into an ADDED or a DELETED.
+    ``others``: the rvs of every other object at ``rv`` (from a full LIST), checked too;
+    None when the span comes from a cache that checked them already (an owner's window).
+    """
+
+    rv: int
+    through: int
+    changes: Sequence[tuple[str, CachedObject]]
+    prior: Mapping[str, CachedObject]
+    others: Mapping[str, int] | None = None
+
+    @classmethod
+    def from_list(
+        cls, rv: int, listed: Iterable[CachedObject], changes: Sequence[tuple[str, CachedObject]], through: int
+    ) -> Span:
+        """A span from a full list at ``rv`` and the watch events after it."""
+        touched = {obj.key for _, obj in changes}
+        prior: dict[str, CachedObject] = {}
+        others: dict[str, int] = {}
+        for obj in listed:
+            if obj.key in touched:
+                prior[obj.key] = obj
+            else:
+                others[obj.key] = obj.rv
+        return cls(rv, through, changes, prior, others)
+
+
 @dataclass(frozen=True)
 class CacheStats:
     objects: int
@@ -88,7 +147,7 @@ class CacheStats:
 class ResourceCache:
     # _objects: key -> CachedObject, the state at ``rv``. Invariant: for every event e in
     # history, the state at e.rv contains e.object (unless DELETED) — i.e. history and
-    # state agree, so undoing the events after r yields the state at r.
+    # state agree, so undoing the events after r yields the state at r (invariant 3).
     def __init__(self, resource: ResourceType, config: CacheConfig, clock: Callable[[], float]) -> None:
         self.resource = resource
         self.config = config
@@ -105,6 +164,10 @@ class ResourceCache:
         self._unresumable_events: list[WatchEvent] | None = None
         # rvs of groups in the window that arrived in more than one batch (see ``ambiguous``).
         self._continued: set[int] = set()
+        # The rv of the last relist: no span reaches back across it (see "Backfill"; 0: none).
+        self.relisted_at = 0
+        # No group continues at or below this rv: a backfill ended there (see ``continues_group``).
+        self._sealed_at = 0
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -119,6 +182,7 @@ class ResourceCache:
         self.history.reset(rv)
         self.set_unresumable(None)
         self._continued = set()
+        self._sealed_at = 0
         self.initialized = True
 
     def set_unresumable(self, rv: int | None, events: list[WatchEvent] | None = None) -> None:
@@ -131,7 +195,8 @@ class ResourceCache:
 
         The rvs must be non-decreasing, and the first greater than ``rv`` — or equal to it
         when the head of the history is a group of events at ``rv``: the rest of a group that
-        arrived in two reads (``continues_group``). Nothing is changed if the batch is refused.
+        arrived in two reads (``continues_group``): invariant 1. Nothing is changed if the batch
+        is refused: the cache changes first, or not at all (invariant 11).
         """
         if not changes:
             return []
@@ -142,6 +207,7 @@ class ResourceCache:
             oldest = self.history.oldest_rv
             self._continued = {r for r in self._continued if r >= oldest}
             self._continued.add(last)
+        # Checked whole before anything changes (invariants 1 and 11).
         for _, obj in changes:
             if obj.rv < last:
                 raise ResourceVersionOrderError(f"{self.resource.qualified}: rv {obj.rv} after {last}")
@@ -176,10 +242,11 @@ class ResourceCache:
         newest = history.newest_rv
         if newest is None:  # the window is empty: the head group may have been evicted whole
             return history.oldest_rv == self.rv and history.evicted_at_oldest > 0
-        return newest == self.rv
+        # A backfill into an empty window may end with an event at rv: it was listed there.
+        return newest == self.rv and newest > self._sealed_at
 
     def relist(self, objects: Iterable[CachedObject], rv: int) -> list[WatchEvent]:
-        """Replace the state with a fresh list at ``rv`` and return the difference as events.
+        """Replace the state with a fresh list at ``rv`` and return the difference as events (invariant 7).
 
         Used after the upstream answered 410 to a resumed watch: instead of ending every
         client watch (kube-apiserver's behaviour), the change from the old state ``C`` (at
@@ -212,6 +279,8 @@ class ResourceCache:
         self.rv = rv
         self.history.reset(rv)
         self._continued = set()
+        self.relisted_at = rv
+        self._sealed_at = 0
         at_rv = [e for e in events if e.object.rv == rv]
         if len(at_rv) > 1:
             self.set_unresumable(rv, at_rv)
@@ -257,7 +326,10 @@ class ResourceCache:
         return below + deleted + top
 
     def progress(self, rv: int) -> bool:
-        """The upstream promises no event at or before ``rv`` is missing; True if rv moved."""
+        """The upstream promises no event at or before ``rv`` is missing; True if rv moved.
+
+        A "Most Recent" read relies on it: the cache at ``rv`` is as new as the upstream was (invariant 8).
+        """
         if rv > self.rv:
             self.rv = rv
             return True
@@ -265,6 +337,114 @@ class ResourceCache:
 
     def expire(self) -> int:
         return self.history.expire(self._clock())
+
+    def backfill(self, span: Span) -> list[WatchEvent]:
+        """Put ``span`` in front of the window, so that reads and watches from ``span.rv`` are served.
+
+        The span's events up to the window's oldest rv ``O`` are replayed over its state at
+        ``span.rv``; the result must be the cache's own state at ``O`` (same keys, same rvs),
+        or the span is refused (``BackfillRefused``) and nothing changes. Returns the events
+        put in front (none if the window already reaches ``span.rv``).
+        """
+        history = self.history
+        oldest = history.oldest_rv
+        start = span.rv
+        if start >= oldest:
+            return []
+        name = self.resource.qualified
+        if start < self.relisted_at:
+            raise BackfillRefused(
+                BackfillRefused.RELIST,
+                f"{name} relisted at {self.relisted_at}: what clients were sent before it is no state of the upstream",
+            )
+        if span.through < oldest:
+            raise BackfillRefused(BackfillRefused.SHORT, f"span ({start}, {span.through}] ends before {oldest}")
+        if history.at(oldest):
+            raise BackfillRefused(BackfillRefused.SPLIT, f"the group at {oldest} was partly evicted")
+        state: dict[str, CachedObject | None] = dict(span.prior)
+        stamp = history.oldest_event_time
+        stamp = self._clock() if stamp is None else stamp
+        events: list[WatchEvent] = []
+        last = start
+        for kind, obj in span.changes:
+            if obj.rv > oldest:
+                break
+            if obj.rv <= start or obj.rv < last:
+                raise BackfillRefused(BackfillRefused.MISMATCH, f"{name}: event at {obj.rv} out of order after {last}")
+            last = obj.rv
+            prev = state.get(obj.key)
+            if kind == DELETED:
+                if prev is None:
+                    raise BackfillRefused(BackfillRefused.MISMATCH, f"{name}: {obj.key} deleted at {obj.rv} unknown")
+                state[obj.key] = None
+                event_type = DELETED
+            else:
+                state[obj.key] = obj
+                event_type = ADDED if prev is None else MODIFIED
+            events.append(WatchEvent(self.resource, event_type, obj, prev, obj.rv, stamp))
+        self._check_span(span, state, oldest)
+        if len(events) > history.room():
+            raise BackfillRefused(
+                BackfillRefused.ROOM,
+                f"{name}: {len(events)} events do not fit in the window ({len(history)} of {history.max_events})",
+            )
+        history.prepend(events, start)
+        self._sealed_at = max(self._sealed_at, oldest)
+        return events
+
+    def _check_span(self, span: Span, state: Mapping[str, CachedObject | None], oldest: int) -> None:
+        """The span replayed to ``oldest`` (``state``) must be the cache's state at ``oldest``."""
+        at = self.snapshot(oldest)
+        name = self.resource.qualified
+
+        def mismatch(key: str, theirs: int | None, mine: CachedObject | None) -> BackfillRefused:
+            ours = "absent" if mine is None else f"at {mine.rv}"
+            upstream = "absent" if theirs is None else f"at {theirs}"
+            return BackfillRefused(
+                BackfillRefused.MISMATCH, f"{name}: at rv {oldest} {key} is {upstream} upstream but {ours} here"
+            )
+
+        for key, obj in state.items():
+            mine = at.get(key)
+            theirs = None if obj is None else obj.rv
+            if theirs != (None if mine is None else mine.rv):
+                raise mismatch(key, theirs, mine)
+        others = span.others
+        if others is None:
+            return
+        for key, rv in others.items():
+            mine = at.get(key)
+            if key in state or mine is None or mine.rv != rv:
+                raise mismatch(key, rv, mine)
+        present = len(others) + sum(1 for obj in state.values() if obj is not None)
+        if present != at.count_range("", None):
+            raise BackfillRefused(
+                BackfillRefused.MISMATCH,
+                f"{name}: at rv {oldest} the upstream had {present} objects, this cache {at.count_range('', None)}",
+            )
+
+    def span(self, rv: int, through: int) -> Span:
+        """The window's events in ``(rv, through]`` and the state at ``rv`` of the keys they touch.
+
+        For a follower whose window starts later than this one (it backfills from it).
+        TooOld if the window does not reach back to ``rv``.
+        """
+        if rv < self.history.oldest_rv:
+            raise ResourceVersionTooOld(rv, self.history.oldest_rv)
+        through = min(through, self.rv)
+        changes: list[tuple[str, CachedObject]] = []
+        prior: dict[str, CachedObject] = {}
+        seen: set[str] = set()
+        for event in self.history.since(rv):
+            if event.rv > through:
+                break
+            key = event.object.key
+            if key not in seen:
+                seen.add(key)
+                if event.prev is not None:
+                    prior[key] = event.prev
+            changes.append((event.type, event.object))
+        return Span(rv, through, changes, prior)
 
     # ------------------------------------------------------------------ reads
 
@@ -276,7 +456,11 @@ class ResourceCache:
         return self._objects.get(key)
 
     def snapshot(self, rv: int | None = None) -> Snapshot:
-        """The state at ``rv`` (default: current). Raises TooOld/TooNew outside the window."""
+        """The state at ``rv`` (default: current). Raises TooOld/TooNew outside the window.
+
+        Exact anywhere in the window (invariant 3), so every page of a chunked LIST reads the
+        first page's state (invariant 4).
+        """
         if rv is None or rv == self.rv:
             return Snapshot(self._objects, {}, self.rv)
         if rv > self.rv:
@@ -299,7 +483,8 @@ class ResourceCache:
         at ``rv``, or several of which at most one concerns the watch, is no ambiguity — unless
         the group arrived in more than one batch: then a client may have listed, started a
         watch or got a bookmark at ``rv`` before the rest came, so any event of the group that
-        concerns the watch makes ``rv`` ambiguous for it.
+        concerns the watch makes ``rv`` ambiguous for it. (Invariant 3; a watch start and a
+        lagging watcher's catch-up in ``Cacher`` rely on it.)
         """
         history = self.history
         if rv < history.oldest_rv:

@@ -1,16 +1,39 @@
-"""Cacher: one resource's cache, its watchers, and the waits of requests for freshness.
+"""Cacher: one resource's cache, its watches, and the waits of requests for freshness.
 
 This is where the I/O-free core meets the event loop. The feed (reflector, simulated
 cluster, follower stream) calls ``replace``/``apply``/``progress``; each call updates
 the ``ResourceCache``, fans the new events out through the ``Dispatcher`` *in the same
 synchronous step* (so a watcher registered between two calls can neither miss nor
-repeat an event), and wakes requests waiting for an rv.
+repeat an event: invariant 2), and wakes requests waiting for an rv.
 
 Ownership: everything here runs on the event loop thread; no locks.
 
 Readiness (kube's ``ready.go``)::
 
     PENDING --replace()--> READY --stop()--> STOPPED
+
+A watch's life, in one place (kube's ``Cacher.Watch`` and ``cacheWatcher``, etcd's ``demux``
+with its active/lagging split). The HTTP handler (``server/watch.py``) builds a
+``WatchRequest``, calls ``watch``, and then only writes what the watcher has pending and
+tells ``catch_up`` when its client has drained::
+
+    watch(request, sink)
+      | async step: a start rv before the window waits for a backfill of the older history
+      | (dispatch/backfill.py; bounded by --backfill-wait)
+      v
+    start_watch(request, sink)  synchronous, no await (invariant 2)
+      |  plan: initial events from a snapshot | backlog from history | start at the head
+      |  queue them, then dispatcher.add
+      +--start rv before the window--> 410 Expired, no watcher (invariant 3)
+      v
+    ACTIVE --pending over its cap, or picked by the WatchBudget--> LAGGING       (invariant 6)
+                                                                    | buffer dropped, resume_rv kept
+    LAGGING --client drained: catch_up() replays a bounded step--> LAGGING
+    LAGGING --catch_up() replays up to the newest event----------> ACTIVE       (same step: no gap)
+    LAGGING --history moved past resume_rv: history_gone()-------> LAGGING, backfilling: catch_up()
+                                                                    again once it is there, else
+                                                                    CLOSED (410 Expired)
+    any ------close(reason): timeout, client gone, shutdown, error-> CLOSED --ended()--> unregistered
 """
 
 from __future__ import annotations
@@ -21,26 +44,45 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from sortedcontainers import SortedList
 
 from watchcache import apierrors
-from watchcache.cache.encoding import Encoding
+from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
-from watchcache.cache.store import CacheConfig, ResourceCache
+from watchcache.cache.predicate import SelectionPredicate
+from watchcache.cache.semantics import Mode, WatchPlan
+from watchcache.cache.store import CacheConfig, ResourceCache, ResourceVersionTooOld, Span
 from watchcache.dispatch.dispatcher import Dispatcher
 from watchcache.resources import ResourceType
-from watchcache.watchers.watcher import Watcher
+from watchcache.watchers.budget import WatchBudget
+from watchcache.watchers.watcher import CloseReason, Watcher, WatchSink
 
 log = logging.getLogger("watchcache.dispatch.cacher")
+
+# A lagging watcher whose history went is backfilled at most this many times (then 410).
+BACKFILLS_PER_WATCHER = 2
 
 
 class CacherState(enum.Enum):
     PENDING = "pending"
     READY = "ready"
     STOPPED = "stopped"
+
+
+class OlderHistory(Protocol):
+    """Where a cache's history older than its window comes from (``dispatch.backfill.Backfills``).
+
+    A seam, so that the cacher does not import its backfill (which sits above it)."""
+
+    async def reach_back(self, rv: int, timeout: float | None = None) -> Exception | None:
+        """None once the window reaches back to ``rv``; else why it could not (bounded by ``timeout``)."""
+
+    def stop(self) -> None:
+        """No more fetches: every request waiting for one fails now."""
 
 
 class Replica(Protocol):
@@ -54,6 +96,26 @@ class Replica(Protocol):
 
     def cut(self, why: str) -> None:
         """End the follower's stream: it missed a change, so it must resync from a snapshot."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRequest:
+    """A watch in the cacher's terms: what it selects, where it starts, how it is written and bounded.
+
+    The HTTP handler builds it from the query, so the start is tested without sockets.
+    """
+
+    predicate: SelectionPredicate
+    # Where it starts (Most Recent, Any, NotOlderThan, Exact), and whether initial events come first.
+    plan: WatchPlan
+    # Seconds until the server ends it (None: never): a bookmark falls due 2 s before (kube's nextBookmarkTime).
+    timeout: float | None = None
+    encoding: Encoding = FULL_JSON
+    allow_bookmarks: bool = False
+    bookmark_interval: float = 10.0
+    # Unsent bytes this watcher may hold before it lags (invariant 6), and the process-wide budget.
+    max_pending_bytes: int = 16 << 20
+    budget: WatchBudget | None = None
 
 
 class Cacher:
@@ -98,6 +160,12 @@ class Cacher:
         # Deliveries that raised, by path ("flush", "dispatch", "replica"): each ended only the
         # watcher or follower stream concerned.
         self.failures: dict[str, int] = {}
+        # Where older history comes from when a request needs it (None: nowhere, 410 as before).
+        self.backfills: OlderHistory | None = None
+        self.backfilled_events = 0
+        # Lagging watchers whose history is being backfilled, and how many times each was.
+        self._backfilling: set[Watcher] = set()
+        self._backfilled: dict[Watcher, int] = {}
 
     @property
     def ready(self) -> bool:
@@ -126,8 +194,10 @@ class Cacher:
         """Apply a batch, then hand its events to every path: replicas, watchers, waiters.
 
         The paths are independent: each is fed whatever another did (see ``_feed`` and
-        ``Dispatcher.dispatch``), so a failure on one costs no other an event. Only the cache
-        itself may refuse the batch (``ResourceVersionOrderError``), before anything changed.
+        ``Dispatcher.dispatch``), so a failure on one costs no other an event (invariant 11).
+        Only the cache itself may refuse the batch (``ResourceVersionOrderError``), before
+        anything changed (invariant 1). Fanned out in this same step, so a watch started
+        between two calls sees each event once (invariant 2).
         """
         head = self.cache.rv
         events = self.cache.apply(changes)
@@ -150,7 +220,7 @@ class Cacher:
         return events
 
     def _group_continued(self, events: list[WatchEvent]) -> None:
-        """The rest of a group arrived in a later batch (an upstream watch cache's group, split by a read).
+        """The rest of a group arrived in a later batch (an upstream watch cache's group, split by a read): invariant 3.
 
         A watcher that started at the group's rv (its client listed or resumed there) or got a
         bookmark at it holds the group's first part as if it were all of it: the rest would go
@@ -179,7 +249,7 @@ class Cacher:
                 self.dispatcher.fail(watcher)
 
     def relist(self, objects: Iterable[CachedObject], rv: int) -> list[WatchEvent]:
-        """A fresh list after the upstream's 410: watchers get the difference, not a 410 of their own.
+        """A fresh list after the upstream's 410: watchers get the difference, not a 410 of their own (invariant 7).
 
         Watchers that allow bookmarks then get a BOOKMARK at ``rv`` at once, so a client
         that reconnects resumes from ``rv`` (inside the new window) rather than from an
@@ -213,6 +283,16 @@ class Cacher:
         self._wake_waiters()
         return events
 
+    def backfill(self, span: Span) -> list[WatchEvent]:
+        """Put a span of older history in front of the window (``ResourceCache.backfill``: checked, or refused).
+
+        Nothing is delivered: the span is history every watcher here is past. Followers do not
+        get it unasked; one that needs it asks (``shard``), with its own window's start.
+        """
+        events = self.cache.backfill(span)
+        self.backfilled_events += len(events)
+        return events
+
     def _announce_relist(self, before: int, rv: int) -> None:
         frames: dict[Encoding, bytes] = {}
         for watcher in list(self.dispatcher.watchers()):
@@ -234,7 +314,7 @@ class Cacher:
             self._wake_waiters()
 
     def _feed(self, call: Callable[..., None], *args: object) -> None:
-        """``call(replica, *args)`` for every replica; one that raises is cut, the others are fed.
+        """``call(replica, *args)`` for every replica; one that raises is cut, the others are fed (invariant 11).
 
         A cut follower resyncs from a snapshot and hands its watchers the difference (as one
         that fell too far behind does), so it loses nothing either.
@@ -267,6 +347,8 @@ class Cacher:
             if not fut.done():
                 fut.set_result(None)
         self._waiters.clear()
+        if self.backfills is not None:
+            self.backfills.stop()
 
     # ------------------------------------------------------------------ waiting
 
@@ -283,7 +365,7 @@ class Cacher:
         """True once the cache has reached ``rv`` (by events or progress); False after ``timeout`` seconds.
 
         However the wait ends (reached, timed out, cancelled, cacher stopped), its entry is gone
-        when this returns: a client asking for far-future rvs leaves nothing behind.
+        when this returns: a client asking for far-future rvs leaves nothing behind (invariant 8).
         """
         if self.cache.rv >= rv:
             return True
@@ -321,9 +403,157 @@ class Cacher:
     def count_failure(self, path: str) -> None:
         self.failures[path] = self.failures.get(path, 0) + 1
 
-    # ------------------------------------------------------------------ watchers
+    # ------------------------------------------------------------------ watches
+
+    async def watch(self, request: WatchRequest, sink: WatchSink) -> Watcher:
+        """Start a watch: a registered watcher whose first frames are its initial events or backlog.
+
+        Two steps, kept apart on purpose (see the module doc). The asynchronous one waits for
+        what the start needs first (the handler has waited for freshness already): a start rv
+        older than the window waits for the history before it (``backfills``). Then
+        ``start_watch`` runs without an ``await``. Raises the 410 ``StatusError`` when the start
+        rv is before the window (the handler sends it as an ERROR event, as kube does).
+        """
+        plan = request.plan
+        backfills = self.backfills
+        failed: Exception | None = None
+        if backfills is not None and plan.mode is Mode.EXACT and plan.rv < self.cache.oldest_rv:
+            failed = await backfills.reach_back(plan.rv)
+        return self.start_watch(request, sink, backfill=failed)
+
+    def start_watch(self, request: WatchRequest, sink: WatchSink, *, backfill: Exception | None = None) -> Watcher:
+        """The synchronous section of a watch's start: read the state, queue it, register.
+
+        No ``await`` from the state read to ``dispatcher.add``: an event applied before it is in
+        the state or the backlog, one applied after reaches the watcher through the dispatcher,
+        never both, never neither (invariant 2).
+        """
+        plan = request.plan
+        predicate = request.predicate
+        cache = self.cache
+        snapshot = None
+        backlog: list[WatchEvent] = []
+        if plan.initial_events:
+            snapshot = cache.snapshot()
+            start_rv = snapshot.rv
+        elif plan.mode is Mode.EXACT:
+            start_rv = plan.rv
+            try:
+                backlog = cache.events_since(plan.rv, predicate)
+            except ResourceVersionTooOld as e:
+                # Outside the window (and its backfill failed), or ambiguous for this watch
+                # (invariant 3): the client relists.
+                raise apierrors.resource_expired(_expired(e, backfill)) from None
+        else:
+            start_rv = cache.rv
+        watcher = Watcher(
+            self.resource,
+            predicate,
+            start_rv,
+            sink,
+            allow_bookmarks=request.allow_bookmarks,
+            deadline=None if request.timeout is None else self.clock() + request.timeout,
+            bookmark_interval=request.bookmark_interval,
+            max_pending_bytes=request.max_pending_bytes,
+            encoding=request.encoding,
+            budget=request.budget,
+            owner=self,
+        )
+        try:
+            if snapshot is not None:
+                objects = (
+                    snapshot.iter_range("", None)
+                    if predicate.namespace is None
+                    else snapshot.iter_range(predicate.namespace + "/", predicate.namespace + "0")
+                )
+                parts, count = request.encoding.initial_events(self.resource, objects, predicate.matches)
+                watcher.deliver_initial(parts, start_rv, count)
+                if plan.initial_events_end_bookmark:
+                    watcher.bookmark(start_rv, initial_events_end=True)
+            for event in backlog:
+                watcher.deliver(event)
+            self.dispatcher.add(watcher, self.clock())
+        except BaseException:
+            # Never registered, or half: it leaves the budget and the dispatcher.
+            watcher.close(CloseReason.INTERNAL_ERROR)
+            raise
+        return watcher
+
+    def catch_up(self, watcher: Watcher) -> bool:
+        """One step of a LAGGING watcher's catch-up, run once its client has drained (the sink says when).
+
+        Replays the history after ``resume_rv`` until about half the watcher's cap is queued
+        (whole rv groups); when that reaches the newest event the watcher is live again, in
+        this same step (invariant 6). Returns True while more is to be replayed: call again
+        once the client has read what was queued.
+        """
+        if watcher.closed or not watcher.lagging:
+            return False
+        try:
+            events = self.cache.events_since(watcher.resume_rv, watcher.predicate)
+        except ResourceVersionTooOld as e:
+            return self.history_gone(watcher, e)
+        if watcher.replay(events):
+            self.watchers_caught_up += 1
+            return False
+        return True
+
+    def history_gone(self, watcher: Watcher, error: ResourceVersionTooOld) -> bool:
+        """The history moved past a lagging watcher's ``resume_rv``: the one place that decides what then.
+
+        With a source of older history (``backfills``) and a ``resume_rv`` before the window, the
+        watcher stays LAGGING while the history before the window is fetched, and its sink is told
+        (``lagging``) once it is there, so that it runs ``catch_up`` again; at most
+        ``BACKFILLS_PER_WATCHER`` times. Otherwise, or if the backfill fails, the watch ends with
+        410 Expired and its client relists (invariant 6). Returns whether ``catch_up`` may be
+        called again at once.
+        """
+        backfills = self.backfills
+        if watcher in self._backfilling:
+            return False  # under way: the sink is told when it ends
+        tries = self._backfilled.get(watcher, 0)
+        if backfills is not None and watcher.resume_rv < self.cache.oldest_rv and tries < BACKFILLS_PER_WATCHER:
+            self._backfilled[watcher] = tries + 1
+            self._backfilling.add(watcher)
+            task = asyncio.ensure_future(self._backfill_lagging(watcher, error))
+            task.add_done_callback(_retrieve)
+            return False
+        self._expire(watcher, error, None)
+        return False
+
+    async def _backfill_lagging(self, watcher: Watcher, error: ResourceVersionTooOld) -> None:
+        assert self.backfills is not None
+        try:
+            failed = await self.backfills.reach_back(watcher.resume_rv)
+        finally:
+            self._backfilling.discard(watcher)
+        if watcher.closed or not watcher.lagging:
+            return
+        if failed is not None:
+            self._expire(watcher, error, failed)
+            return
+        try:
+            watcher.sink.lagging(watcher)  # catch up from the history now in front of the window
+        except Exception:
+            log.exception("resuming %r after its backfill failed; ending it", watcher)
+            watcher.close(CloseReason.INTERNAL_ERROR)
+
+    def _expire(self, watcher: Watcher, error: ResourceVersionTooOld, backfill: Exception | None) -> None:
+        self.watchers_expired += 1
+        watcher.expire(watcher.encoding.error_frame(apierrors.resource_expired(_expired(error, backfill))))
+
+    # WatchOwner: told by the watchers ``start_watch`` registered.
+    def lagged(self, watcher: Watcher) -> None:
+        self.watchers_lagged += 1
+
+    def ended(self, watcher: Watcher, reason: str) -> None:
+        if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.EXPIRED):
+            self.watchers_terminated += 1
+        self._backfilled.pop(watcher, None)
+        self.dispatcher.remove(watcher)
 
     def add_watcher(self, watcher: Watcher) -> None:
+        """Register a watcher built elsewhere (tests, benchmarks); a client's watch goes through ``watch``."""
         self.dispatcher.add(watcher, self.clock())
 
     def remove_watcher(self, watcher: Watcher) -> None:
@@ -334,6 +564,17 @@ class Cacher:
         self.cache.expire()
         if self.ready:
             self.dispatcher.send_due_bookmarks(self.clock(), self.cache.rv)
+
+
+def _expired(error: ResourceVersionTooOld, backfill: Exception | None) -> str:
+    """The 410's message: kube's, and why the older history could not be had (when it was tried)."""
+    reason = str(backfill) if backfill is not None else ""
+    return f"{error}: {reason}" if reason else str(error)
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a lagging watcher's backfill raised", exc_info=task.exception())
 
 
 def _on_relist(replica: Replica, events: list[WatchEvent], rv: int) -> None:

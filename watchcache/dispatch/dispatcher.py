@@ -25,10 +25,11 @@ from kube-apiserver.
 
 Invariants: a watcher is in exactly one group from ``add`` until ``remove``; a group is
 in exactly one index bucket while it has watchers; each watcher receives a batch's
-frames in event order, once — or, if delivering to it raised, is ended (``INTERNAL_ERROR``:
-its client resumes from the last event it read), never left silently short. A failure is
-contained to what it concerns: one watcher (its delivery raised), one group (choosing a
-frame for its predicate raised), else every watcher.
+frames in event order, once (docs/architecture.md, invariant 1) — or, if delivering to it
+raised, is ended (``INTERNAL_ERROR``: its client resumes from the last event it read), never
+left silently short. A failure is contained to what it concerns: one watcher (its delivery
+raised), one group (choosing or building a frame for it raised), else every watcher
+(invariant 11). Frames are chosen once per group and shared (invariant 5).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class WatcherGroup:
         return f"WatcherGroup({self.key!r}, watchers={len(self.watchers)})"
 
     def offer(self, event: WatchEvent, touched: list[WatcherGroup]) -> None:
+        # A try costs nothing until it catches; one that does ends this group only (invariant 11).
         try:
             frame = select_frame(self.predicate, event)
         except Exception:
@@ -92,6 +94,7 @@ class WatcherGroup:
         frames, events = self.frames, self.events
         self.frames, self.events = [], []
         if self.broken:
+            # Never silently short (invariant 11): each of them may be missing a frame.
             self.broken = False
             for watcher in list(self.watchers):
                 failed(watcher)
@@ -122,12 +125,22 @@ class EncodedWatcherGroup(WatcherGroup):
         self.encoding = encoding
 
     def offer(self, event: WatchEvent, touched: list[WatcherGroup]) -> None:
-        as_type = select_type(self.predicate, event)
-        if as_type is None:
+        # As WatcherGroup.offer: building a PartialObjectMetadata or protobuf frame that raises
+        # ends this group's watchers only (invariant 11).
+        try:
+            as_type = select_type(self.predicate, event)
+            frame = None if as_type is None else self.encoding.event_frame(event, as_type)
+        except Exception:
+            log.exception("building the %s frame of %r for %r failed; ending its watchers", self.encoding, event, self)
+            if not self.broken and not self.frames:
+                touched.append(self)
+            self.broken = True
             return
-        if not self.frames:
+        if frame is None:
+            return
+        if not self.frames and not self.broken:
             touched.append(self)
-        self.frames.append(self.encoding.event_frame(event, as_type))
+        self.frames.append(frame)
         self.events.append(event)
 
 
@@ -157,6 +170,10 @@ class Dispatcher:
         self._bookmarks: list[tuple[float, int, Watcher]] = []
         self._seq = itertools.count()
         self.events_dispatched = 0
+        # A watcher removed during a fan-out (it closed there) leaves when the fan-out ends:
+        # the fan-out iterates the groups and indexes that removal changes.
+        self._dispatching = False
+        self._departed: list[Watcher] = []
 
     def __len__(self) -> int:
         return len(self._group_of)
@@ -181,11 +198,16 @@ class Dispatcher:
             )
             index, value = self._bucket(group.predicate)
             (self.cluster_wide if index is None else index.setdefault(value, set())).add(group)
+        # One group per watcher, one bucket per group: no event reaches a watcher twice (invariant 1).
         group.watchers[watcher] = None
         self._group_of[watcher] = group
         self._schedule_bookmark(watcher, now)
 
     def remove(self, watcher: Watcher) -> None:
+        """Unregister ``watcher``; safe at any time (inside a fan-out it takes effect when the fan-out ends)."""
+        if self._dispatching:
+            self._departed.append(watcher)
+            return
         group = self._group_of.pop(watcher, None)
         if group is None:
             return
@@ -211,15 +233,22 @@ class Dispatcher:
 
         Never raises: a watcher that cannot be given its frames is ended (see the module doc).
         """
+        self._dispatching = True
         try:
             self._dispatch(events)
         except Exception:
-            # Not contained to a group or a watcher: nobody can be trusted to have the batch.
+            # Not contained to a group or a watcher: nobody can be trusted to have the batch (invariant 11).
             log.exception("dispatching a batch of %s failed; ending every watcher", self.resource.qualified)
             for group in self.groups.values():
                 group.frames, group.events, group.broken = [], [], False
             for watcher in list(self._group_of):
                 self.fail(watcher)
+        finally:
+            self._dispatching = False
+            if self._departed:
+                departed, self._departed = self._departed, []
+                for watcher in departed:
+                    self.remove(watcher)
 
     def fail(self, watcher: Watcher) -> None:
         """End ``watcher``: something on its path raised, so it may be missing an event."""

@@ -1,4 +1,4 @@
-"""Waiting for a resourceVersion: the one path a read takes when the cache is behind what it needs.
+"""Waiting for a resourceVersion: the one path a read takes when the cache is behind what it needs (invariant 8).
 
 A read needs the cache at ``target``: a requested rv (NotOlderThan/Exact/continue, a watch
 from an rv), or for a "Most Recent" read the upstream's rv at the time of the request.

@@ -82,6 +82,11 @@ class ApiHandler:
         self.admission: list[Callable[[Request], None]] = []
         # More /readyz checks, each (passed, "[+]name ok" line): e.g. the other workers' sync.
         self.readiness_checks: list[Callable[[], tuple[bool, str]]] = []
+        # Set at SIGTERM: from then on every request but a probe or a scrape gets 429 with
+        # Retry-After, as kube-apiserver's --shutdown-send-retry-after, and /readyz fails. A request
+        # may still come on a connection accepted before (a keep-alive one): client-go retries a
+        # 429 (a watch without relisting), where an error (a 500) would make its informer relist.
+        self.shutting_down = False
         # In front of a real apiserver, negotiate as it does and pass through what the cache cannot
         # write (Table, YAML, full protobuf); the simulated cluster negotiates only what it writes.
         self.endpoint = KUBE if forward_tables else SIM
@@ -114,7 +119,9 @@ class ApiHandler:
         lines = []
         # A worker of a group may own nothing (more workers than resources): it is ready once
         # discovery has said so and every worker has synced (the workers-synced check).
-        ok = bool(self.ctx.cachers) if self.worker is None else self.ctx.discovered
+        ok = (bool(self.ctx.cachers) if self.worker is None else self.ctx.discovered) and not self.shutting_down
+        if self.shutting_down:
+            lines.append("[-]shutdown failed: the process is shutting down")
         for resource, cacher in list(self.ctx.cachers.items()):
             ok &= cacher.ready
             state = "ok" if cacher.ready else "failed: not synced"
@@ -156,6 +163,8 @@ class ApiHandler:
         # server; upgrades (tunnels) have their own cap, --max-tunnels. Every other request holds an
         # in-flight slot while it works or waits: a watch until it is registered (then
         # --max-watchers counts it), whatever its query says.
+        if self.shutting_down and request.path not in _EXEMPT:
+            self._reject("shutdown", "the server is shutting down, please try again later")
         if request.path in _EXEMPT or request.upgrade is not None:
             await self._measured(request, response, None)
             return

@@ -15,6 +15,7 @@ from watchcache.cache.predicate import SelectionPredicate, UnsupportedField
 from watchcache.cache.semantics import ListOptions, Mode, ReadPlan, plan_get, plan_list
 from watchcache.cache.store import ResourceVersionTooNew, ResourceVersionTooOld, Snapshot
 from watchcache.dispatch import freshness
+from watchcache.dispatch.backfill import BackfillFailed, reach_back
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.protocol import Response
 from watchcache.http.routing import RequestInfo
@@ -84,8 +85,23 @@ async def reach_rv(ctx: ApiContext, cacher: Cacher, target: int | None, *, small
     return wait.reached
 
 
-def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:
-    """The snapshot a plan reads (call right after ``wait_fresh``, without awaiting between)."""
+async def backfill_for(cacher: Cacher, plan: ReadPlan) -> BackfillFailed | None:
+    """An exact read (Exact, a continue token) older than the window: bring the window back first.
+
+    Call after ``wait_fresh`` (which cannot lower the window's start), right before ``snapshot_for``.
+    Returns why the window could not reach back (``snapshot_for`` then answers as it would have).
+    """
+    if plan.mode in (Mode.EXACT, Mode.CONTINUE) and plan.rv < cacher.cache.oldest_rv:
+        return await reach_back(cacher, plan.rv)
+    return None
+
+
+def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan, backfill: BackfillFailed | None = None) -> Snapshot:
+    """The snapshot a plan reads (call right after ``wait_fresh``, without awaiting between).
+
+    A continue token's pages read its rv exactly (invariant 4), inside the window or 410 (invariant 3).
+    ``backfill``: why a backfill for ``plan`` failed, said in the 410 when it was a limit.
+    """
     cache = cacher.cache
     if plan.mode in (Mode.EXACT, Mode.CONTINUE):
         try:
@@ -102,10 +118,17 @@ def snapshot_for(ctx: ApiContext, cacher: Cacher, plan: ReadPlan) -> Snapshot:
                 raise apierrors.resource_expired(CONTINUE_TOO_OLD, list_continue=token) from None
             if ctx.upstream.answers_old_reads:
                 raise PassThrough(PassReason.OLD_EXACT_READ) from None
-            raise apierrors.resource_expired(apierrors.LIST_TOO_OLD) from None
+            raise apierrors.resource_expired(_too_old(apierrors.LIST_TOO_OLD, backfill)) from None
         except ResourceVersionTooNew as e:  # the cache moved backwards: a relist restarted it
             raise apierrors.too_large_resource_version(e.requested, e.current) from None
     return cache.snapshot()
+
+
+def _too_old(message: str, backfill: BackfillFailed | None) -> str:
+    """kube's message, and why the history could not be fetched when it was a limit of this proxy's."""
+    if backfill is None or backfill.outcome in (BackfillFailed.OFF, BackfillFailed.GONE, BackfillFailed.RELIST):
+        return message
+    return f"{message} (the proxy could not fetch the older history: {backfill})"
 
 
 def parse_predicate(cacher: Cacher, namespace: str, opts: ListOptions) -> SelectionPredicate:
@@ -163,8 +186,9 @@ async def serve_list(
     # An unpaged list's answer holds at most the objects in its scope.
     objects = None if limit else cacher.cache.snapshot().count_range(scope.lo, scope.hi)
     await wait_fresh(ctx, cacher, plan, objects=objects)
+    backfill = await backfill_for(cacher, plan)
     # From here to send(): synchronous, so the snapshot cannot change under us.
-    snapshot = snapshot_for(ctx, cacher, plan)
+    snapshot = snapshot_for(ctx, cacher, plan, backfill)
     name = predicate.exact_name()
     if name is not None and (scope.lo or not resource.namespaced):
         # metadata.name=X within one namespace (or cluster-scoped): a key lookup, not a scan.

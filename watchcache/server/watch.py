@@ -1,8 +1,9 @@
-"""WATCH over HTTP: set a watcher up without a gap, then stream its frames, coalesced.
+"""WATCH over HTTP: the status line, the chunks, flow control, the timeout, Status errors.
 
-Setup is synchronous between the last ``await`` and ``add_watcher``: the initial
-state (or the backlog from history) is queued and the watcher registered in the same
-loop step, so no event can fall between them or be delivered twice.
+What a watch *is* lives in the cacher (``dispatch/cacher.py``): ``Cacher.watch`` starts it
+without a gap (invariant 2) and ``Cacher.catch_up`` runs the lag cycle (invariant 6). This
+module writes what the watcher has pending, one chunk per flush pass, and tells the cacher
+when a lagging watcher's client has drained.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ from typing import TYPE_CHECKING
 
 from watchcache import apierrors
 from watchcache.cache.encoding import FULL_JSON, Encoding
-from watchcache.cache.events import ADDED, frame_head, frame_tail
 from watchcache.cache.semantics import ListOptions, Mode, plan_watch
-from watchcache.cache.store import ResourceVersionTooOld
-from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.cacher import Cacher, WatchRequest
 from watchcache.http.protocol import ConnectionClosed, Response
 from watchcache.http.routing import RequestInfo
 from watchcache.server.context import ApiContext, PassThrough
@@ -31,8 +30,6 @@ from watchcache.watchers.watcher import CloseReason, Watcher
 if TYPE_CHECKING:
     from watchcache.metrics import Metrics
 
-_TAIL = frame_tail()
-
 # One flush writes at most this much, so a watcher with a large backlog (initial events of
 # a big list) never copies it all into the transport buffer at once.
 FLUSH_BYTES = 1 << 20
@@ -41,9 +38,8 @@ FLUSH_BYTES = 1 << 20
 class HttpWatchStream:
     """The ``WatchSink`` of one watcher: flushes its pending frames as HTTP chunks, with flow control.
 
-    Also runs the slow-consumer path: when the watcher went LAGGING, waits for the client to
-    drain, then catches it up from the cacher's history in bounded steps (or ends the watch
-    with 410 Expired if the history has moved past it).
+    A lagging watcher's catch-up (``Cacher.catch_up``) runs from ``flush``, once the client
+    has drained what was written: the cacher decides what to replay, or to end it with 410.
     """
 
     __slots__ = ("_drain_task", "cacher", "done", "flusher", "metrics", "pending_since", "response", "watcher")
@@ -65,13 +61,11 @@ class HttpWatchStream:
         self.flusher.mark(self)
 
     def closed(self, watcher: Watcher, reason: str) -> None:
-        if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.EXPIRED):
-            self.cacher.watchers_terminated += 1
         if not self.done.done():
             self.done.set_result(reason)
 
     def lagging(self, watcher: Watcher) -> None:
-        self.cacher.watchers_lagged += 1
+        # Its buffer is gone: flush once the client can take more, which runs the catch-up.
         self.flusher.mark(self)
 
     # Flushable
@@ -102,26 +96,14 @@ class HttpWatchStream:
                 self.pending_since = time.monotonic()
                 self.flusher.mark(self)
             return events if size else 0
-        if watcher.lagging:
-            self._catch_up(watcher)
+        if watcher.lagging and (self.cacher.catch_up(watcher) or watcher.pending):
+            # A step was queued (or a 410): written by the next pass, then the next step.
+            self.flusher.mark(self)
         return 0
 
-    def _catch_up(self, watcher: Watcher) -> None:
-        try:
-            events = self.cacher.cache.events_since(watcher.resume_rv, watcher.predicate)
-        except ResourceVersionTooOld as e:
-            self.cacher.watchers_expired += 1
-            self.response.write_chunk([watcher.encoding.error_frame(apierrors.resource_expired(str(e)))])
-            watcher.close(CloseReason.EXPIRED)
-            return
-        if watcher.catch_up(events):
-            self.cacher.watchers_caught_up += 1
-        if watcher.pending or watcher.lagging:
-            self.flusher.mark(self)
-
     def flush_failed(self, error: Exception) -> None:
-        """``flush`` raised: end this watch, and only it. The connection is aborted, since a chunk may
-        be half-written; the client sees a broken stream and resumes from the last event it read."""
+        """``flush`` raised: end this watch, and only it (invariant 11). The connection is aborted, since
+        a chunk may be half-written; the client sees a broken stream and resumes from the last event it read."""
         self.cacher.count_failure("flush")
         if self.watcher is not None:
             self.watcher.close(CloseReason.INTERNAL_ERROR)
@@ -182,92 +164,44 @@ async def serve_watch(
         # already has. As kube-apiserver: wait (bounded), else 504 Too large resource version.
         error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
-    resource = cacher.resource
     response.start_chunked(200, content_type=encoding.watch_content_type)
+    stream = HttpWatchStream(response, ctx.flusher, cacher, ctx.metrics)
+    timeout = _watch_timeout(ctx, opts)
+    if error is None:
+        request = WatchRequest(
+            predicate,
+            plan,
+            timeout=timeout,
+            encoding=encoding,
+            allow_bookmarks=opts.allow_watch_bookmarks,
+            bookmark_interval=ctx.config.bookmark_interval,
+            max_pending_bytes=ctx.config.watch_max_pending_bytes,
+            budget=ctx.watch_budget,
+        )
+        try:
+            watcher = await cacher.watch(request, stream)
+        except apierrors.StatusError as e:  # its rv is before the window: 410
+            error = e
     if error is not None:
         # Once a watch is accepted, kube reports errors as an ERROR event, then ends it.
         response.write_chunk([encoding.error_frame(error)])
         response.end_chunked()
         return
-
-    # ---- synchronous from here to add_watcher: no event can slip between state and stream.
-    cache = cacher.cache
-    stream = HttpWatchStream(response, ctx.flusher, cacher, ctx.metrics)
-    timeout = _watch_timeout(ctx, opts)
-    loop = asyncio.get_running_loop()
-    backlog = []
-    if plan.initial_events:
-        snapshot = cache.snapshot()
-        start_rv = snapshot.rv
-    elif plan.mode is Mode.EXACT:
-        start_rv = plan.rv
-        try:
-            backlog = cache.events_since(plan.rv, predicate)
-        except ResourceVersionTooOld as e:
-            response.write_chunk([encoding.error_frame(apierrors.resource_expired(str(e)))])
-            response.end_chunked()
-            return
-    else:
-        start_rv = cache.rv
-    watcher = Watcher(
-        resource,
-        predicate,
-        start_rv,
-        stream,
-        allow_bookmarks=opts.allow_watch_bookmarks,
-        deadline=cacher.clock() + timeout,
-        bookmark_interval=ctx.config.bookmark_interval,
-        max_pending_bytes=ctx.config.watch_max_pending_bytes,
-        encoding=encoding,
-        budget=ctx.watch_budget,
-    )
+    # Registered in the step that returned it; its first flush comes later in this loop pass.
     stream.watcher = watcher
+    loop = asyncio.get_running_loop()
     timer: asyncio.TimerHandle | None = None
     try:
-        if plan.initial_events:
-            parts: list[bytes] = []
-            matches = predicate.matches
-            objects = (
-                snapshot.iter_range("", None)
-                if predicate.namespace is None
-                else snapshot.iter_range(predicate.namespace + "/", predicate.namespace + "0")
-            )
-            count = 0
-            if encoding is FULL_JSON:
-                # Inlined: the object bytes themselves, between a shared head and tail.
-                head = frame_head(ADDED) + resource.typed_prefix
-                for obj in objects:
-                    if matches(obj):
-                        parts.append(head)
-                        parts.append(obj.body)
-                        parts.append(_TAIL)
-                        count += 1
-            else:
-                initial_parts = encoding.initial_parts
-                for obj in objects:
-                    if matches(obj):
-                        parts.extend(initial_parts(resource, obj))
-                        count += 1
-            watcher.deliver_initial(parts, start_rv, count)
-            if plan.initial_events_end_bookmark:
-                watcher.bookmark(start_rv, initial_events_end=True)
-        for event in backlog:
-            watcher.deliver(event)
-        cacher.add_watcher(watcher)
-        # ---- end of the synchronous section.
         if started is not None:
             started()  # a watcher now: its in-flight slot is given back (--max-watchers counts it)
-
         response.add_close_callback(lambda: watcher.close(CloseReason.CLIENT_GONE))
         timer = loop.call_later(timeout, watcher.close, CloseReason.TIMEOUT)
         await stream.done
     finally:
         if timer is not None:
             timer.cancel()
-        # Whatever ended it: closed, the watcher leaves the budget (once registered it must).
+        # Whatever ended it: closed, it leaves the budget and its cacher (once registered it must).
         watcher.close(CloseReason.SHUTDOWN)
-        # Removal is deferred: closing can happen inside dispatch, which iterates the indexes.
-        loop.call_soon(cacher.remove_watcher, watcher)
     if not response.closed:
         if watcher.pending and response.writable:
             response.write_chunk(watcher.take()[0])

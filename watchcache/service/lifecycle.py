@@ -165,6 +165,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
     tasks = [*wiring.tasks, asyncio.ensure_future(_tick(cachers, wiring.housekeeping, stop))]
     await stop.wait()
     log.info("%s shutting down", who)
+    wiring.handler.shutting_down = True  # a request still arriving gets 429 + Retry-After, not a half-stopped process
     server.close()
     for task in tasks:
         task.cancel()

@@ -15,6 +15,7 @@ from pathlib import Path
 from watchcache.auth import AuthOptions
 from watchcache.auth.options import auth_options
 from watchcache.cache.store import CacheConfig
+from watchcache.dispatch.backfill import BackfillLimits
 from watchcache.http.h2protocol import H2Limits
 from watchcache.http.protocol import HttpLimits
 from watchcache.http.tls import TlsOptions
@@ -80,6 +81,8 @@ class RunOptions:
     tunnels: TunnelLimits = field(default_factory=TunnelLimits)
     # How pass-through requests of client-certificate users reach the upstream (None: refused).
     identity: IdentityOptions | None = None
+    # Reads and watches older than the window: fetched from the upstream (or the owner worker).
+    backfill: BackfillLimits = field(default_factory=BackfillLimits)
 
     @classmethod
     def from_args(
@@ -138,7 +141,24 @@ class RunOptions:
             else None,
             identity=identity_options(args) if "client_cert_passthrough" in g else None,
             shard=shard,
+            backfill=_backfill(args),
         )
+
+
+def _backfill(args: argparse.Namespace) -> BackfillLimits:
+    g = vars(args)
+    if "backfill" not in g:  # watchcache sim: its history is its own
+        return BackfillLimits(enabled=False)
+    limits = BackfillLimits(
+        enabled=args.backfill,
+        wait=args.backfill_wait,
+        max_events=args.backfill_max_events,
+        max_bytes=args.backfill_max_bytes,
+        concurrency=args.backfill_concurrency,
+        memory_bytes=args.backfill_memory_bytes,
+    )
+    limits.check()
+    return limits
 
 
 def _http2(args: argparse.Namespace) -> H2Limits | None:

@@ -12,7 +12,7 @@ from watchcache.auth import Gate
 from watchcache.auth.authn import CertAuthenticator
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
-from watchcache.resources import ResourceRegistry
+from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext
 from watchcache.server.proxy import ProxyUpstream
@@ -20,6 +20,7 @@ from watchcache.server.tunnel import TunnelCollector, Tunnels
 from watchcache.service.lifecycle import Wiring, api_context, run
 from watchcache.service.options import RunOptions, owns
 from watchcache.service.shard import wire_shard
+from watchcache.upstream.backfill import UpstreamBackfill
 from watchcache.upstream.client import UpstreamClient, UpstreamError
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
@@ -60,7 +61,15 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     known = ResourceRegistry()
     provisional = [t for t in (known.by_id(i) for i in ids) if t is not None]
     registry = ResourceRegistry(tuple(provisional))
-    cachers = {t: Cacher(t, options.cache) for t in provisional if owns(options.shard, t)}
+    backfill = UpstreamBackfill(client, options.backfill) if options.backfill.enabled else None
+
+    def owned_cacher(t: ResourceType) -> Cacher:
+        cacher = Cacher(t, options.cache)
+        if backfill is not None:
+            cacher.backfills = backfill.backfills(cacher)
+        return cacher
+
+    cachers = {t: owned_cacher(t) for t in provisional if owns(options.shard, t)}
     consistent = ConsistentReads(client, fresh_wait=options.serve.fresh_wait)
     tunnels = Tunnels(client, options.tunnels, identity)
     ctx = api_context(options, registry, cachers, ProxyUpstream(client, consistent, identity, tunnels))
@@ -95,7 +104,9 @@ async def wire_proxy(options: RunOptions) -> Wiring:
         await wire_shard(wiring, options, options.shard)
     wiring.tasks = [
         asyncio.ensure_future(
-            _discover_and_reflect(client, consistent, ctx, options, ids, wiring.reflectors, wiring.housekeeping)
+            _discover_and_reflect(
+                client, consistent, ctx, options, ids, wiring.reflectors, wiring.housekeeping, owned_cacher
+            )
         )
     ]
     if identity.mode == "front-proxy":
@@ -111,6 +122,7 @@ async def _discover_and_reflect(
     ids: Sequence[str],
     running: list[Reflector],
     housekeeping: list[Callable[[], object]],
+    owned_cacher: Callable[[ResourceType], Cacher],
 ) -> None:
     backoff = Backoff(0.5, 10.0)
     failures = ctx.upstream_failures
@@ -136,7 +148,7 @@ async def _discover_and_reflect(
         if ctx.registry.get(t.group, t.version, t.resource) is None:
             ctx.registry.add(t)
         if owns(options.shard, t) and t not in ctx.cachers:
-            ctx.cachers[t] = Cacher(t, options.cache)
+            ctx.cachers[t] = owned_cacher(t)
     owned = [c for t, c in ctx.cachers.items() if owns(options.shard, t)]
     ctx.discovered = True
     log.info("caching %s", ", ".join(c.resource.path_id() for c in owned))

@@ -38,6 +38,7 @@ async def wire_shard(wiring: Wiring, options: RunOptions, shard: ShardOptions) -
         lambda t: shard.socket_path(owner_of(t.path_id(), shard.workers)),
         shard.worker_id,
         options.cache,
+        backfill=options.backfill,
     )
     ctx.on_demand = lambda t: None if shard.owns(t) else followers.ensure(t)
     follow, server = await _listen(ctx, shard)
@@ -75,9 +76,22 @@ async def wire_shard(wiring: Wiring, options: RunOptions, shard: ShardOptions) -
             return False, f"[-]workers-synced failed: workers {missing} not synced"
         return True, f"[+]workers-synced ok ({shard.workers} workers)"
 
+    async def announce_synced() -> None:
+        # At once, not at the next tick (1-1.25 s): every worker's /readyz, and so the group's
+        # readiness, waits for this file.
+        while not synced.exists():
+            mark_synced()
+            await asyncio.sleep(0.01)
+
+    announcing: list[asyncio.Future[None]] = []
+
+    def on_ready() -> None:
+        shard.marker(shard.worker_id, "ready").write_text(str(os.getpid()))
+        announcing.append(asyncio.ensure_future(announce_synced()))
+
     wiring.housekeeping.append(mark_synced)
     wiring.handler.readiness_checks.append(workers_synced)
-    wiring.on_ready.append(lambda: shard.marker(shard.worker_id, "ready").write_text(str(os.getpid())))
+    wiring.on_ready.append(on_ready)
 
     async def stop_shard() -> None:
         followers.stop()

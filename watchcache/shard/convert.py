@@ -7,6 +7,7 @@ from typing import Any
 
 from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.object import CachedObject, object_key
+from watchcache.cache.store import Span
 from watchcache.shard import follow_pb2 as pb
 
 _TO_PB = {ADDED: pb.Change.ADDED, MODIFIED: pb.Change.MODIFIED, DELETED: pb.Change.DELETED}
@@ -70,3 +71,50 @@ def relist_to_pb(events: Iterable[WatchEvent], rv: int) -> pb.FollowBatch:
 
 def changes_from_pb(changes: Sequence[pb.Change]) -> list[tuple[str, CachedObject]]:
     return [(_FROM_PB[c.type], object_from_pb(c.object)) for c in changes]
+
+
+def span_to_pb(span: Span, message_bytes: int) -> list[pb.FollowBatch]:
+    """A span as Span messages of about ``message_bytes`` each (at least one object each), the last marked."""
+    parts: list[pb.FollowBatch] = []
+    msg: pb.FollowBatch | None = None
+    size = 0
+
+    def part() -> pb.FollowBatch:
+        nonlocal msg, size
+        if msg is None or size >= message_bytes:
+            msg = pb.FollowBatch()
+            msg.span.resource_version = span.rv
+            msg.span.through = span.through
+            parts.append(msg)
+            size = 0
+        return msg
+
+    for obj in span.prior.values():
+        fill_object(part().span.prior.add(), obj)
+        size += len(obj.body)
+    for kind, obj in span.changes:
+        fill_object(part().span.changes.add(type=_TO_PB[kind]).object, obj)
+        size += len(obj.body)
+    part().span.last = True
+    return parts
+
+
+class SpanParts:
+    """A span received in parts, put together (the follower's side of ``span_to_pb``)."""
+
+    def __init__(self, rv: int, through: int) -> None:
+        self.rv = rv
+        self.through = through
+        self.prior: dict[str, CachedObject] = {}
+        self.changes: list[tuple[str, CachedObject]] = []
+        self.bytes = 0
+
+    def add(self, msg: pb.Span) -> None:
+        self.bytes += msg.ByteSize()
+        for o in msg.prior:
+            obj = object_from_pb(o)
+            self.prior[obj.key] = obj
+        self.changes += changes_from_pb(msg.changes)
+
+    def span(self) -> Span:
+        return Span(self.rv, self.through, self.changes, self.prior)

@@ -8,14 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerRequest(_message.Message):
-    __slots__ = ("follow", "metrics", "status")
+    __slots__ = ("follow", "metrics", "backfill", "status")
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     follow: FollowRequest
     metrics: MetricsRequest
+    backfill: BackfillRequest
     status: StatusRequest
-    def __init__(self, follow: _Optional[_Union[FollowRequest, _Mapping]] = ..., metrics: _Optional[_Union[MetricsRequest, _Mapping]] = ..., status: _Optional[_Union[StatusRequest, _Mapping]] = ...) -> None: ...
+    def __init__(self, follow: _Optional[_Union[FollowRequest, _Mapping]] = ..., metrics: _Optional[_Union[MetricsRequest, _Mapping]] = ..., backfill: _Optional[_Union[BackfillRequest, _Mapping]] = ..., status: _Optional[_Union[StatusRequest, _Mapping]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()
@@ -38,12 +40,22 @@ class MetricsReply(_message.Message):
     def __init__(self, text: _Optional[bytes] = ...) -> None: ...
 
 class FollowRequest(_message.Message):
-    __slots__ = ("resource", "follower")
+    __slots__ = ("resource", "follower", "resume_from")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     FOLLOWER_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
     resource: str
     follower: int
-    def __init__(self, resource: _Optional[str] = ..., follower: _Optional[int] = ...) -> None: ...
+    resume_from: int
+    def __init__(self, resource: _Optional[str] = ..., follower: _Optional[int] = ..., resume_from: _Optional[int] = ...) -> None: ...
+
+class BackfillRequest(_message.Message):
+    __slots__ = ("resource_version", "through")
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    THROUGH_FIELD_NUMBER: _ClassVar[int]
+    resource_version: int
+    through: int
+    def __init__(self, resource_version: _Optional[int] = ..., through: _Optional[int] = ...) -> None: ...
 
 class Object(_message.Message):
     __slots__ = ("namespace", "name", "resource_version", "labels", "fields", "body")
@@ -117,14 +129,50 @@ class Relist(_message.Message):
     resource_version: int
     def __init__(self, changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ..., resource_version: _Optional[int] = ...) -> None: ...
 
+class Resume(_message.Message):
+    __slots__ = ("resource_version",)
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    resource_version: int
+    def __init__(self, resource_version: _Optional[int] = ...) -> None: ...
+
+class Span(_message.Message):
+    __slots__ = ("resource_version", "through", "prior", "changes", "last")
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    THROUGH_FIELD_NUMBER: _ClassVar[int]
+    PRIOR_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    resource_version: int
+    through: int
+    prior: _containers.RepeatedCompositeFieldContainer[Object]
+    changes: _containers.RepeatedCompositeFieldContainer[Change]
+    last: bool
+    def __init__(self, resource_version: _Optional[int] = ..., through: _Optional[int] = ..., prior: _Optional[_Iterable[_Union[Object, _Mapping]]] = ..., changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ..., last: _Optional[bool] = ...) -> None: ...
+
+class BackfillFailed(_message.Message):
+    __slots__ = ("resource_version", "outcome", "message")
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    resource_version: int
+    outcome: str
+    message: str
+    def __init__(self, resource_version: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
 class FollowBatch(_message.Message):
-    __slots__ = ("snapshot", "events", "progress", "relist")
+    __slots__ = ("snapshot", "events", "progress", "relist", "resume", "span", "backfill_failed")
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     RELIST_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    SPAN_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_FAILED_FIELD_NUMBER: _ClassVar[int]
     snapshot: Snapshot
     events: Events
     progress: int
     relist: Relist
-    def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., events: _Optional[_Union[Events, _Mapping]] = ..., progress: _Optional[int] = ..., relist: _Optional[_Union[Relist, _Mapping]] = ...) -> None: ...
+    resume: Resume
+    span: Span
+    backfill_failed: BackfillFailed
+    def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., events: _Optional[_Union[Events, _Mapping]] = ..., progress: _Optional[int] = ..., relist: _Optional[_Union[Relist, _Mapping]] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ..., span: _Optional[_Union[Span, _Mapping]] = ..., backfill_failed: _Optional[_Union[BackfillFailed, _Mapping]] = ...) -> None: ...

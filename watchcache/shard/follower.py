@@ -2,26 +2,33 @@
 
 Created on the first request for the resource (``Followers.ensure``), fed by the owner's
 stream: the first time, the owner's whole window (so watches resume here exactly as on the
-owner) and ready once caught up to the owner's head; after a reconnect (owner restarted,
-stream ended because this follower fell behind, owner relisted), a fresh state delivered
-to local watchers as the difference (``Cacher.relist``), so they continue. Dropped when idle.
+owner) and ready once caught up to the owner's head. After a reconnect (owner restarted,
+stream ended because this follower fell behind) it keeps its state, window and watchers and
+*resumes* from its rv: the owner sends the events after it (backfilling from the upstream if
+its own window starts later), so local watchers get exactly the upstream's events. Only if
+the owner cannot (it relisted in between) does a fresh state come, delivered to local
+watchers as the difference (``Cacher.relist``), so they continue (invariants 7 and 11). A request here older than
+this window asks the owner for the span before it (``Follower.fetch``, this cache's
+``Backfills``). Dropped when idle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import cast
 
 from watchcache.backoff import Backoff
 from watchcache.cache.object import CachedObject
-from watchcache.cache.store import CacheConfig, ResourceCache
+from watchcache.cache.store import BackfillRefused, CacheConfig, ResourceCache
+from watchcache.dispatch.backfill import BackfillFailed, BackfillLimits, Backfills, Fetched
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
 from watchcache.shard import follow_pb2 as pb
-from watchcache.shard.convert import changes_from_pb, object_from_pb
+from watchcache.shard.convert import SpanParts, changes_from_pb, object_from_pb
 from watchcache.shard.framing import FrameDecoder, encode_frame
 
 log = logging.getLogger("watchcache.shard.follower")
@@ -31,14 +38,32 @@ class StreamEnded(ConnectionError):
     """The owner closed the follow stream before this follower had caught up."""
 
 
+class _Retry(Exception):
+    """A backfill request to ask again: its stream ended, or the window moved past the span's end."""
+
+
+_REFUSED = {BackfillRefused.RELIST: BackfillFailed.RELIST, BackfillRefused.ROOM: BackfillFailed.BOUND}
+
+
 class Follower:
-    def __init__(self, resource: ResourceType, cacher: Cacher, socket_path: str, me: int) -> None:
+    def __init__(
+        self, resource: ResourceType, cacher: Cacher, socket_path: str, me: int, *, resume: bool = False
+    ) -> None:
         self.resource = resource
         self.cacher = cacher
         self.socket_path = socket_path
         self.me = me
+        # Resume a broken stream from this cache's rv (else: a fresh snapshot, as a new follower).
+        self.resume = resume
         self.backoff = Backoff(0.05, 2.0)
         self.resyncs = 0
+        self.resumes = 0
+        # Set while a stream is caught up: backfill requests go on it.
+        self.live = asyncio.Event()
+        self._send: Callable[[bytes], None] | None = None
+        # Backfill requests sent and not answered, by rv: the answer's events put in front.
+        self._asked: dict[int, asyncio.Future[Fetched]] = {}
+        self.fetch_timeout = 30.0
 
     async def run(self) -> None:
         while True:
@@ -58,13 +83,59 @@ class Follower:
         loop = asyncio.get_running_loop()
         transport, conn = await loop.create_unix_connection(lambda: _FollowStream(session), self.socket_path)
         try:
-            request = pb.FollowRequest(resource=self.resource.path_id(), follower=self.me)
+            resume_from = self.cacher.rv if self.resume and self.cacher.ready else 0
+            request = pb.FollowRequest(resource=self.resource.path_id(), follower=self.me, resume_from=resume_from)
             transport.write(encode_frame(pb.WorkerRequest(follow=request)))
+            self._send = transport.write
             await conn.done
         finally:
+            self.live.clear()
+            self._send = None
+            for fut in self._asked.values():  # asked on this stream: ask again on the next
+                if not fut.done():
+                    fut.set_exception(_Retry())
+                    fut.exception()
             transport.abort()
         if not session.caught_up:
             raise StreamEnded("the owner ended the stream before it caught up")
+
+    async def fetch(self, cacher: Cacher, rv: int) -> Fetched:
+        """This cache's ``Backfills`` fetch: the span before the window, from the owner (see the module doc)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.fetch_timeout
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self.live.wait()
+                    send = self._send
+                    if send is None:  # not yet: the stream that set ``live`` is being set up
+                        await asyncio.sleep(0.01)
+                        continue
+                    fut: asyncio.Future[Fetched] = loop.create_future()
+                    self._asked[rv] = fut
+                    request = pb.BackfillRequest(resource_version=rv, through=cacher.cache.oldest_rv)
+                    send(encode_frame(pb.WorkerRequest(backfill=request)))
+                    try:
+                        return await fut
+                    finally:
+                        if self._asked.get(rv) is fut:
+                            del self._asked[rv]
+            except _Retry:
+                continue
+            except TimeoutError:
+                raise BackfillFailed(
+                    BackfillFailed.FAILED, f"no answer from the owner within {self.fetch_timeout:g}s"
+                ) from None
+
+    def answered(self, rv: int, fetched: Fetched | None, error: BackfillFailed | _Retry | None = None) -> None:
+        fut = self._asked.get(rv)
+        if fut is None or fut.done():
+            return
+        if error is not None:
+            fut.set_exception(error)
+            fut.exception()
+        else:
+            fut.set_result(fetched or Fetched(0, 0))
 
 
 class _FollowStream(asyncio.Protocol):
@@ -108,6 +179,7 @@ class _Session:
         self.staging = ResourceCache(follower.resource, CacheConfig(), cacher.clock) if cacher.ready else None
         self.objects: list[CachedObject] = []
         self.caught_up = False
+        self.span: SpanParts | None = None
 
     def handle(self, batches: list[pb.FollowBatch]) -> None:
         """The messages of one read, in order; consecutive event messages are applied as ONE batch.
@@ -152,7 +224,24 @@ class _Session:
             else:
                 cacher.progress(batch.progress)
                 cacher.mark_ready()
+            follower.live.set()
             log.info("following %s: caught up at rv %d", follower.resource.qualified, cacher.rv)
+        elif kind == "resume":
+            # The owner goes on from this cache's rv: its events apply here directly, watchers go on.
+            self.staging = None
+            follower.resumes += 1
+            log.info("following %s: resuming from rv %d", follower.resource.qualified, batch.resume.resource_version)
+        elif kind == "span":
+            part = batch.span
+            if self.span is None or self.span.rv != part.resource_version:
+                self.span = SpanParts(part.resource_version, part.through)
+            self.span.add(part)
+            if part.last:
+                parts, self.span = self.span, None
+                self._backfill(parts)
+        elif kind == "backfill_failed":
+            answer = batch.backfill_failed
+            follower.answered(answer.resource_version, None, BackfillFailed(answer.outcome, answer.message))
         elif kind == "snapshot":
             self.objects.extend(object_from_pb(o) for o in batch.snapshot.objects)
             if batch.snapshot.last:
@@ -166,6 +255,20 @@ class _Session:
         elif kind == "relist":
             changes = changes_from_pb(batch.relist.changes)
             cacher.relist(_after(cacher.cache, changes), batch.relist.resource_version)
+
+    def _backfill(self, parts: SpanParts) -> None:
+        """The owner's span: checked against this cache's own state and put in front of its window."""
+        follower = self.follower
+        try:
+            events = follower.cacher.backfill(parts.span())
+        except BackfillRefused as e:
+            if e.reason == BackfillRefused.SHORT:  # this window moved on since the request: ask again
+                follower.answered(parts.rv, None, _Retry())
+                return
+            log.warning("following %s: the owner's span from %d refused: %s", follower.resource.qualified, parts.rv, e)
+            follower.answered(parts.rv, None, BackfillFailed(_REFUSED.get(e.reason, BackfillFailed.MISMATCH), str(e)))
+            return
+        follower.answered(parts.rv, Fetched(len(events), parts.bytes))
 
 
 def _after(state: ResourceCache, changes: list[tuple[str, CachedObject]]) -> list[CachedObject]:
@@ -195,11 +298,14 @@ class Followers:
         *,
         ready_wait: float = 5.0,
         idle_timeout: float = 300.0,
+        backfill: BackfillLimits | None = None,
     ) -> None:
         self.cachers = cachers
         self.socket_of = socket_of
         self.me = me
         self.config = config
+        # Resume broken streams and backfill from the owner (None: --no-backfill, snapshots as before).
+        self.backfill = backfill if backfill is not None and backfill.enabled else None
         self.ready_wait = ready_wait
         self.idle_timeout = idle_timeout
         self.followers: dict[ResourceType, tuple[Follower, asyncio.Task[None]]] = {}
@@ -211,7 +317,14 @@ class Followers:
         cacher = Cacher(resource, self.config)
         # Until synced, requests wait (bounded) instead of getting 429 at once.
         cacher.ready_wait = self.ready_wait
-        follower = Follower(resource, cacher, self.socket_of(resource), self.me)
+        limits = self.backfill
+        follower = Follower(resource, cacher, self.socket_of(resource), self.me, resume=limits is not None)
+        if limits is not None:
+            follower.fetch_timeout = limits.fetch_timeout
+            owner = f"the owner ({os.path.basename(follower.socket_path)})"
+            cacher.backfills = Backfills(
+                cacher, follower.fetch, wait=limits.wait, coalesce=limits.coalesce, source=owner
+            )
         self.cachers[resource] = cacher
         self.followers[resource] = (follower, asyncio.ensure_future(follower.run()))
         return cacher

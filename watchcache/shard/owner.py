@@ -5,14 +5,24 @@ the MVCC read), then every event of the window, then a progress mark at the owne
 it registered — from there on every change as it happens. So the follower ends up with the
 same window as the owner, and a client can resume a watch on any worker.
 
-The replica feed is registered in the same synchronous step as the snapshot and history are
-taken, so nothing falls between them. Live changes are written to the follower's socket by
-the cacher itself, in the step that applies them (see ``framing``); while the snapshot is
-still being sent they queue behind it. The feed is bounded: a follower whose unsent bytes
-pass ``max_buffer`` has its stream cut and follows again from a snapshot.
+A follower whose stream broke (this worker restarted, or it fell behind) keeps its state and
+window and asks to *resume* from its rv: it gets the events after it (backfilled from the
+upstream first if this window starts later), so its watchers go on with exactly the
+upstream's events. Only when that cannot be (a relist of this cache in between) does it get a
+snapshot, which it hands its watchers as a difference. A follower may also ask for the
+history before its window (a client resuming there): this worker backfills from the upstream
+if its own window does not reach back either (one fetch, whoever asks), then sends the span.
 
-The same socket answers the other workers' requests for this worker's metrics (a scrape
-that reaches any worker covers all of them): a ``WorkerRequest`` frame says which.
+The replica feed is registered in the same synchronous step as the snapshot and history are
+taken, so nothing falls between them (as a watch's start: invariant 2). Live changes are
+written to the follower's socket by the cacher itself, in the step that applies them (see
+``framing``); while the snapshot is still being sent they queue behind it. The feed is bounded:
+a follower whose unsent bytes pass ``max_buffer`` has its stream cut and follows again from a
+snapshot, and a feed that raises is cut alike (invariant 11): its watchers get the difference,
+never a gap.
+
+The same socket answers the other workers' requests for this worker's metrics (a scrape that
+reaches any worker covers all of them): a ``WorkerRequest`` frame says which.
 """
 
 from __future__ import annotations
@@ -25,9 +35,11 @@ from typing import cast
 
 from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
+from watchcache.cache.store import ResourceVersionTooOld
+from watchcache.dispatch.backfill import BackfillFailed, reach_back
 from watchcache.dispatch.cacher import Cacher
 from watchcache.shard import follow_pb2 as pb
-from watchcache.shard.convert import events_to_pb, relist_to_pb, snapshot_to_pb
+from watchcache.shard.convert import events_to_pb, relist_to_pb, snapshot_to_pb, span_to_pb
 from watchcache.shard.framing import FrameDecoder, FramingError, encode_frame
 
 log = logging.getLogger("watchcache.shard.owner")
@@ -49,7 +61,7 @@ FOLLOW_SNDBUF = 4 << 20
 
 
 def event_batches(events: list[WatchEvent]) -> list[list[WatchEvent]]:
-    """``events`` cut into runs of at most EVENT_BATCH events and MESSAGE_BYTES, never inside an rv group."""
+    """``events`` in runs of at most EVENT_BATCH events and MESSAGE_BYTES, never inside an rv group (invariant 3)."""
     out: list[list[WatchEvent]] = []
     start = 0
     size = 0
@@ -91,6 +103,10 @@ class ReplicaFeed:
         self.queue: list[bytes] | None = []
         self.queued_bytes = 0
         self.overflowed = False
+
+    def send(self, msg: pb.FollowBatch) -> None:
+        """Write ``msg`` in order with the changes (queued behind the snapshot until live)."""
+        self._write(msg)
 
     def _write(self, msg: pb.FollowBatch) -> None:
         if self.overflowed or self.transport.is_closing():
@@ -141,6 +157,9 @@ class _FollowConnection(asyncio.Protocol):
         self.cacher: Cacher | None = None
         self.feed: ReplicaFeed | None = None
         self.requested = False
+        self.follow: pb.FollowRequest | None = None
+        # Backfill requests of the follower being answered.
+        self.backfills: set[asyncio.Future[None]] = set()
         self.lost = False
         self.writable = asyncio.Event()
         self.writable.set()
@@ -156,19 +175,26 @@ class _FollowConnection(asyncio.Protocol):
                 log.warning("follow connection: SO_SNDBUF %d refused: %s", FOLLOW_SNDBUF, e)
 
     def data_received(self, data: bytes) -> None:
-        if self.requested or self.transport is None:
-            return  # one request per connection
+        if self.transport is None or self.lost:
+            return
         try:
-            frames = self.decoder.feed(data)
-            if not frames:
-                return
-            request = pb.WorkerRequest.FromString(frames[0])
+            requests = [pb.WorkerRequest.FromString(frame) for frame in self.decoder.feed(data)]
         except (FramingError, ValueError) as e:
             log.warning("bad worker request: %s", e)
             self.transport.abort()
             return
-        self.requested = True
+        for request in requests:
+            self._request(request)
+
+    def _request(self, request: pb.WorkerRequest) -> None:
+        assert self.transport is not None
         kind = request.WhichOneof("kind")
+        if self.requested:
+            # On a follow stream, the follower may ask for older history (one request at a time).
+            if kind == "backfill" and self.follow is not None:
+                self.backfills.add(asyncio.ensure_future(self._backfill(request.backfill)))
+            return
+        self.requested = True
         if kind == "metrics":
             self.transport.write(encode_frame(pb.MetricsReply(text=self.server.metrics_text())))
             self.transport.close()
@@ -176,10 +202,23 @@ class _FollowConnection(asyncio.Protocol):
             self.transport.write(encode_frame(pb.StatusReply(json=self.server.status_json())))
             self.transport.close()
         elif kind == "follow":
+            self.follow = request.follow
             self.task = asyncio.ensure_future(self._serve(request.follow))
         else:
             log.warning("worker request of unknown kind %s", kind)
             self.transport.abort()
+
+    async def _backfill(self, request: pb.BackfillRequest) -> None:
+        try:
+            await self.server.answer_backfill(self, request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # this follower's path only: cut its stream, it follows again
+            log.exception("answering a backfill request of %s failed", self.follow.resource if self.follow else "?")
+            if self.transport is not None:
+                self.transport.abort()
+        finally:
+            self.backfills.discard(asyncio.current_task())
 
     async def _serve(self, request: pb.FollowRequest) -> None:
         try:
@@ -207,17 +246,29 @@ class _FollowConnection(asyncio.Protocol):
             self.feed = None
         if self.task is not None and not self.task.done():
             self.task.cancel()
+        for task in list(self.backfills):
+            task.cancel()
 
 
 class FollowServer:
     """Accepts followers on this worker's socket; ``owned`` maps a resource id to its cache."""
 
     def __init__(
-        self, owned: Callable[[str], Cacher | None], *, max_buffer: int = MAX_BUFFER, ready_wait: float = 600.0
+        self,
+        owned: Callable[[str], Cacher | None],
+        *,
+        max_buffer: int = MAX_BUFFER,
+        ready_wait: float = 600.0,
+        resume_wait: float = 5.0,
     ) -> None:
         self._owned = owned
         self.max_buffer = max_buffer
         self.ready_wait = ready_wait
+        # How long a resuming follower ahead of this cache waits for it (it restarted: it lists anew).
+        self.resume_wait = resume_wait
+        # Follow streams that resumed from a follower's rv, and those that could not (a snapshot instead).
+        self.resumed = 0
+        self.resume_refused = 0
         # This worker's Prometheus exposition, for the other workers (set by the process assembly).
         self.metrics_text: Callable[[], bytes] = lambda: b""
         # This worker's status (JSON), for the other workers' /debug/cache and /readyz?verbose.
@@ -237,8 +288,20 @@ class FollowServer:
         if not await cacher.wait_ready(self.ready_wait) or conn.lost:
             transport.close()
             return
-        # ---- synchronous: snapshot, history and registration in one step.
+        resume = request.resume_from
+        if resume and not await self._can_resume(cacher, resume, request.follower):
+            resume = 0
+        if conn.lost:
+            return
+        # ---- synchronous (invariant 2): the events after the follower's rv (or a snapshot and history), registration.
         cache = cacher.cache
+        if resume:
+            try:
+                await self._resume(conn, cacher, cache.events_since(resume), request)
+                return
+            except ResourceVersionTooOld as e:  # can only be an rv several events share
+                log.info("worker %d cannot resume %s at %d: %s", request.follower, request.resource, resume, e)
+                self.resume_refused += 1
         oldest = cache.oldest_rv
         objects = list(cache.snapshot(oldest).iter_range("", None))
         history = list(cache.history)
@@ -271,6 +334,80 @@ class FollowServer:
                 return
         transport.write(encode_frame(pb.FollowBatch(progress=head_rv)))
         feed.go_live()
+
+    async def _can_resume(self, cacher: Cacher, rv: int, follower: int) -> bool:
+        """Whether this cache can hand a follower the events after ``rv``: it has reached ``rv``, and its
+        window reaches back to it (after a backfill from the upstream if needed)."""
+        name = cacher.resource.qualified
+        if rv > cacher.rv and not await cacher.wait_for_rv(rv, self.resume_wait):
+            log.info("worker %d resumes %s at %d, ahead of this cache (%d): a snapshot", follower, name, rv, cacher.rv)
+            self.resume_refused += 1
+            return False
+        failed = await reach_back(cacher, rv)
+        if failed is not None:
+            log.info("worker %d cannot resume %s at %d (%s %s): a snapshot", follower, name, rv, failed.outcome, failed)
+            self.resume_refused += 1
+            return False
+        return True
+
+    async def _resume(
+        self, conn: _FollowConnection, cacher: Cacher, events: list[WatchEvent], request: pb.FollowRequest
+    ) -> None:
+        """Called in the step that took ``events`` (every event after the follower's rv): register, then send."""
+        transport = conn.transport
+        assert transport is not None
+        head_rv = cacher.rv
+        feed = ReplicaFeed(transport, self.max_buffer)
+        cacher.replicas.append(feed)
+        conn.cacher, conn.feed = cacher, feed
+        self.resumed += 1
+        log.info(
+            "worker %d resumes %s from rv %d (%d events to catch up)",
+            request.follower,
+            request.resource,
+            request.resume_from,
+            len(events),
+        )
+        transport.write(encode_frame(pb.FollowBatch(resume=pb.Resume(resource_version=request.resume_from))))
+        for batch in event_batches(events):
+            transport.write(encode_frame(events_to_pb(batch)))
+            await conn.writable.wait()
+            if conn.lost:
+                return
+        transport.write(encode_frame(pb.FollowBatch(progress=head_rv)))
+        feed.go_live()
+
+    async def answer_backfill(self, conn: _FollowConnection, request: pb.BackfillRequest) -> None:
+        """A follower's request for the history from ``request.resource_version``: a Span, or BackfillFailed.
+
+        This cache's window is brought back first if needed (its single flight: one upstream fetch
+        for every follower and client that needs it), then the span is cut from it, in order with
+        the changes on this stream.
+        """
+        cacher, feed = conn.cacher, conn.feed
+        if cacher is None or feed is None:
+            return
+        rv = request.resource_version
+        failed = await reach_back(cacher, rv)
+        if conn.lost or feed is not conn.feed:
+            return
+        if failed is None:
+            try:
+                span = cacher.cache.span(rv, request.through)
+            except ResourceVersionTooOld as e:  # the window moved on meanwhile
+                failed = BackfillFailed(BackfillFailed.FAILED, str(e))
+            else:
+                parts = span_to_pb(span, MESSAGE_BYTES)
+                size = sum(part.ByteSize() for part in parts)
+                if size <= self.max_buffer // 2:
+                    for part in parts:
+                        feed.send(part)
+                    return
+                failed = BackfillFailed(
+                    BackfillFailed.BOUND, f"a span of {size} bytes is too large for a follow stream"
+                )
+        answer = pb.BackfillFailed(resource_version=rv, outcome=failed.outcome, message=str(failed))
+        feed.send(pb.FollowBatch(backfill_failed=answer))
 
 
 async def _ask(socket_path: str, request: pb.WorkerRequest, timeout: float) -> bytes:

@@ -2,7 +2,11 @@
 
 In gunicorn's arbiter's manner: signal handlers only queue the signal; one loop dispatches
 ``handle_<signal>``, reaps children and restarts them with backoff (jittered,
-so that workers that died together do not come back in lockstep). Workers bind the public
+so that workers that died together do not come back in lockstep). Workers are forked from the
+supervisor, which has already imported everything (gunicorn's ``preload_app``): a worker starts,
+or restarts after a crash, without a new interpreter and its imports (0.5–0.7 s of CPU each,
+more than half of a proxy's start-up; docs/performance.md). The supervisor never runs an event
+loop or a thread, so a fork of it is clean. Workers bind the public
 port themselves with SO_REUSEPORT; the supervisor holds the port reserved (bound, never
 listening, so it takes no connections) so that port 0 resolves once for everyone and a
 restarting worker can always bind again. Workers are told their id, the worker count, the
@@ -16,12 +20,15 @@ import contextlib
 import json
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,10 +58,42 @@ def without_per_worker_flags(argv: list[str]) -> list[str]:
     return out
 
 
+class ForkedWorker:
+    """A forked worker, behind the part of ``subprocess.Popen``'s interface the supervisor uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 @dataclass
 class WorkerSlot:
     id: int
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | ForkedWorker | None = None
     started: float = 0.0
     restarts: int = 0
     backoff: Backoff = field(default_factory=lambda: Backoff(0.5, 10.0))
@@ -72,12 +111,17 @@ class Supervisor:
         *,
         continue_key_file: str | None = None,
         drain_timeout: float = 10.0,
+        run_worker: Callable[[list[str]], int] | None = None,
     ) -> None:
+        """``run_worker(argv)``: a worker's ``watchcache ARGV`` in a forked child (its exit code); without
+        it, each worker is a new ``python -m watchcache`` process."""
         self.worker_args = without_per_worker_flags(serve_args)
         self.workers = workers
         self.host = host
         self.port = port
         self.drain_timeout = drain_timeout
+        self.run_worker = run_worker
+        self._reserve: socket.socket | None = None
         self.shard_dir = Path(tempfile.mkdtemp(prefix="watchcache-"))
         if continue_key_file is None:
             key = self.shard_dir / "continue-token-key"
@@ -106,17 +150,46 @@ class Supervisor:
         for marker in ("ready", "synced"):
             (self.shard_dir / f"w{slot.id}.{marker}").unlink(missing_ok=True)
         argv = [
-            sys.executable, "-m", "watchcache", "serve", *self.worker_args,
+            "serve", *self.worker_args,
             "--listen", f"{self.host}:{self.port}",
             "--workers", str(self.workers),
             "--worker-id", str(slot.id),
             "--shard-dir", str(self.shard_dir),
             "--continue-token-key-file", self.continue_key_file,
         ]  # fmt: skip
-        slot.process = subprocess.Popen(argv)
+        if self.run_worker is None:
+            slot.process = subprocess.Popen([sys.executable, "-m", "watchcache", *argv])
+        else:
+            slot.process = self._fork(argv)
         slot.started = time.monotonic()
         slot.pids.append(slot.process.pid)
         log.info("worker %d started (pid %d)", slot.id, slot.process.pid)
+
+    def _fork(self, argv: list[str]) -> ForkedWorker:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            return ForkedWorker(pid)
+        # The worker. Nothing of the supervisor's may run in it: it leaves with os._exit.
+        code = 1
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)  # until its event loop installs its own
+            if self._reserve is not None:
+                self._reserve.close()
+            random.seed()  # not the supervisor's sequence, nor a sibling's
+            code = self.run_worker(argv) if self.run_worker is not None else 1
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
 
     def _reap(self) -> int | None:
         """Restart dead workers (with backoff); returns an exit code if the group must stop."""
@@ -170,6 +243,7 @@ class Supervisor:
         reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         reserve.bind((self.host, self.port))
         self.port = reserve.getsockname()[1]
+        self._reserve = reserve
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._queue)
         code = 0

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
 
 from watchcache.resources import ResourceType
-from watchcache.upstream.config import UpstreamConfig, load_cert_chain_data
+from watchcache.upstream.config import ClientCertificate, UpstreamConfig, load_cert_chain_data
 from watchcache.upstream.credentials import Credentials
 from watchcache.upstream.dialing import session_options
-from watchcache.upstream.identity import ClientCertificate, IdentityOptions, Route
+from watchcache.upstream.identity import IdentityOptions, Route
 
 USER_AGENT = "watchcache/0.1"
 
@@ -160,6 +160,10 @@ class UpstreamClient:
         return self.session
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None, timeout: float = 30.0) -> Any:
+        return orjson.loads(await self.get_bytes(path, params, timeout))
+
+    async def get_bytes(self, path: str, params: Mapping[str, str] | None = None, timeout: float = 30.0) -> bytes:
+        """A GET's body (raises UpstreamError for a non-200 answer; a 401 tells the credentials)."""
         credential = await self.tokens.fresh_headers()
         async with self._own().get(
             self.url(path),
@@ -172,7 +176,7 @@ class UpstreamClient:
                 if resp.status == 401:
                     self.tokens.rejected(credential)
                 raise await _error_from(resp)
-            return orjson.loads(await resp.read())
+            return await resp.read()
 
     async def list_rv(self, resource: ResourceType) -> int:
         """The upstream's current resourceVersion: a consistent (quorum) LIST of one item."""
@@ -181,7 +185,7 @@ class UpstreamClient:
 
     async def watch(
         self, resource: ResourceType, params: Mapping[str, str], *, stall_timeout: float
-    ) -> AsyncIterator[list[bytes]]:
+    ) -> AsyncGenerator[list[bytes], None]:
         """Yield the complete event lines of a watch stream, a batch per network read.
 
         Raises WatchStalled if nothing arrives for ``stall_timeout`` seconds, UpstreamError

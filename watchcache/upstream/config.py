@@ -10,14 +10,16 @@ it through an anonymous in-memory file, never one on disk.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import ssl
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from watchcache.upstream.credentials import ExecConfig
+log = logging.getLogger("watchcache.upstream.config")
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -54,6 +56,24 @@ def load_cert_chain_data(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
     """``SSLContext.load_cert_chain`` from PEM bytes (the stdlib takes only paths)."""
     with _memory_file(cert) as cert_path, _memory_file(key) as key_path:
         ctx.load_cert_chain(cert_path, key_path)
+
+
+EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+INTERACTIVE_MODES = ("Never", "IfAvailable", "Always")
+
+
+@dataclass(frozen=True)
+class ExecConfig:
+    """A kubeconfig user's ``exec`` section, validated (``upstream.kubeconfig``)."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    api_version: str = "client.authentication.k8s.io/v1"
+    interactive_mode: str = "Never"
+    install_hint: str = ""
+    # spec.cluster, when the kubeconfig says provideClusterInfo.
+    cluster: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,13 +152,6 @@ def _redacted(url: str) -> str:
     return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
 
 
-def from_kubeconfig(path: str | os.PathLike[str], context: str | None = None) -> UpstreamConfig:
-    """One kubeconfig file, as ``--kubeconfig`` loads it (``upstream.kubeconfig``)."""
-    from watchcache.upstream.kubeconfig import load
-
-    return load(str(path), context)
-
-
 def in_cluster(env: Mapping[str, str] | None = None, service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> UpstreamConfig:
     """The pod's service account and ``KUBERNETES_SERVICE_HOST``/``_PORT`` (client-go's InClusterConfig)."""
     env = os.environ if env is None else env
@@ -175,3 +188,33 @@ def from_flags(
         client_key=client_key,
         token_file=token_file,
     )
+
+
+class ClientCertificate:
+    """A client certificate in an ``SSLContext``, loaded again when its files change (rotation).
+
+    The front-proxy certificate of pass-through (``--proxy-client-cert-file``, ``upstream/identity.py``).
+    """
+
+    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
+        self.context = context
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self._stamp = self._mtimes()
+        context.load_cert_chain(cert_file, key_file)
+
+    def _mtimes(self) -> tuple[float, float]:
+        return os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime
+
+    def reload_if_changed(self) -> bool:
+        try:
+            stamp = self._mtimes()
+            if stamp == self._stamp:
+                return False
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as e:
+            log.warning("keeping the previous front-proxy client certificate: %s", e)
+            return False
+        self._stamp = stamp
+        log.info("front-proxy client certificate reloaded from %s", self.cert_file)
+        return True

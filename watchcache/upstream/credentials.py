@@ -29,17 +29,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-if TYPE_CHECKING:
-    from watchcache.upstream.config import UpstreamConfig
+from watchcache.upstream.config import ExecConfig, UpstreamConfig
 
 log = logging.getLogger("watchcache.upstream.credentials")
 
-EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
-INTERACTIVE_MODES = ("Never", "IfAvailable", "Always")
 # A plugin that has not answered by then is killed (client-go waits forever; a proxy must not).
 EXEC_TIMEOUT = 120.0
 # A token file is read again at most this often (client-go's cachingTokenSource re-reads each minute).
@@ -53,30 +50,17 @@ class CredentialError(OSError):
     retry with backoff, loudly (the plugin runs again on the next request)."""
 
 
-@dataclass(frozen=True)
-class ExecConfig:
-    """A kubeconfig user's ``exec`` section, validated (``upstream.kubeconfig``)."""
-
-    command: str
-    args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    api_version: str = "client.authentication.k8s.io/v1"
-    interactive_mode: str = "Never"
-    install_hint: str = ""
-    # spec.cluster, when the kubeconfig says provideClusterInfo.
-    cluster: dict[str, Any] | None = None
-
-    def interactive(self) -> bool:
-        """client-go: never with Never; with a terminal on stdin otherwise (Always without one: an error)."""
-        if self.interactive_mode == "Never":
-            return False
-        tty = sys.stdin is not None and sys.stdin.isatty()
-        if self.interactive_mode == "Always" and not tty:
-            raise CredentialError(
-                f"exec plugin {self.command!r} has interactiveMode Always, but standard input is not a terminal "
-                "(watchcache runs as a service): set interactiveMode to Never or IfAvailable, or use another credential"
-            )
-        return tty
+def interactive(plugin: ExecConfig) -> bool:
+    """client-go: never with Never; with a terminal on stdin otherwise (Always without one: an error)."""
+    if plugin.interactive_mode == "Never":
+        return False
+    tty = sys.stdin is not None and sys.stdin.isatty()
+    if plugin.interactive_mode == "Always" and not tty:
+        raise CredentialError(
+            f"exec plugin {plugin.command!r} has interactiveMode Always, but standard input is not a terminal "
+            "(watchcache runs as a service): set interactiveMode to Never or IfAvailable, or use another credential"
+        )
+    return tty
 
 
 @dataclass(frozen=True)
@@ -134,8 +118,8 @@ def parse_exec_output(plugin: ExecConfig, stdout: bytes) -> ExecCredential:
 
 async def run_exec(plugin: ExecConfig) -> ExecCredential:
     """Run the plugin once, as client-go does; CredentialError with its stderr if it fails."""
-    interactive = plugin.interactive()
-    spec: dict[str, Any] = {"interactive": interactive}
+    is_interactive = interactive(plugin)
+    spec: dict[str, Any] = {"interactive": is_interactive}
     if plugin.cluster is not None:
         spec["cluster"] = plugin.cluster
     info = {"apiVersion": plugin.api_version, "kind": "ExecCredential", "spec": spec}
@@ -145,9 +129,9 @@ async def run_exec(plugin: ExecConfig) -> ExecCredential:
             plugin.command,
             *plugin.args,
             env=env,
-            stdin=None if interactive else asyncio.subprocess.DEVNULL,
+            stdin=None if is_interactive else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
-            stderr=None if interactive else asyncio.subprocess.PIPE,
+            stderr=None if is_interactive else asyncio.subprocess.PIPE,
         )
     except OSError as e:
         hint = f"\n{plugin.install_hint}" if plugin.install_hint else ""

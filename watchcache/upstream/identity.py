@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
-import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -42,13 +40,18 @@ from watchcache.quoting import go_quote
 
 if TYPE_CHECKING:
     from watchcache.http.protocol import Request
-    from watchcache.upstream.client import UpstreamClient
 
 log = logging.getLogger("watchcache.upstream.identity")
 
 MODES = ("refuse", "front-proxy", "impersonate")
 AUTHENTICATION_CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
 _AUTHENTICATED = "system:authenticated"
+
+
+class JsonReader(Protocol):
+    """What ``learn_upstream_names`` reads through: ``upstream.client.UpstreamClient``, which imports this module."""
+
+    async def get_json(self, path: str, *, timeout: float = 30.0) -> Any: ...
 
 
 class Route(enum.Enum):
@@ -161,7 +164,7 @@ class PassthroughIdentity:
             return plain_http_unauthorized()
         return None
 
-    async def learn_upstream_names(self, client: UpstreamClient) -> None:
+    async def learn_upstream_names(self, client: JsonReader) -> None:
         """Read the request-header names the upstream believes (``extension-apiserver-authentication``,
         readable with kube's ``extension-apiserver-authentication-reader`` Role), so that every one of
         them is stripped from clients and the first of each is the one sent."""
@@ -215,30 +218,3 @@ def _describe(names: RequestHeaderNames) -> str:
     return f"user {list(names.username)}, group {list(names.group)}, extra {list(names.extra_prefix)}" + (
         f", uid {list(names.uid)}" if names.uid else ""
     )
-
-
-class ClientCertificate:
-    """A client certificate in an ``SSLContext``, loaded again when its files change (rotation)."""
-
-    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
-        self.context = context
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self._stamp = self._mtimes()
-        context.load_cert_chain(cert_file, key_file)
-
-    def _mtimes(self) -> tuple[float, float]:
-        return os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime
-
-    def reload_if_changed(self) -> bool:
-        try:
-            stamp = self._mtimes()
-            if stamp == self._stamp:
-                return False
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as e:
-            log.warning("keeping the previous front-proxy client certificate: %s", e)
-            return False
-        self._stamp = stamp
-        log.info("front-proxy client certificate reloaded from %s", self.cert_file)
-        return True

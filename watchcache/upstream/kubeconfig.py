@@ -37,13 +37,15 @@ from typing import Any
 import yaml
 
 from watchcache.upstream.config import (
+    EXEC_API_VERSIONS,
+    INTERACTIVE_MODES,
     SERVICE_ACCOUNT_DIR,
+    ExecConfig,
     UpstreamConfig,
     UpstreamConfigError,
     from_flags,
     in_cluster,
 )
-from watchcache.upstream.credentials import EXEC_API_VERSIONS, INTERACTIVE_MODES, ExecConfig
 
 # Fields client-go reads; anything else in a cluster, user or context is a typo or a newer field.
 _CLUSTER_FIELDS = frozenset(
@@ -416,6 +418,11 @@ def in_cluster_possible(env: Mapping[str, str], service_account_dir: Path = SERV
         and env.get("KUBERNETES_SERVICE_PORT")
         and (service_account_dir / "token").exists()
     )
+
+
+def from_kubeconfig(path: str | os.PathLike[str], context: str | None = None) -> UpstreamConfig:
+    """One kubeconfig file, as ``--kubeconfig`` loads it."""
+    return load(str(path), context)
 
 
 def load(

@@ -5,7 +5,7 @@ resumed from the last rv seen after any disconnect, with exponential backoff and
 Two differences that matter for a proxy:
 
 * on ``410 Gone`` it relists and hands the *difference* to ``Cacher.relist``, so client
-  watches continue (kube-apiserver ends them all in this case);
+  watches continue (kube-apiserver ends them all in this case): invariant 7;
 * a watch that goes silent (no event, no bookmark) for longer than ``stall_timeout`` is
   dropped and resumed, rather than waited on forever.
 
@@ -224,7 +224,8 @@ class Reflector:
         An event at or below the newest rv seen is a repeat and skipped — except one at that rv
         for a key the group at that rv does not have yet: an upstream that is a watch cache (another
         watchcache tier) sends groups of events sharing one rv, and a read may end inside one. The
-        group's keys are looked up only then (kube's own events never share an rv).
+        group's keys are looked up only then (kube's own events never share an rv). So the cache
+        is fed in rv order, each event once (invariant 1), a split group continued (invariant 3).
         """
         cacher = self.cacher
         if self.failures is not None and self.resource in self.failures.failing:
@@ -256,7 +257,7 @@ class Reflector:
                     self._take_diff()
                     last, group = cacher.rv, _MARK
                     continue
-                cacher.progress(rv)
+                cacher.progress(rv)  # the upstream's proof of progress (invariant 8)
                 if rv > last:
                     last, group = rv, _MARK
                 end = (meta.get("annotations") or {}).get(RELIST_DIFF_ANNOTATION)
@@ -299,7 +300,7 @@ class Reflector:
         Applied event by event, the diff would put states in this cache (and in reads at
         their rvs) that the upstream never had: its deletions carry stamped rvs. As one
         relist, this tier's watchers get the same diff (``ResourceCache.relist`` orders it
-        the same way from the same states), and its history restarts at the same rv.
+        the same way from the same states), and its history restarts at the same rv (invariant 7).
         """
         end, changes, reads = self._diff_end, self._diff, self._diff_reads
         assert end is not None

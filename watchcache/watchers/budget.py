@@ -2,7 +2,7 @@
 
 Each watcher's buffer is capped (``max_pending_bytes``), but 10,000 watchers whose clients
 read slowly could each hold up to that cap. Past this budget, the watchers with the most
-unsent bytes go LAGGING first (the slow-consumer path of :mod:`watchcache.watchers.watcher`):
+unsent bytes go LAGGING first (the lag cycle of :mod:`watchcache.dispatch.cacher`):
 they drop their live buffer and are replayed from history once their client drains, or get
 410 if history has moved on. Their clients miss nothing; they wait.
 
@@ -20,16 +20,13 @@ once every writable stream has been written.
 
 The sum counts a frame shared by several watchers once per watcher, so it overstates memory
 when many watchers hold the same frames (watchers with one predicate share one buffer per
-batch); it is a bound, not a measurement.
+batch); it is a bound, not a measurement. It is the process-wide half of invariant 6.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from watchcache.watchers.watcher import Watcher
+from typing import Protocol
 
 
 class AfterFlush(Protocol):
@@ -37,8 +34,32 @@ class AfterFlush(Protocol):
         """Run ``job()`` once at the end of the next flush pass."""
 
 
+class Budgeted(Protocol):
+    """What the budget reads of a watcher (``watchers.watcher.Watcher``), and its one remedy."""
+
+    @property
+    def reported(self) -> int:
+        """The bytes this watcher has charged to the budget (and not yet refunded)."""
+
+    @property
+    def pending_bytes(self) -> int: ...
+
+    @property
+    def lagging(self) -> bool: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def lag(self) -> None:
+        """Drop the unsent live bytes (refunding them) and catch up from history later."""
+
+
 class WatchBudget:
-    """Unsent live bytes of the registered watchers, and what happens past ``limit``."""
+    """Unsent live bytes of the registered watchers, and what happens past ``limit``.
+
+    Watchers change it only through ``join``/``charge``/``refund``/``leave``; ``pending``,
+    ``watchers`` and ``shed`` are read by metrics and tests.
+    """
 
     __slots__ = ("_requested", "flusher", "limit", "pending", "shed", "step", "watchers")
 
@@ -48,15 +69,34 @@ class WatchBudget:
         self.flusher = flusher
         # Watchers report in steps this large (a small budget, in tests, gets small steps).
         self.step = max(1, min(64 << 10, self.limit // 64))
-        # The sum of the watchers' ``reported`` bytes (kept by the watchers themselves).
+        # The sum of the registered watchers' ``reported`` bytes.
         self.pending = 0
-        self.watchers: set[Watcher] = set()
+        self.watchers: set[Budgeted] = set()
         # Watchers sent to catch up from history because of this budget (a metric).
         self.shed = 0
         self._requested = False
 
+    def join(self, watcher: Budgeted) -> None:
+        """Count ``watcher``'s unsent bytes from now on (until ``leave``)."""
+        self.watchers.add(watcher)
+
+    def leave(self, watcher: Budgeted, reported: int) -> None:
+        """``watcher`` ended: its ``reported`` bytes are no longer owed (written or dropped)."""
+        self.pending -= reported
+        self.watchers.discard(watcher)
+
+    def charge(self, nbytes: int) -> None:
+        """A watcher is ``nbytes`` further behind (it crossed a step); past ``limit``, enforce."""
+        self.pending += nbytes
+        if self.pending > self.limit:
+            self.over()
+
+    def refund(self, nbytes: int) -> None:
+        """A watcher's charged bytes left it (written, or dropped when it lagged)."""
+        self.pending -= nbytes
+
     def over(self) -> None:
-        """Called by a watcher that took the sum past ``limit``: enforce after the flush pass."""
+        """The sum went past ``limit``: enforce after the flush pass (at once without a flusher)."""
         if self._requested:
             return
         self._requested = True

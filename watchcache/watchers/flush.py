@@ -34,7 +34,7 @@ class Flushable(Protocol):
         """Write everything pending for this stream now; the frames written (0: no write)."""
 
     def flush_failed(self, error: Exception) -> None:
-        """``flush`` raised: end this stream (its client resumes); the pass goes on with the others."""
+        """``flush`` raised: end this stream (its client resumes); the pass goes on with the others (invariant 11)."""
 
 
 class FramesPerWrite:

@@ -8,18 +8,13 @@ each watcher the group's frames of a batch as one shared bytes object
 per event. The ``WatchSink`` (the HTTP stream) is told once that there is something to
 flush, and flushes what is pending in one write. The watcher is testable without sockets.
 
-Slow consumers, in one place (etcd's ``demux`` active/lagging split)::
-
-    ACTIVE --pending over max_pending_bytes--> LAGGING --catch_up() reaches the head--> ACTIVE
-       |                                          |
-       |                                          +--history moved past resume_rv--> CLOSED (410)
-       +--close(reason)--> CLOSED
-
-A lagging watcher drops its unsent live frames (memory stays bounded), ignores new
-events, and remembers ``resume_rv``: the rv of the last live frame it handed to the
-writer. When its client has drained, ``catch_up`` replays the history after
-``resume_rv`` in bounded steps; once it reaches the newest event it is live again, in
-the same synchronous step, so nothing falls between replay and live dispatch.
+Slow consumers: the watcher's half of the lag cycle, whose whole (start, lag, catch-up,
+live or 410) is drawn and driven in :mod:`watchcache.dispatch.cacher` (``Cacher.catch_up``).
+A lagging watcher (``lag``) drops its unsent live frames (memory stays bounded), ignores new
+events, and remembers ``resume_rv``: the rv of the last live frame it handed to the writer.
+``replay`` queues the history after ``resume_rv`` that the cacher hands it, in bounded steps;
+once it has replayed up to the newest event it is live again, in the same synchronous step,
+so nothing falls between replay and live dispatch (invariant 6).
 
 Initial events (the state sent at the start of a watch, and the initial-events-end
 bookmark) are never dropped: they are shared object bytes held by the cache anyway,
@@ -29,6 +24,10 @@ A watcher also goes LAGGING when the process-wide ``WatchBudget`` of unsent byte
 exceeded and it is among those furthest behind (:mod:`watchcache.watchers.budget`). It
 reports its unsent bytes to the budget in steps, from the comparison ``_enqueue`` already
 makes against its own cap, so the fan-out costs the same with a budget as without.
+
+The watcher tells its ``WatchSink`` (the HTTP stream: flushing, flow control) that it has
+frames, lagged or ended, and its ``WatchOwner`` (the cacher that registered it) that it
+lagged or ended: counts, and leaving the dispatcher.
 """
 
 from __future__ import annotations
@@ -53,6 +52,16 @@ class WatchSink(Protocol):
 
     def lagging(self, watcher: Watcher) -> None:
         """The watcher dropped its buffer; catch it up from history once its client drains."""
+
+
+class WatchOwner(Protocol):
+    """The cacher that registered the watcher (``dispatch.cacher.Cacher``), as kube's ``forget`` callback."""
+
+    def lagged(self, watcher: Watcher) -> None:
+        """The watcher went LAGGING (counted)."""
+
+    def ended(self, watcher: Watcher, reason: str) -> None:
+        """The watcher closed: it leaves the dispatcher (possibly from inside a fan-out)."""
 
 
 class CloseReason(enum.StrEnum):
@@ -124,6 +133,7 @@ class Watcher:
         "lagging",
         "last_rv",
         "max_pending_bytes",
+        "owner",
         "pending",
         "pending_bytes",
         "pending_n",
@@ -151,6 +161,7 @@ class Watcher:
         can_lag: bool = True,
         encoding: Encoding = FULL_JSON,
         budget: WatchBudget | None = None,
+        owner: WatchOwner | None = None,
     ) -> None:
         self.resource = resource
         # How frames are written for this client: full JSON, or PartialObjectMetadata (JSON/protobuf).
@@ -163,6 +174,7 @@ class Watcher:
         # The rv of the last live frame handed to the writer: where a lagging watcher resumes.
         self.flushed_rv = start_rv
         self.sink = sink
+        self.owner = owner
         self.allow_bookmarks = allow_bookmarks
         self.deadline = deadline
         self.bookmark_interval = bookmark_interval
@@ -188,7 +200,7 @@ class Watcher:
         self._mark = max_pending_bytes
         if budget is not None and can_lag:
             self.budget = budget
-            budget.watchers.add(self)
+            budget.join(self)
             self._mark = min(max_pending_bytes, budget.step)
 
     def __repr__(self) -> str:
@@ -198,6 +210,7 @@ class Watcher:
 
     def frame_for(self, event: WatchEvent) -> bytes | None:
         """The frame ``event`` means for this watcher, or None (also for events it already has)."""
+        # Only events after the start rv: the client has the rest (invariant 1).
         if event.rv <= self.start_rv:
             return None
         encoding = self.encoding
@@ -224,7 +237,7 @@ class Watcher:
         """
         if self.closed or self.lagging:
             return 0
-        if events[0].rv <= self.start_rv:
+        if events[0].rv <= self.start_rv:  # invariant 1: none at or before start_rv
             return sum(self.deliver(event) for event in events)
         self._enqueue(frames, events[-1].rv, count)
         return count
@@ -298,7 +311,7 @@ class Watcher:
             self.sink.wake(self)
 
     def _past_mark(self) -> bool:
-        """Over the cap: overflow (True). Else another step behind: tell the budget (False)."""
+        """Over the cap: overflow (True). Else another step behind: tell the budget (False). Invariant 6."""
         if self.pending_bytes > self.max_pending_bytes:
             if not self.can_lag:
                 self.close(CloseReason.BUFFER_OVERFLOW)
@@ -312,21 +325,20 @@ class Watcher:
         budget = self.budget
         if budget is None:
             return
-        budget.pending += self.pending_bytes - self.reported
+        charged = self.pending_bytes - self.reported
         self.reported = self.pending_bytes
         self._mark = min(self.max_pending_bytes, self.pending_bytes + budget.step)
-        if budget.pending > budget.limit:
-            budget.over()
+        budget.charge(charged)
 
     def _unreport(self) -> None:
         budget = self.budget
         if budget is not None:
-            budget.pending -= self.reported
+            budget.refund(self.reported)
             self._mark = min(self.max_pending_bytes, budget.step)
         self.reported = 0
 
     def lag(self) -> None:
-        """Go LAGGING: drop the unsent live frames, keep the initial events (see module doc)."""
+        """Go LAGGING: drop the unsent live frames, keep the initial events (see module doc; invariant 6)."""
         del self.pending[self.protected :]
         del self.pending_rv[self.protected :]
         del self.pending_n[self.protected :]
@@ -336,6 +348,8 @@ class Watcher:
         self.lagging = True
         self.resume_rv = self.flushed_rv
         self.last_rv = self.flushed_rv
+        if self.owner is not None:
+            self.owner.lagged(self)
         self.sink.lagging(self)
 
     def take(self, max_bytes: int = 0) -> tuple[list[bytes], int]:
@@ -381,11 +395,11 @@ class Watcher:
         del self.pending_n[:count]
         return frames, events
 
-    def catch_up(self, events: Sequence[WatchEvent]) -> bool:
-        """Replay ``events`` (the history after ``resume_rv``) until about half the cap is queued.
+    def replay(self, events: Sequence[WatchEvent]) -> bool:
+        """Queue ``events`` (the history after ``resume_rv``) until about half the cap is queued.
 
-        Stops only between two rv groups, never inside one. Returns True when every
-        event was replayed: the watcher is live again.
+        Stops only between two rv groups, never inside one (invariant 3). Returns True when
+        every event was replayed: the watcher is live again.
         """
         done = self._replay(events, self.max_pending_bytes // 2)
         if self.pending_bytes > self._mark:
@@ -407,6 +421,7 @@ class Watcher:
                 i += 1
             self.resume_rv = group_rv
             self.last_rv = group_rv
+            # Stops between rv groups only: a client never holds half a group (invariant 3).
             if self.pending_bytes >= fill and i < n:
                 return False
         self.lagging = False
@@ -439,10 +454,10 @@ class Watcher:
         budget = self.budget
         if budget is not None:
             # What is still pending is written now (timeout, shutdown) or dropped: not counted on.
-            self._unreport()
+            budget.leave(self, self.reported)
+            self.reported = 0
             self.budget = None
             self._mark = self.max_pending_bytes
-            budget.watchers.discard(self)
         if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.CLIENT_GONE):
             self.pending = []
             self.pending_rv = []
@@ -450,4 +465,6 @@ class Watcher:
             self.protected = 0
             self.pending_bytes = 0
         # Otherwise (timeout, shutdown) the stream writes what is pending before it ends.
+        if self.owner is not None:
+            self.owner.ended(self, reason)
         self.sink.closed(self, reason)

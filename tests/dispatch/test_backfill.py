@@ -1,0 +1,300 @@
+"""Backfills: requests at rvs older than the window share one fetch, bounded by their deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from tests.support.factories import pod
+from tests.support.waiting import until
+from watchcache import apierrors
+from watchcache.backoff import Backoff
+from watchcache.cache.events import ADDED, MODIFIED
+from watchcache.cache.predicate import SelectionPredicate
+from watchcache.cache.semantics import Mode, WatchPlan
+from watchcache.cache.store import CacheConfig, Span
+from watchcache.dispatch.backfill import BackfillFailed, Backfills, Fetched, reach_back
+from watchcache.dispatch.cacher import Cacher, WatchRequest
+from watchcache.resources import PODS
+from watchcache.watchers.watcher import CloseReason, Watcher
+
+HEAD = 100
+
+
+def upstream_span(rv: int) -> Span:
+    """The upstream: pod a written at every rv from 1 to HEAD."""
+    listed = [pod("a", "ns", rv)] if rv >= 1 else []
+    changes = [(ADDED if r == 1 else MODIFIED, pod("a", "ns", r)) for r in range(max(rv + 1, 1), HEAD + 1)]
+    return Span.from_list(rv, listed, changes, HEAD)
+
+
+class FakeUpstream:
+    def __init__(self, *, delay: float = 0.0, gone_below: int = 0, fail: bool = False) -> None:
+        self.delay = delay
+        self.gone_below = gone_below
+        self.fail = fail
+        self.fetched: list[int] = []
+
+    async def __call__(self, cacher: Cacher, rv: int) -> Fetched:
+        self.fetched.append(rv)
+        await asyncio.sleep(self.delay)
+        if self.fail:
+            raise BackfillFailed(BackfillFailed.FAILED, "connection refused")
+        if rv < self.gone_below:
+            raise BackfillFailed(BackfillFailed.GONE, f"the upstream compacted {rv}")
+        return Fetched(len(cacher.backfill(upstream_span(rv))), 0)
+
+
+def cacher_with(fetch: FakeUpstream, **kw: object) -> Cacher:
+    cacher = Cacher(PODS)
+    cacher.replace([pod("a", "ns", HEAD)], HEAD)
+    cacher.backfills = Backfills(cacher, fetch, coalesce=0.02, **kw)  # type: ignore[arg-type]
+    return cacher
+
+
+def test_a_storm_of_requests_at_different_old_rvs_costs_one_fetch_from_the_oldest() -> None:
+    async def go() -> tuple[list[BackfillFailed | None], FakeUpstream, Cacher]:
+        fetch = FakeUpstream(delay=0.05)
+        cacher = cacher_with(fetch)
+        results = await asyncio.gather(*(reach_back(cacher, 90 + i % 7, 5.0) for i in range(500)))
+        return results, fetch, cacher
+
+    results, fetch, cacher = asyncio.run(go())
+    assert results == [None] * 500
+    assert fetch.fetched == [90]
+    assert cacher.cache.oldest_rv == 90
+    assert [e.rv for e in cacher.cache.events_since(90)] == list(range(91, HEAD + 1))
+    assert cacher.backfills is not None and cacher.backfills.requests["served"] == 500
+    assert cacher.backfills.waiting == 0
+
+
+def test_requests_older_than_the_running_fetch_get_the_next_one() -> None:
+    async def go() -> tuple[FakeUpstream, list[BackfillFailed | None]]:
+        fetch = FakeUpstream(delay=0.1)
+        cacher = cacher_with(fetch)
+        first = asyncio.ensure_future(reach_back(cacher, 95, 5.0))
+        await asyncio.sleep(0.05)  # the fetch from 95 is under way
+        later = [asyncio.ensure_future(reach_back(cacher, rv, 5.0)) for rv in (80, 97, 85)]
+        return fetch, await asyncio.gather(first, *later)
+
+    fetch, results = asyncio.run(go())
+    assert results == [None] * 4
+    assert fetch.fetched == [95, 80]
+
+
+def test_an_rv_the_upstream_compacted_fails_alone_and_the_others_are_fetched() -> None:
+    async def go() -> tuple[FakeUpstream, list[BackfillFailed | None]]:
+        fetch = FakeUpstream(gone_below=50)
+        cacher = cacher_with(fetch)
+        return fetch, await asyncio.gather(*(reach_back(cacher, rv, 5.0) for rv in (10, 60, 70)))
+
+    fetch, results = asyncio.run(go())
+    assert fetch.fetched == [10, 60]
+    assert results[0] is not None and results[0].outcome == BackfillFailed.GONE
+    assert "compacted 10" in str(results[0])
+    assert results[1:] == [None, None]
+
+
+def test_a_passing_fault_costs_the_requests_a_delay_not_a_410() -> None:
+    async def go() -> tuple[FakeUpstream, list[BackfillFailed | None]]:
+        fetch = FakeUpstream(fail=True)
+        cacher = cacher_with(fetch, backoff=Backoff(0.05, 0.05))
+        asks = [asyncio.ensure_future(reach_back(cacher, rv, 5.0)) for rv in (10, 60)]
+        assert cacher.backfills is not None
+        await until(lambda: cacher.backfills.fetches["failed"] == 1)  # type: ignore[union-attr]
+        fetch.fail = False  # the upstream is back before the next attempt
+        return fetch, await asyncio.gather(*asks)
+
+    fetch, results = asyncio.run(go())
+    assert results == [None, None]
+    assert fetch.fetched == [10, 10]
+
+
+def test_a_failing_upstream_is_asked_a_bounded_number_of_times_whatever_the_clients_do() -> None:
+    async def go() -> tuple[FakeUpstream, list[BackfillFailed | None], BackfillFailed | None]:
+        fetch = FakeUpstream(fail=True)
+        cacher = cacher_with(fetch, backoff=Backoff(0.05, 0.05))
+        results = await asyncio.gather(*(reach_back(cacher, rv, 5.0) for rv in (10, 60) for _ in range(50)))
+        cacher.backfills.backoff = Backoff(30.0, 30.0)  # type: ignore[union-attr]
+        cacher.backfills._retry_at = 1e18  # type: ignore[union-attr]  # the next attempt is far away
+        later = await reach_back(cacher, 70, 0.2)
+        return fetch, results, later
+
+    fetch, results, later = asyncio.run(go())
+    assert fetch.fetched == [10, 10, 10]  # --attempts, for 100 requests
+    assert all(r is not None and r.outcome == BackfillFailed.FAILED for r in results)
+    assert later is not None and later.outcome == BackfillFailed.DEADLINE  # waited for the next attempt
+
+
+def test_a_request_gives_up_at_its_deadline_and_the_fetch_serves_the_next_ones() -> None:
+    async def go() -> tuple[BackfillFailed | None, int, BackfillFailed | None, FakeUpstream]:
+        fetch = FakeUpstream(delay=0.3)
+        cacher = cacher_with(fetch)
+        late = await reach_back(cacher, 90, 0.1)
+        waiting = cacher.backfills.waiting if cacher.backfills else -1
+        await asyncio.sleep(0.4)
+        return late, waiting, await reach_back(cacher, 90, 0.1), fetch
+
+    late, waiting, next_one, fetch = asyncio.run(go())
+    assert late is not None and late.outcome == BackfillFailed.DEADLINE
+    assert waiting == 0
+    assert next_one is None
+    assert fetch.fetched == [90]
+
+
+def test_no_backfill_across_a_relist_and_none_without_a_source() -> None:
+    async def go() -> tuple[BackfillFailed | None, BackfillFailed | None, FakeUpstream]:
+        fetch = FakeUpstream()
+        cacher = cacher_with(fetch)
+        cacher.relist([pod("a", "ns", HEAD + 5)], HEAD + 5)
+        across = await reach_back(cacher, 90, 1.0)
+        bare = Cacher(PODS)
+        bare.replace([], 10)
+        return across, await reach_back(bare, 5, 1.0), fetch
+
+    across, off, fetch = asyncio.run(go())
+    assert across is not None and across.outcome == BackfillFailed.RELIST
+    assert off is not None and off.outcome == BackfillFailed.OFF
+    assert fetch.fetched == []
+
+
+def test_a_fetch_that_returns_without_reaching_the_rv_fails_its_requests() -> None:
+    async def nothing(cacher: Cacher, rv: int) -> Fetched:
+        return Fetched(0, 0)
+
+    async def go() -> BackfillFailed | None:
+        cacher = Cacher(PODS)
+        cacher.replace([], HEAD)
+        cacher.backfills = Backfills(cacher, nothing, coalesce=0.0)
+        return await reach_back(cacher, 50, 1.0)
+
+    result = asyncio.run(go())
+    assert result is not None and result.outcome == BackfillFailed.FAILED
+
+
+@pytest.mark.parametrize("rv", [HEAD, HEAD + 5])
+def test_no_fetch_for_an_rv_the_window_reaches(rv: int) -> None:
+    async def go() -> tuple[BackfillFailed | None, FakeUpstream]:
+        fetch = FakeUpstream()
+        cacher = cacher_with(fetch)
+        return await reach_back(cacher, rv, 1.0), fetch
+
+    result, fetch = asyncio.run(go())
+    assert result is None and fetch.fetched == []
+
+
+# ---- the cacher's watch: its start and its lag cycle use the backfill (dispatch/cacher.py)
+
+ALL = SelectionPredicate.parse(PODS, None, "", "")
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.lagged = 0
+        self.closed_reasons: list[str] = []
+
+    def wake(self, watcher: Watcher) -> None:
+        pass
+
+    def closed(self, watcher: Watcher, reason: str) -> None:
+        self.closed_reasons.append(reason)
+
+    def lagging(self, watcher: Watcher) -> None:
+        self.lagged += 1
+
+
+def exact(rv: int) -> WatchPlan:
+    return WatchPlan(Mode.EXACT, rv, initial_events=False, initial_events_end_bookmark=False)
+
+
+def rvs(w: Watcher) -> list[int]:
+    return [
+        int(orjson.loads(line)["object"]["metadata"]["resourceVersion"]) for line in b"".join(w.take()[0]).splitlines()
+    ]
+
+
+def test_a_watch_from_before_the_window_starts_after_the_backfill_with_the_upstreams_events() -> None:
+    async def go() -> tuple[list[int], FakeUpstream]:
+        fetch = FakeUpstream(delay=0.02)
+        cacher = cacher_with(fetch)
+        w = await cacher.watch(WatchRequest(ALL, exact(95)), Sink())
+        cacher.apply([(MODIFIED, pod("a", "ns", HEAD + 1))])
+        return rvs(w), fetch
+
+    got, fetch = asyncio.run(go())
+    assert got == [96, 97, 98, 99, 100, 101]
+    assert fetch.fetched == [95]
+
+
+def test_a_watch_whose_backfill_fails_gets_410_saying_why() -> None:
+    async def go() -> apierrors.StatusError:
+        cacher = cacher_with(FakeUpstream(gone_below=1000))
+        with pytest.raises(apierrors.StatusError) as e:
+            await cacher.watch(WatchRequest(ALL, exact(95)), Sink())
+        assert len(cacher.dispatcher) == 0
+        return e.value
+
+    error = asyncio.run(go())
+    assert error.code == 410
+    assert str(error).startswith("too old resource version: 95 (100): the upstream compacted 95")
+
+
+def lagging_watcher_past_its_window(fetch: FakeUpstream, max_events: int = 50) -> tuple[Cacher, Watcher, Sink]:
+    """A watcher that lagged at 90 while its client read nothing; then its history aged out of the window."""
+
+    now = [0.0]
+    cacher = Cacher(PODS, CacheConfig(history_max_events=max_events, history_max_age=10.0), clock=lambda: now[0])
+    cacher.replace([pod("a", "ns", 90)], 90)  # the upstream's state at 90 (see upstream_span)
+    cacher.backfills = Backfills(cacher, fetch, coalesce=0.0)
+    sink = Sink()
+    watcher = cacher.start_watch(WatchRequest(ALL, exact(90), max_pending_bytes=1500), sink)
+    for rv in range(91, HEAD + 1):
+        cacher.apply([(MODIFIED, pod("a", "ns", rv))])
+    assert watcher.lagging and watcher.resume_rv == 90
+    now[0] = 20.0
+    cacher.tick()  # older than --history-max-age: evicted
+    assert cacher.cache.oldest_rv == HEAD
+    return cacher, watcher, sink
+
+
+def test_a_lagging_watcher_whose_history_aged_out_is_backfilled_and_caught_up_not_ended() -> None:
+    async def go() -> tuple[Watcher, list[int], Cacher, FakeUpstream]:
+        fetch = FakeUpstream()
+        cacher, w, sink = lagging_watcher_past_its_window(fetch)
+        assert not cacher.catch_up(w)  # the backfill starts; the watcher stays LAGGING
+        assert not w.closed and w.lagging
+        await until(lambda: sink.lagged == 2)  # told once the history is there
+        got: list[int] = []
+        while cacher.catch_up(w) or w.pending:
+            got += rvs(w)
+        return w, got + rvs(w), cacher, fetch
+
+    w, got, cacher, fetch = asyncio.run(go())
+    assert got == list(range(91, HEAD + 1)) and not w.lagging and not w.closed
+    assert fetch.fetched == [90]
+    assert (cacher.watchers_expired, cacher.watchers_caught_up) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("fetch", "max_events", "why"),
+    [
+        (FakeUpstream(gone_below=1000), 50, "the upstream compacted 90"),
+        # more behind than the window may hold: the span does not fit (--history-max-events)
+        (FakeUpstream(), 5, "do not fit in the window"),
+    ],
+)
+def test_a_lagging_watcher_whose_backfill_fails_gets_410_saying_why(
+    fetch: FakeUpstream, max_events: int, why: str
+) -> None:
+    async def go() -> tuple[Watcher, list[dict]]:
+        cacher, w, _ = lagging_watcher_past_its_window(fetch, max_events)
+        assert not cacher.catch_up(w) and not w.closed
+        await until(lambda: w.closed)
+        return w, [orjson.loads(line) for line in b"".join(w.take()[0]).splitlines()]
+
+    w, got = asyncio.run(go())
+    assert w.close_reason == CloseReason.EXPIRED
+    [error] = got
+    assert error["object"]["code"] == 410 and why in error["object"]["message"], error

@@ -1,0 +1,301 @@
+"""Backfill: bring a cache's window back to an older rv for the requests that need it, one fetch at a time.
+
+A read or watch at an rv older than the window (a client resuming after the proxy, a worker
+or a follow stream restarted) waits here instead of getting 410, while the cache's
+``Fetch`` gets the missing span from where the history still is — the upstream (the owner:
+``upstream.backfill``) or the owner worker (a follower: ``shard.follower``) — and puts it in
+front of the window (``ResourceCache.backfill``, which checks it).
+
+One resource, one fetch at a time, shared: requests arriving within ``coalesce`` seconds of
+each other (a restart storm: clients holding slightly different rvs) are served by one fetch
+from the oldest rv asked; those that arrive during a fetch with an rv it does not reach get
+the next one. A fetch that fails for its rv (the upstream compacted it, a bound) fails the
+requests at or below that rv at once and is tried again for the others. One that fails for
+any other reason (an error, a timeout, no proof of completeness, a span that did not check)
+is tried again after a backoff while requests wait, so a passing fault costs a client a
+delay, not a relist; the requests waiting when ``attempts`` fetches in a row have failed get
+the last failure. Every wait is bounded by its request's deadline (``--backfill-wait``), and
+fetches by the backoff, so a failing upstream is asked a few times, not once per client; a
+fetch is not cancelled when its requests give up (its span serves the next ones).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from watchcache.backoff import Backoff
+from watchcache.dispatch.cacher import Cacher
+
+log = logging.getLogger("watchcache.dispatch.backfill")
+
+
+class BackfillFailed(Exception):
+    """The window cannot reach back to the rv asked for; ``outcome`` is a metric label, the message the 410's."""
+
+    GONE = "gone"  # the upstream answered 410: compacted, or out of its own window
+    BOUND = "bound"  # a limit: span events or bytes, memory budget, room in the window
+    MISMATCH = "mismatch"  # the span did not replay to the cache's state (ResourceCache.backfill refused it)
+    RELIST = "relist"  # the rv is before a relist of this cache
+    FAILED = "failed"  # the upstream (or the owner) could not be asked: error, timeout, connection
+    DEADLINE = "deadline"  # the request's wait ran out
+    OFF = "off"  # this cache has no source of older history
+
+    # Outcomes that concern the rv asked for: an rv above it may still be served.
+    PER_RV = frozenset({GONE, BOUND})
+
+    def __init__(self, outcome: str, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class BackfillLimits:
+    """How far a backfill may reach and what it may cost (the ``--backfill-*`` flags)."""
+
+    enabled: bool = True
+    # How long a request waits for a backfill before its 410 (a fetch is a paged LIST and a short
+    # watch: about 1-3 s against kube-apiserver, whose bookmark comes 1-2.25 s into a watch).
+    wait: float = 10.0
+    # A span's events and their bytes (object JSON): a fetch that reads more is abandoned.
+    max_events: int = 20_000
+    max_bytes: int = 256 << 20
+    # Fetches from the upstream at once per worker, and the bytes they may hold together
+    # (the LIST at the old rv counts: it is held until the span is checked). After a restart every
+    # resource whose clients come back needs one: a worker owning a dozen must not queue them
+    # past the requests' wait.
+    concurrency: int = 4
+    memory_bytes: int = 512 << 20
+    # Requests arriving within this many seconds of the first share its fetch.
+    coalesce: float = 0.1
+    # A fetch gives up after this long, whoever waits for it.
+    fetch_timeout: float = 30.0
+
+    def check(self) -> None:
+        if self.wait <= 0 or self.fetch_timeout <= 0:
+            raise ValueError("--backfill-wait must be positive")
+        if min(self.max_events, self.max_bytes, self.concurrency, self.memory_bytes) < 1:
+            raise ValueError("--backfill-max-events, -max-bytes, -concurrency and -memory-bytes must be at least 1")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What a fetch brought: events put in front of the window, and bytes read to get them."""
+
+    events: int
+    bytes: int
+
+
+# Fetch(cacher, rv): bring cacher's window back to rv (a span from rv, ``Cacher.backfill``); raises BackfillFailed.
+Fetch = Callable[[Cacher, int], Awaitable[Fetched]]
+
+
+class Durations:
+    """A histogram in plain numbers (observed once per fetch; exported at scrape time)."""
+
+    BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(self.BOUNDS) + 1)
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.BOUNDS, seconds)] += 1
+        self.sum += seconds
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(le, cumulative count) pairs, ``+Inf`` last."""
+        out, total = [], 0
+        for bound, n in zip((*map(str, self.BOUNDS), "+Inf"), self.counts, strict=True):
+            total += n
+            out.append((bound, total))
+        return out
+
+
+class Backfills:
+    """One cache's backfills (see the module doc)."""
+
+    def __init__(
+        self,
+        cacher: Cacher,
+        fetch: Fetch,
+        *,
+        wait: float = 10.0,
+        coalesce: float = 0.1,
+        source: str = "the upstream",
+        attempts: int = 3,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.cacher = cacher
+        self.fetch = fetch
+        self.wait = wait
+        self.coalesce = coalesce
+        # Where the fetches go, for the logs: "the upstream", "the owner (worker 1)".
+        self.source = source
+        self.attempts = attempts
+        self.backoff = backoff or Backoff(0.5, 10.0)
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._pump: asyncio.Task[None] | None = None
+        self._retry_at = 0.0
+        # Requests that needed a backfill, by outcome ("served" or a BackfillFailed outcome).
+        self.requests: collections.Counter[str] = collections.Counter()
+        # Fetches by outcome ("ok" or a BackfillFailed outcome), what they brought, how long they took.
+        self.fetches: collections.Counter[str] = collections.Counter()
+        self.events_fetched = 0
+        self.bytes_fetched = 0
+        self.durations = Durations()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def reach(self, rv: int, timeout: float) -> None:
+        """Return once the window reaches back to ``rv`` (``rv >= oldest_rv``); raise BackfillFailed otherwise."""
+        cache = self.cacher.cache
+        if rv >= cache.oldest_rv:
+            return
+        if rv < cache.relisted_at:
+            self.requests[BackfillFailed.RELIST] += 1
+            raise BackfillFailed(
+                BackfillFailed.RELIST,
+                f"this cache relisted at {cache.relisted_at}: older resourceVersions cannot be served exactly",
+            )
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (rv, fut)
+        self._waiters.append(entry)
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.ensure_future(self._run())
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(fut)
+        except TimeoutError:
+            self.requests[BackfillFailed.DEADLINE] += 1
+            raise BackfillFailed(
+                BackfillFailed.DEADLINE, f"the history before {cache.oldest_rv} was not fetched within {timeout:g}s"
+            ) from None
+        except BackfillFailed as e:
+            self.requests[e.outcome] += 1
+            raise
+        finally:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+        self.requests["served"] += 1
+
+    async def reach_back(self, rv: int, timeout: float | None = None) -> BackfillFailed | None:
+        """``reach``, returning why it failed instead of raising (None: the window reaches ``rv``)."""
+        try:
+            await self.reach(rv, self.wait if timeout is None else timeout)
+        except BackfillFailed as e:
+            return e
+        return None
+
+    def stop(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(BackfillFailed(BackfillFailed.FAILED, "shutting down"))
+                fut.exception()  # retrieved: its request may be gone
+
+    async def _run(self) -> None:
+        failures = 0
+        # After a failed fetch, the next one waits out the backoff, whoever asks.
+        await asyncio.sleep(max(self.coalesce, self._retry_at - time.monotonic()))
+        while True:
+            self._settle(None)
+            pending = [rv for rv, fut in self._waiters if not fut.done()]
+            if not pending:
+                return
+            rv = min(pending)
+            started = time.monotonic()
+            try:
+                fetched = await self.fetch(self.cacher, rv)
+            except BackfillFailed as e:
+                self.durations.observe(time.monotonic() - started)
+                self.fetches[e.outcome] += 1
+                log.warning(
+                    "backfill of %s from rv %d from %s failed after %.2fs (%s): %s",
+                    self.cacher.resource.qualified,
+                    rv,
+                    self.source,
+                    time.monotonic() - started,
+                    e.outcome,
+                    e,
+                )
+                failures += 1
+                if failures >= self.attempts:
+                    self._settle(e)  # those waiting now get it; later requests start over
+                    if e.outcome not in BackfillFailed.PER_RV:
+                        self._retry_at = time.monotonic() + self.backoff.next()
+                    return
+                if e.outcome in BackfillFailed.PER_RV:
+                    self._settle(e, upto=rv)  # the others may still be served: at once
+                    continue
+                delay = self.backoff.next()
+                self._retry_at = time.monotonic() + delay
+                await asyncio.sleep(delay)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # never leave requests waiting on a pump that died
+                self.durations.observe(time.monotonic() - started)
+                log.exception("backfill of %s from rv %d raised", self.cacher.resource.qualified, rv)
+                self.fetches[BackfillFailed.FAILED] += 1
+                self._settle(BackfillFailed(BackfillFailed.FAILED, f"{type(e).__name__}: {e}"))
+                return
+            seconds = time.monotonic() - started
+            self.durations.observe(seconds)
+            self.events_fetched += fetched.events
+            self.bytes_fetched += fetched.bytes
+            if self.cacher.cache.oldest_rv > rv:  # a fetch that returns must have reached rv
+                error = BackfillFailed(BackfillFailed.FAILED, f"the fetch from {rv} did not reach it")
+                self.fetches[error.outcome] += 1
+                self._settle(error, upto=rv)
+                return
+            self.fetches["ok"] += 1
+            log.info(
+                "backfilled %s from rv %d from %s: %d events, %d bytes read, %.2fs, %d requests waiting",
+                self.cacher.resource.qualified,
+                rv,
+                self.source,
+                fetched.events,
+                fetched.bytes,
+                seconds,
+                len(self._waiters),
+            )
+            failures = 0
+            self.backoff.reset()
+            self._retry_at = 0.0
+
+    def _settle(self, error: BackfillFailed | None, upto: int | None = None) -> None:
+        """Wake the waiters the window now reaches; with ``error``, fail those at or below ``upto`` (None: all)."""
+        oldest = self.cacher.cache.oldest_rv
+        for rv, fut in self._waiters:
+            if fut.done():
+                continue
+            if rv >= oldest:
+                fut.set_result(None)
+            elif error is not None and (upto is None or rv <= upto):
+                fut.set_exception(error)
+                fut.exception()  # retrieved: its request may have given up already
+
+
+async def reach_back(cacher: Cacher, rv: int, timeout: float | None = None) -> BackfillFailed | None:
+    """The seam the read and watch paths call: None once the window reaches ``rv``, else why not.
+
+    ``timeout``: how long to wait (default: the cache's ``--backfill-wait``).
+    """
+    backfills = cacher.backfills
+    if rv >= cacher.cache.oldest_rv:
+        return None
+    if backfills is None:
+        return BackfillFailed(BackfillFailed.OFF, "")
+    failed = await backfills.reach_back(rv, timeout)
+    if failed is None or isinstance(failed, BackfillFailed):
+        return failed
+    return BackfillFailed(BackfillFailed.FAILED, str(failed))

@@ -1,0 +1,203 @@
+"""The owner's backfill fetch: the upstream's history in front of a cache's window (``dispatch.backfill.Fetch``).
+
+For a request at ``R`` older than the window's start ``O``, two requests to the upstream:
+
+1. the state at ``R``: a paged LIST with ``resourceVersion=R&resourceVersionMatch=Exact``
+   (kube-apiserver reads it from etcd, or its watch cache; 410 once etcd compacted ``R``). A
+   span must start from a known state, never from bare events: a selector watch needs each
+   event's prior state to turn a MODIFIED into an ADDED or a DELETED;
+2. the events after ``R``: a WATCH from ``R`` with bookmarks and ``timeoutSeconds=3``, read
+   until it proves every event ``≤ O`` was received: an event past ``O`` (events come in rv
+   order); an event *at* ``O`` (kube-apiserver and the simulated cluster give every event its
+   own rv, so nothing else is at ``O``; an upstream watchcache tier's groups of events sharing
+   an rv come from relist diffs, which a window never reaches back across); or a BOOKMARK at or
+   past ``O``. kube sends that bookmark 2 s before the watch's deadline only when its cache has
+   moved past the last event it sent the watch (measured against the reference apiserver:
+   0.5-1.8 s into a 3 s watch, sometimes not at all; none when ``O`` is the resource's last
+   event, which the event at ``O`` proves instead). So a watch that ends without a proof is
+   watched again from the last event seen, at most ``WATCH_ROUNDS`` times. kube answers a
+   watch from an rv older than its own watch cache with 410, even while etcd still has the
+   revision: a limit of the upstream, not of this proxy (docs/reliability.md).
+
+The LIST first, then the watch, so that the proof is checked against the window's start in
+the same step that hands the span to the cache (``Cacher.backfill``, which replays it and
+refuses it unless it gives the cache's own state at ``O``). Bounded: fetches at once per
+process, bytes they hold together, events and bytes per span, time per fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+import orjson
+
+from watchcache.cache.encoding import RELIST_DIFF_ANNOTATION
+from watchcache.cache.events import BOOKMARK, DELETED, ERROR
+from watchcache.cache.object import CachedObject, ObjectError, encode_object, parse_resource_version
+from watchcache.cache.store import BackfillRefused, Span
+from watchcache.dispatch.backfill import BackfillFailed, BackfillLimits, Backfills, Fetched
+from watchcache.dispatch.cacher import Cacher
+from watchcache.resources import ResourceType
+from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled, collection_path
+
+log = logging.getLogger("watchcache.upstream.backfill")
+
+# kube sends a watch's bookmark 2 s before its deadline: 3 s brings it 1-2.25 s in (2 never does).
+WATCH_TIMEOUT = 3
+# Watches without a proof before the fetch gives up (bookmarks are best effort): ~9 s.
+WATCH_ROUNDS = 3
+
+_REFUSED = {
+    BackfillRefused.RELIST: BackfillFailed.RELIST,
+    BackfillRefused.ROOM: BackfillFailed.BOUND,
+    BackfillRefused.MISMATCH: BackfillFailed.MISMATCH,
+    BackfillRefused.SPLIT: BackfillFailed.MISMATCH,
+    BackfillRefused.SHORT: BackfillFailed.FAILED,
+}
+
+
+class UpstreamBackfill:
+    """Fetches spans from the upstream for the caches this process owns; one per process (the bounds are shared)."""
+
+    def __init__(self, client: UpstreamClient, limits: BackfillLimits, *, page_size: int = 500) -> None:
+        self.client = client
+        self.limits = limits
+        self.page_size = page_size
+        self._slots = asyncio.Semaphore(limits.concurrency)
+        # Bytes held by the fetches in flight (lists and events read), against ``limits.memory_bytes``.
+        self.held = 0
+
+    def backfills(self, cacher: Cacher) -> Backfills:
+        """The single flight of ``cacher``'s backfills, fetching here."""
+        return Backfills(cacher, self, wait=self.limits.wait, coalesce=self.limits.coalesce)
+
+    async def __call__(self, cacher: Cacher, rv: int) -> Fetched:
+        limits = self.limits
+        try:
+            async with asyncio.timeout(limits.fetch_timeout), self._slots:
+                return await _Fetch(self, cacher, rv).run()
+        except TimeoutError:
+            timeout = limits.fetch_timeout
+            raise BackfillFailed(BackfillFailed.FAILED, f"no span from the upstream within {timeout:g}s") from None
+        except UpstreamError as e:
+            if e.code == 410:
+                raise BackfillFailed(BackfillFailed.GONE, f"the upstream answered 410: {_message(e)}") from None
+            raise BackfillFailed(BackfillFailed.FAILED, f"the upstream answered {e.code}: {_message(e)}") from None
+        except (aiohttp.ClientError, WatchStalled, OSError, ValueError, KeyError, TypeError) as e:
+            raise BackfillFailed(BackfillFailed.FAILED, f"{type(e).__name__}: {e}") from None
+
+
+class _Fetch:
+    """One fetch: its reads, what it holds, what it found."""
+
+    def __init__(self, owner: UpstreamBackfill, cacher: Cacher, rv: int) -> None:
+        self.owner = owner
+        self.cacher = cacher
+        self.resource: ResourceType = cacher.resource
+        self.rv = rv
+        self.held = 0
+        self.read = 0
+        self.span_bytes = 0
+
+    def _hold(self, nbytes: int) -> None:
+        self.read += nbytes
+        self.held += nbytes
+        self.owner.held += nbytes
+        if self.owner.held > self.owner.limits.memory_bytes:
+            raise BackfillFailed(
+                BackfillFailed.BOUND,
+                f"the memory budget of backfills (--backfill-memory-bytes={self.owner.limits.memory_bytes}) is spent",
+            )
+
+    async def run(self) -> Fetched:
+        try:
+            listed = await self._list()
+            changes, through = await self._events()
+            span = Span.from_list(self.rv, listed, changes, through)
+            try:
+                # Synchronous from the proof's check (in _events) to here: the window has not moved.
+                events = self.cacher.backfill(span)
+            except BackfillRefused as e:
+                log.warning("backfill of %s from rv %d refused: %s", self.resource.qualified, self.rv, e)
+                raise BackfillFailed(_REFUSED.get(e.reason, BackfillFailed.MISMATCH), str(e)) from None
+            return Fetched(len(events), self.read)
+        finally:
+            self.owner.held -= self.held
+
+    async def _list(self) -> list[CachedObject]:
+        """The state at rv: every page read at exactly rv (the continue tokens carry it)."""
+        path = collection_path(self.resource)
+        size = str(self.owner.page_size)
+        params: dict[str, str] = {"limit": size, "resourceVersion": str(self.rv), "resourceVersionMatch": "Exact"}
+        objects: list[CachedObject] = []
+        while True:
+            body = await self.owner.client.get_bytes(path, params, timeout=60.0)
+            self._hold(len(body))
+            page = orjson.loads(body)
+            listed_at = parse_resource_version((page.get("metadata") or {}).get("resourceVersion"))
+            if listed_at != self.rv:
+                raise BackfillFailed(BackfillFailed.FAILED, f"an exact list at {self.rv} answered {listed_at}")
+            for item in page.get("items") or []:
+                objects.append(encode_object(self.resource, item))
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return objects
+            params = {"limit": size, "continue": token}
+
+    async def _events(self) -> tuple[list[tuple[str, CachedObject]], int]:
+        """Every event after rv, until proof that none up to the window's start is missing."""
+        limits = self.owner.limits
+        changes: list[tuple[str, CachedObject]] = []
+        through = last = self.rv
+        cache = self.cacher.cache
+        for _ in range(WATCH_ROUNDS):
+            params = {
+                "resourceVersion": str(last),
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(WATCH_TIMEOUT),
+            }
+            stream = self.owner.client.watch(self.resource, params, stall_timeout=WATCH_TIMEOUT + 5.0)
+            async for lines in stream:
+                for line in lines:
+                    self._hold(len(line))
+                    event = orjson.loads(line)
+                    kind = event.get("type")
+                    raw = event.get("object") or {}
+                    if kind == ERROR:
+                        code = int(raw.get("code") or 500)
+                        raise UpstreamError(code, str(raw.get("message", "")), raw)
+                    if kind == BOOKMARK:
+                        meta = raw.get("metadata") or {}
+                        if RELIST_DIFF_ANNOTATION in (meta.get("annotations") or {}):
+                            raise BackfillFailed(BackfillFailed.FAILED, "the upstream tier relisted during the fetch")
+                        through = max(through, parse_resource_version(meta.get("resourceVersion")))
+                    else:
+                        try:
+                            obj = encode_object(self.resource, raw)
+                        except ObjectError as e:
+                            raise BackfillFailed(BackfillFailed.FAILED, f"a malformed {kind} event: {e}") from None
+                        if obj.rv <= last:
+                            continue  # a resumed stream repeating its start
+                        changes.append((DELETED if kind == DELETED else str(kind), obj))
+                        self.span_bytes += len(obj.body)
+                        # Every event before this one came; at its rv, no other (one event per rv).
+                        through = max(through, obj.rv)
+                        last = obj.rv
+                        if len(changes) > limits.max_events or self.span_bytes > limits.max_bytes:
+                            raise BackfillFailed(
+                                BackfillFailed.BOUND,
+                                f"more than --backfill-max-events={limits.max_events} events or "
+                                f"--backfill-max-bytes={limits.max_bytes} bytes after {self.rv}",
+                            )
+                    if through >= cache.oldest_rv:
+                        await stream.aclose()
+                        return changes, through
+        raise BackfillFailed(
+            BackfillFailed.FAILED, f"no proof of the events up to {cache.oldest_rv} in {WATCH_ROUNDS} watches"
+        )
+
+
+def _message(e: UpstreamError) -> str:
+    return str((e.status or {}).get("message") or e)
