@@ -35,6 +35,7 @@ def test_serve_help_puts_the_upstream_first_and_the_knobs_under_headings() -> No
         "tuning: watch delivery",
         "tuning: limits per worker",
         "tuning: exec, attach, cp, port-forward tunnels",
+        "tuning: history older than the cache's window",
         "simulated cluster",
     ]
     upstream = text.index("upstream: the apiserver to cache")

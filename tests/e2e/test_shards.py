@@ -185,13 +185,14 @@ def test_sigterm_sends_a_final_bookmark_and_exits_within_the_drain_timeout():
 
 def _answer(url: str, path: str, worker: int) -> tuple[int, str]:
     """``path`` answered by ``worker`` (fresh connections until that one answers; others are skipped,
-    and a connection queued on a stopped worker times out)."""
+    and a connection queued on a stopped worker times out). ``path`` gets longer: /readyz?verbose
+    and /debug/cache ask every worker, and wait up to 2 s for one that is stopped."""
     for _ in range(400):
         try:
             view = request(url, "GET", "/debug/shards", timeout=0.5).json()
             if view["worker"] != worker:
                 continue
-            res = request(url, "GET", path, timeout=0.5)
+            res = request(url, "GET", path, timeout=5.0)
             # The same worker? A second request may land elsewhere: check again after it.
             if request(url, "GET", "/debug/shards", timeout=0.5).json()["worker"] == worker:
                 return res.status, res.body.decode()
