@@ -35,6 +35,8 @@ log = logging.getLogger("watchcache.server")
 
 _TEXT = "text/plain; charset=utf-8"
 _READ_VERBS = frozenset({"get", "list", "watch"})
+# The readiness check a draining process fails (kube-apiserver's shutdown check).
+_SHUTTING_DOWN = "[-]shutdown failed: the process is shutting down"
 _EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 _NEGOTIATED_MAX = 1024
 # kube-apiserver's LongRunningRequestCheck (controlplane/apiserver/config.go): these verbs and subresources.
@@ -121,7 +123,7 @@ class ApiHandler:
         # discovery has said so and every worker has synced (the workers-synced check).
         ok = (bool(self.ctx.cachers) if self.worker is None else self.ctx.discovered) and not self.shutting_down
         if self.shutting_down:
-            lines.append("[-]shutdown failed: the process is shutting down")
+            lines.append(_SHUTTING_DOWN)
         for resource, cacher in list(self.ctx.cachers.items()):
             ok &= cacher.ready
             state = "ok" if cacher.ready else "failed: not synced"
@@ -213,6 +215,8 @@ class ApiHandler:
             verbose = "verbose" in request.query
             if verbose:
                 checks = [line for check in self.readiness_checks for line in (check()[1],)]
+                if self.shutting_down:
+                    checks.insert(0, _SHUTTING_DOWN)
                 lines = readiness_lines(await self.group_statuses(), self.workers, checks)
             text = (
                 "\n".join([*lines, "readyz check passed" if ok else "readyz check failed"])
