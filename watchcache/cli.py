@@ -10,8 +10,7 @@ from pathlib import Path
 from watchcache.auth.options import add_auth_flags
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.backfill import BackfillLimits
-from watchcache.http.h2protocol import H2Limits
-from watchcache.http.protocol import HttpLimits
+from watchcache.http.limits import H2Limits, HttpLimits
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
@@ -34,12 +33,13 @@ _TUNNELS = TunnelLimits()
 _BACKFILL = BackfillLimits()
 
 
-def _flag(p: argparse.ArgumentParser | argparse._ArgumentGroup, name: str, default: object, text: str) -> None:
+# argparse names no public type for what add_argument_group returns.
+Group = argparse.ArgumentParser | argparse._ArgumentGroup  # noqa: SLF001
+
+
+def _flag(p: Group, name: str, default: object, text: str) -> None:
     """A flag whose type and shown default are its option object's default."""
     p.add_argument(name, type=type(default), default=default, help=f"{text} (default %(default)s)")
-
-
-Group = argparse.ArgumentParser | argparse._ArgumentGroup
 
 
 # One flag per statement, its help wrapped by hand: a table of flags reads better than one argument a line.

@@ -2,7 +2,7 @@
 
 Two loops, no sockets (so that the code, not the kernel or other processes, is what is timed):
 
-* ``http``: ``HttpProtocol`` fed one keep-alive request at a time through a fake transport and
+* ``http``: ``H1Protocol`` fed one keep-alive request at a time through a fake transport and
   answered by a handler that sends a small body, per request (GET, and a POST with a 250-byte
   body): parsing, the connection and buffer accounting, the body timer, the response head;
 * ``fanout``: ``Dispatcher.dispatch`` of one-event batches to 1,000 watchers of one group, then one
@@ -38,7 +38,11 @@ from watchcache.cache.object import encode_object
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
-from watchcache.http import protocol as http
+from watchcache.http import h1protocol
+from watchcache.http.h1protocol import create_protocol_factory
+from watchcache.http.limits import HttpLimits
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
 
@@ -81,12 +85,12 @@ class Transport:
         pass
 
 
-async def _answer(request: http.Request, response: http.Response) -> None:
+async def _answer(request: Request, response: Response) -> None:
     response.send(200, BODY)
 
 
 async def http_loop(request: bytes, requests: int, runs: int) -> list[float]:
-    proto: Any = http.create_protocol_factory(_answer, http.HttpLimits())()
+    proto: Any = create_protocol_factory(_answer, HttpLimits())()
     proto.connection_made(Transport())
     out = []
     for _ in range(runs):
@@ -149,7 +153,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--only", choices=["get", "post", "fanout", "fanout-budget"], help="one loop (for callgrind)")
     args = p.parse_args()
-    print(f"source: {inspect.getfile(http).rsplit('/watchcache/', 1)[0]}")
+    print(f"source: {inspect.getfile(h1protocol).rsplit('/watchcache/', 1)[0]}")
     for name, request in (("GET", GET), ("POST", POST)):
         if args.only not in (None, name.lower()):
             continue

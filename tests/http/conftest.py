@@ -11,8 +11,8 @@ import pytest
 from tests.support.pki import Pair, Pki
 from tests.support.protocols import PROTOCOLS, ProtocolClient
 from tests.support.serverthread import ServerThread, serve
-from watchcache.http.h2protocol import H2Limits
-from watchcache.http.protocol import Handler, HttpLimits
+from watchcache.http.limits import H2Limits, HttpLimits
+from watchcache.http.request import Handler
 from watchcache.http.tls import ServingCert
 
 __all__ = ["client_for", "serve", "serving_cert"]

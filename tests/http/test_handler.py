@@ -19,7 +19,10 @@ import pytest
 
 from tests.support.protocols import ProtocolClient
 from watchcache import apierrors
-from watchcache.http.protocol import ConnectionClosed, HttpLimits, Request, Response
+from watchcache.http.flowcontrol import ConnectionClosed
+from watchcache.http.limits import HttpLimits
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 
 ClientFor = Callable[..., ProtocolClient]
 

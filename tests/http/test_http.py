@@ -18,7 +18,10 @@ from tests.support.http1 import GET, at_eof, exchange, read_reply
 from tests.support.serverthread import Serve
 from tests.support.waiting import wait_until
 from watchcache import apierrors
-from watchcache.http.protocol import ConnectionClosed, HttpLimits, Request, Response
+from watchcache.http.flowcontrol import ConnectionClosed
+from watchcache.http.limits import HttpLimits
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 
 
 async def echo(req: Request, resp: Response) -> None:
@@ -214,13 +217,13 @@ def test_handler_exception_is_500_status_without_traceback(serve: Serve, caplog:
     async def handler(req: Request, resp: Response) -> None:
         raise RuntimeError("secret-detail")
 
-    with caplog.at_level(logging.ERROR, logger="watchcache.http.protocol"):
+    with caplog.at_level(logging.ERROR, logger="watchcache.http.h1protocol"):
         reply, f = exchange(serve(handler), GET % b"/boom")
     assert reply.status == 500
     assert reply.body == apierrors.internal_error().body()
     assert b"secret" not in reply.body and b"Traceback" not in reply.body
     assert reply.headers["connection"] == "close" and at_eof(f)
-    assert any(r.name == "watchcache.http.protocol" and r.exc_info for r in caplog.records)
+    assert any(r.name == "watchcache.http.h1protocol" and r.exc_info for r in caplog.records)
 
 
 def test_handler_returning_without_response_is_500(serve: Serve) -> None:

@@ -21,8 +21,11 @@ from tests.support.h2client import H2Client, client_context
 from tests.support.harness import MODIFIED, Harness, arun
 from tests.support.pki import Pair, Pki
 from watchcache.http.admission import Admission
-from watchcache.http.h2protocol import H2Limits, create_h2_factory
-from watchcache.http.protocol import Handler, HttpLimits, Request, Response, start_server
+from watchcache.http.h2protocol import create_h2_factory
+from watchcache.http.limits import H2Limits, HttpLimits
+from watchcache.http.request import Handler, Request
+from watchcache.http.response import Response
+from watchcache.http.server import start_server
 from watchcache.http.tls import ServingCert
 from watchcache.server import passthrough
 from watchcache.upstream.client import UpstreamClient

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.serverthread import ServerThread
-from watchcache.http.protocol import Request, Response
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 
 Serve = Callable[..., ServerThread]
 APPLICATION_DATA = 23

@@ -9,7 +9,9 @@ from typing import BinaryIO
 
 from tests.support.http1 import GET, Reply, at_eof, exchange, read_reply
 from tests.support.serverthread import Serve, ServerThread
-from watchcache.http.protocol import ConnectionClosed, Request, Response
+from watchcache.http.flowcontrol import ConnectionClosed
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 
 UPGRADE = b"GET /echo HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n"
 SWITCHED = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"

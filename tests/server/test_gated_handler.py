@@ -15,7 +15,7 @@ from watchcache.auth import Gate
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
-from watchcache.http.protocol import Request
+from watchcache.http.request import Request
 from watchcache.resources import CONFIGMAPS, PODS, ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlencode
 from tests.support.factories import FakeResponse
 from tests.support.harness import MODIFIED, Harness, arun
 from watchcache import apierrors
-from watchcache.http.protocol import Request
+from watchcache.http.request import Request
 
 PODS = "/api/v1/namespaces/default/pods"
 

@@ -9,7 +9,8 @@ import pytest
 
 from tests.support.echo_upstream import EchoUpstream, raw_request
 from tests.support.serverthread import ServerThread
-from watchcache.http.protocol import Request, Response
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.server import passthrough
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import from_flags

@@ -7,7 +7,7 @@ from urllib.parse import parse_qs
 
 from tests.support.factories import FakeResponse
 from tests.support.harness import MODIFIED, Harness, arun, background, until
-from watchcache.http.protocol import Request
+from watchcache.http.request import Request
 from watchcache.watchers.budget import WatchBudget
 
 

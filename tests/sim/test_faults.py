@@ -4,7 +4,7 @@ import pytest
 
 from tests.support.waiting import until
 from watchcache import apierrors
-from watchcache.http.protocol import Request
+from watchcache.http.request import Request
 from watchcache.sim.faults import FaultInjector
 from watchcache.watchers.flush import FlushScheduler
 

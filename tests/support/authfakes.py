@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from watchcache.http.protocol import Request
+from watchcache.http.request import Request
 from watchcache.http.routing import RequestInfo, parse_request_info
 
 

@@ -16,7 +16,7 @@ from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
-from watchcache.http.protocol import Request
+from watchcache.http.request import Request
 from watchcache.http.routing import RequestInfo
 from watchcache.resources import PODS, ResourceRegistry
 from watchcache.server.app import ApiHandler

@@ -15,8 +15,10 @@ from typing import Any, TypeVar, cast
 import pytest
 import uvloop
 
-from watchcache.http.h2protocol import H2Limits, create_h2_factory
-from watchcache.http.protocol import Handler, HttpLimits, start_server
+from watchcache.http.h2protocol import create_h2_factory
+from watchcache.http.limits import H2Limits, HttpLimits
+from watchcache.http.request import Handler
+from watchcache.http.server import start_server
 
 T = TypeVar("T")
 

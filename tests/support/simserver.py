@@ -15,8 +15,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from watchcache.cache.store import CacheConfig
-from watchcache.http.protocol import Request, start_server
+from watchcache.http.request import Request
 from watchcache.http.routing import InvalidPath, parse_request_info
+from watchcache.http.server import start_server
 from watchcache.service.options import RunOptions
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.options import SimOptions

@@ -55,7 +55,7 @@ from watchcache.auth.review import (
 )
 
 if TYPE_CHECKING:
-    from watchcache.http.protocol import Request
+    from watchcache.http.request import Request
     from watchcache.http.routing import RequestInfo
 
 __all__ = [

@@ -35,7 +35,7 @@ from watchcache.auth.cache import ReviewCache
 from watchcache.auth.review import TOKEN_REVIEW_PATH, ReviewClient, ReviewError
 
 if TYPE_CHECKING:
-    from watchcache.http.protocol import Request
+    from watchcache.http.request import Request
 
 log = logging.getLogger("watchcache.auth")
 

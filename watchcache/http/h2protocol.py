@@ -1,6 +1,6 @@
 """HTTP/2 server connection (``--http2``: ALPN ``h2`` on the TLS listener), on the kept ``h2`` library.
 
-Each stream becomes the same :class:`~watchcache.http.protocol.Request` the HTTP/1.1 server
+Each stream becomes the same :class:`~watchcache.http.request.Request` the HTTP/1.1 server
 makes, answered through an :class:`~watchcache.http.h2stream.H2Response` by the same handler,
 so cached reads, watches, pass-through and errors work per stream unchanged. ``h2`` does the
 framing, HPACK and flow-control bookkeeping; this module decides what a stream may cost.
@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from dataclasses import dataclass
 from typing import Any, cast
 
 import h2.config
@@ -53,36 +52,16 @@ from hyperframe.frame import GoAwayFrame
 from watchcache import apierrors
 from watchcache.http.admission import Admission
 from watchcache.http.flowcontrol import FlowControl
-from watchcache.http.h2stream import CONNECTION_SPECIFIC, H2Response
-from watchcache.http.protocol import PROBE_MAX_HEAD, PROBES, Handler, HttpLimits, Request, peer_identity, split_target
+from watchcache.http.h2stream import BLOCKED, CONNECTION_SPECIFIC, ENDED, H2Response
+from watchcache.http.limits import H2Limits, HttpLimits
+from watchcache.http.request import Handler, Request, is_probe, peer_identity, split_target
 from watchcache.ratelimit import TokenBucket
 
-__all__ = ["H2Limits", "H2Protocol", "create_h2_factory"]
+__all__ = ["H2Connections", "H2Protocol", "create_h2_factory"]
 
 logger = logging.getLogger("watchcache.http.h2protocol")
 
 _REQUIRED = (b":method", b":scheme", b":path")
-
-
-@dataclass(frozen=True, slots=True)
-class H2Limits:
-    """HTTP/2's own limits; the HTTP/1.1 ones (header and body sizes, timeouts) apply per stream too."""
-
-    # SETTINGS_MAX_CONCURRENT_STREAMS: kube-apiserver's --http2-max-streams-per-connection default,
-    # which is also what Go clients assume before they see it. Each watch holds one for its life.
-    max_concurrent_streams: int = 100
-    # The request-body window of a stream: kube's MaxUploadBufferPerStream (256 KiB, "99% of
-    # resources"); the connection's is that times the stream limit (kube's MaxUploadBufferPerConnection).
-    initial_window_size: int = 256 * 1024
-    # Streams reset by the client before their answer completed (rapid reset): a burst, then a rate.
-    # A controller stopping its informers resets each watch once: 2x the stream limit in a burst.
-    reset_burst: int = 200
-    reset_rate: float = 100.0
-    # PING, SETTINGS, PRIORITY and empty DATA frames: each costs us a frame or work and carries nothing.
-    control_burst: int = 1000
-    control_rate: float = 100.0
-    # Control frames answered (ACKs) while the transport is paused (Go's maxQueuedControlFrames).
-    max_queued_control_frames: int = 10_000
 
 
 _NEEDS_HTTP1 = " (connection upgrades -- exec, attach, port-forward -- need HTTP/1.1)"
@@ -98,7 +77,12 @@ class _Refused(Exception):
 
 
 class H2Protocol(asyncio.Protocol):
-    """One HTTP/2 client connection: its streams, their handlers, and the limits on what it may cost."""
+    """One HTTP/2 client connection: its streams, their handlers, and the limits on what it may cost.
+
+    Implements :class:`~watchcache.http.h2stream.StreamConnection` for its streams (``closing``,
+    ``lost``, ``flow``, ``server_header``, the stream water marks, and the methods under "for
+    H2Response"); reads a stream's state and moves it only through ``H2Response``'s methods.
+    """
 
     def __init__(
         self, handler: Handler, limits: HttpLimits, h2limits: H2Limits, server_line: bytes, admission: Admission
@@ -147,7 +131,7 @@ class H2Protocol(asyncio.Protocol):
         self._pump_scheduled = False
         # Request bytes this connection holds (Admission.buffered), against --max-connection-buffer-bytes.
         self._held = 0
-        self._buffer_cap = max(limits.max_connection_buffer_bytes, limits.max_header_bytes + limits.max_body_bytes)
+        self._buffer_cap = limits.connection_buffer_cap
         # Handler tasks alive, those of streams already reset included (Go's curHandlers).
         self._tasks = 0
         now = self._loop.time()
@@ -211,7 +195,7 @@ class H2Protocol(asyncio.Protocol):
         self._schedule()
         # Streams whose queue is short already were waiting on the transport alone.
         for stream in self._streams.values():
-            if stream.out_bytes <= self.stream_low_water:
+            if stream.write_buffer_size() <= self.stream_low_water:
                 stream.wake_writers()
 
     def data_received(self, data: bytes) -> None:
@@ -246,7 +230,7 @@ class H2Protocol(asyncio.Protocol):
         elif isinstance(event, h2.events.StreamEnded):
             stream = self._streams.get(event.stream_id or 0)
             if stream is not None:
-                stream.remote_ended = True
+                stream.remote_end()
                 self._request_complete(stream)
         elif isinstance(event, h2.events.WindowUpdated):
             self._on_window(event.stream_id or 0)
@@ -261,7 +245,7 @@ class H2Protocol(asyncio.Protocol):
         elif isinstance(event, h2.events.TrailersReceived):
             stream = self._streams.get(event.stream_id or 0)
             if stream is not None and event.stream_ended:
-                stream.remote_ended = True
+                stream.remote_end()
                 self._request_complete(stream)
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._close()
@@ -305,10 +289,10 @@ class H2Protocol(asyncio.Protocol):
             conn.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
             self._forget(stream)
             return
-        stream.request = request
-        stream.head_only = request.method == "HEAD"
+        timer = None
         if event.stream_ended is None:  # else the StreamEnded event that follows starts the handler
-            stream.body_timer = self._loop.call_later(self._limits.body_timeout, self._on_body_timeout, stream)
+            timer = self._loop.call_later(self._limits.body_timeout, self._on_body_timeout, stream)
+        stream.begin(request, timer)
 
     def _request(self, stream: H2Response, fields: list[tuple[bytes, bytes]]) -> Request:
         """The request of a HEADERS block; raises _Refused (answered with a Status) or ValueError (reset)."""
@@ -375,8 +359,9 @@ class H2Protocol(asyncio.Protocol):
         # Held against the limits until answered, as an HTTP/1.1 request's head and announced body.
         held = size + length
         admission = self._admission
-        probe = held <= PROBE_MAX_HEAD and not length and raw.partition(b"?")[0] in PROBES
-        if not probe and (admission.buffered + held > admission.max_buffered or self._held + held > self._buffer_cap):
+        if not is_probe(raw, held, bool(length)) and (
+            admission.buffered + held > admission.max_buffered or self._held + held > self._buffer_cap
+        ):
             admission.rejected["request_buffer"] += 1
             raise _Refused(_too_much_buffered())
         self._hold(stream, held)
@@ -400,16 +385,16 @@ class H2Protocol(asyncio.Protocol):
         # The window reopens at once: what a body may hold is bounded by the limits below, not by it.
         self._conn.acknowledge_received_data(event.flow_controlled_length or 0, sid)
         stream = self._streams.get(sid)
-        if stream is None or stream.request is None or stream.request_complete:
+        if stream is None or not stream.wants_body:
             return  # a refused stream's remaining body: dropped
+        request = cast(Request, stream.request)
         if not size and not event.stream_ended:
             self._control_frame()  # an empty DATA frame carries nothing
             return
-        stream.body_size += size
-        if stream.body_size > self._limits.max_body_bytes:
+        if stream.body_size + size > self._limits.max_body_bytes:
             self._refuse(stream, _Refused(_too_large_body(self._limits.max_body_bytes)))
             return
-        length = stream.request.headers.get("content-length")
+        length = request.headers.get("content-length")
         if not (length and length.isdigit()):  # announced bodies were held up front
             admission = self._admission
             if admission.buffered + size > admission.max_buffered or self._held + size > self._buffer_cap:
@@ -417,28 +402,20 @@ class H2Protocol(asyncio.Protocol):
                 self._refuse(stream, _Refused(_too_much_buffered()))
                 return
             self._hold(stream, size)
-        stream.body.append(event.data or b"")
+        stream.add_body(event.data or b"")
 
     def _request_complete(self, stream: H2Response) -> None:
-        request = stream.request
-        if request is None or stream.request_complete:
+        request = stream.complete_request()
+        if request is None:
             return
-        stream.request_complete = True
-        if stream.body_timer is not None:
-            stream.body_timer.cancel()
-            stream.body_timer = None
-        body = stream.body
-        if body:
-            request.body = body[0] if len(body) == 1 else b"".join(body)
-            stream.body = []
         self._tasks += 1
-        task = stream.task = self._loop.create_task(self._run(stream, request))
+        task = self._loop.create_task(self._run(stream, request))
+        stream.run(task)
         # A callback, not a finally: a task cancelled before it ever ran (reset at once) runs no finally.
         task.add_done_callback(lambda _: self._handler_done(stream, request))
 
     def _on_body_timeout(self, stream: H2Response) -> None:
-        stream.body_timer = None
-        if stream.request_complete or stream.reset or stream.started_:
+        if not stream.body_late():
             return
         self._admission.rejected["body_timeout"] += 1
         timeout = self._limits.body_timeout
@@ -475,7 +452,7 @@ class H2Protocol(asyncio.Protocol):
         try:
             await self._handler(request, stream)
         except apierrors.StatusError as err:
-            if stream.started_:
+            if stream.started:
                 logger.warning("%s %s failed after the response started: %r", request.method, request.path, err)
             else:
                 extra = () if err.retry_after is None else (("Retry-After", str(err.retry_after)),)
@@ -484,17 +461,16 @@ class H2Protocol(asyncio.Protocol):
             pass  # the stream was reset or the connection lost: nobody to answer
         except Exception:
             logger.exception("handler failed for %s %s", request.method, request.path)
-            if not stream.started_:
+            if not stream.started:
                 stream.send(500, apierrors.internal_error().body())
         else:
-            if not stream.started_:
+            if not stream.started:
                 logger.error("handler for %s %s returned without responding", request.method, request.path)
                 stream.send(500, apierrors.internal_error().body())
 
     def _handler_done(self, stream: H2Response, request: Request) -> None:
         self._tasks -= 1
-        stream.handler_done = True
-        stream.task = None
+        stream.handler_returned()
         if not stream.finished and not stream.reset:
             self.reset_stream(stream, internal=True)  # a truncated body must not look complete
         if (request.close_connection or stream.status == 401) and not self.closing:
@@ -507,10 +483,10 @@ class H2Protocol(asyncio.Protocol):
 
     def answered(self, stream: H2Response) -> None:
         """The stream's answer starts: its request bytes no longer count against the limits."""
-        if stream.held:
-            self._admission.buffered -= stream.held
-            self._held -= stream.held
-            stream.held = 0
+        held = stream.release()
+        if held:
+            self._admission.buffered -= held
+            self._held -= held
 
     def send_headers(self, stream: H2Response, fields: list[tuple[bytes, bytes]]) -> None:
         if stream.reset or self.closing:
@@ -533,9 +509,6 @@ class H2Protocol(asyncio.Protocol):
         self._drop(stream)
         self._maybe_forget(stream)
 
-    def log_close_callback_failure(self) -> None:
-        logger.exception("close callback failed")
-
     # ------------------------------------------------------------ writing
 
     def _schedule(self) -> None:
@@ -552,40 +525,18 @@ class H2Protocol(asyncio.Protocol):
         if self._dirty and not self.flow.paused:
             dirty, self._dirty = self._dirty, {}
             max_frame = conn.max_outbound_frame_size
-            low = self.stream_low_water
             for sid, stream in dirty.items():
-                if stream.reset or stream.end_sent:
-                    continue
-                before = stream.out_bytes
                 try:
-                    while stream.out:
-                        window = conn.local_flow_control_window(sid)
-                        if window <= 0:
-                            self._blocked[sid] = stream
-                            break
-                        chunk = stream.take(min(window, max_frame))
-                        end = stream.finished and not stream.out
-                        conn.send_data(sid, chunk, end_stream=end)
-                        if end:
-                            self._ended(stream)
-                    if not stream.out and stream.finished and not stream.end_sent:
-                        conn.end_stream(sid)
-                        self._ended(stream)
+                    sent = stream.send_frames(conn, max_frame)
                 except h2.exceptions.StreamClosedError:  # closed under us: nothing more to send on it
                     self._drop(stream)
                     self._maybe_forget(stream)
                     continue
-                if before > low >= stream.out_bytes:
-                    stream.wake_writers()
+                if sent == BLOCKED:
+                    self._blocked[sid] = stream
+                elif sent == ENDED:
+                    self._maybe_forget(stream)
         self._write_pending()
-
-    def _ended(self, stream: H2Response) -> None:
-        stream.end_sent = True
-        if not stream.remote_ended:
-            # Answered before the client finished its body (an error): it need not send the rest.
-            self._conn.reset_stream(stream.sid, ErrorCodes.NO_ERROR)
-            stream.remote_ended = stream.request_complete = True
-        self._maybe_forget(stream)
 
     def _write_pending(self) -> None:
         data = self._conn.data_to_send()
@@ -597,7 +548,7 @@ class H2Protocol(asyncio.Protocol):
     # ------------------------------------------------------------ stream lifetime
 
     def _hold(self, stream: H2Response, size: int) -> None:
-        stream.held += size
+        stream.hold(size)
         self._held += size
         self._admission.buffered += size
 
@@ -605,33 +556,22 @@ class H2Protocol(asyncio.Protocol):
         """Answer ``stream`` with a Status now; the handler never sees it."""
         if refusal.limit is not None:
             self._admission.rejected[refusal.limit] += 1
-        if stream.body_timer is not None:
-            stream.body_timer.cancel()
-            stream.body_timer = None
-        stream.body = []
-        stream.handler_done = stream.request_complete = True  # no handler, no more body wanted
+        stream.refuse()
         err = refusal.error
         extra = () if err.retry_after is None else (("Retry-After", str(err.retry_after)),)
-        if not stream.started_ and not stream.reset:
+        if not stream.started and not stream.reset:
             stream.send(err.code, err.body(), headers=extra)
         self._maybe_forget(stream)
 
     def _drop(self, stream: H2Response) -> None:
         """The stream is gone (reset, or the connection lost): stop its handler and release what it holds."""
         self.answered(stream)
-        if stream.body_timer is not None:
-            stream.body_timer.cancel()
-            stream.body_timer = None
         self._dirty.pop(stream.sid, None)
         self._blocked.pop(stream.sid, None)
-        if not stream.reset:
-            stream.gone()
-        task = stream.task
-        if task is not None and not task.done():
-            task.cancel()
+        stream.gone()
 
     def _maybe_forget(self, stream: H2Response) -> None:
-        if stream.handler_done and (stream.end_sent or stream.reset) and not stream.out:
+        if stream.done:
             self._forget(stream)
 
     def _forget(self, stream: H2Response) -> None:

@@ -1,7 +1,7 @@
 """What a handler answers through, whatever the wire: one HTTP/1.1 exchange or one HTTP/2 stream.
 
 Handlers (cached reads, watches, pass-through, tunnels) are written against this interface
-only, so the same code serves ``HTTP/1.1`` (:class:`watchcache.http.protocol.Http1Response`:
+only, so the same code serves ``HTTP/1.1`` (:class:`watchcache.http.h1response.H1Response`:
 writes go straight to the transport) and ``h2`` (:class:`watchcache.http.h2stream.H2Response`:
 writes queue DATA on a stream, sent as its flow-control windows allow). ``writable`` and
 ``drain`` are the back-pressure of either: the transport's buffer, or the stream's queue.

@@ -21,7 +21,8 @@ import orjson
 from watchcache import apierrors
 from watchcache.auth.authn import bearer_token
 from watchcache.cache.encoding import Encoding
-from watchcache.http.protocol import Request, Response
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext, PassThrough

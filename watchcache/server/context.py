@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Protocol
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.freshness import Progress
-from watchcache.http.protocol import Request, Response
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.watchers.budget import WatchBudget

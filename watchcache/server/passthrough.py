@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import aiohttp
 
 from watchcache import apierrors
-from watchcache.http.protocol import ConnectionClosed, Request, Response
+from watchcache.http.flowcontrol import ConnectionClosed
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.identity import PassthroughIdentity, Route
 

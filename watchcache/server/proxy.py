@@ -5,7 +5,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 
 from watchcache.dispatch.cacher import Cacher
-from watchcache.http.protocol import Request, Response
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.server import passthrough
 from watchcache.server.tunnel import Tunnels

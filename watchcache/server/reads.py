@@ -17,7 +17,7 @@ from watchcache.cache.store import ResourceVersionTooNew, ResourceVersionTooOld,
 from watchcache.dispatch import freshness
 from watchcache.dispatch.backfill import BackfillFailed, reach_back
 from watchcache.dispatch.cacher import Cacher
-from watchcache.http.protocol import Response
+from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.selectors import SelectorError
 from watchcache.server.context import ApiContext, PassThrough

@@ -30,7 +30,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from watchcache import apierrors
-from watchcache.http.protocol import ConnectionClosed, Request, Response
+from watchcache.http.flowcontrol import ConnectionClosed
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.server.passthrough import prepare, response_headers
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.dialing import open_connection

@@ -19,7 +19,8 @@ from watchcache import apierrors
 from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.semantics import ListOptions, Mode, plan_watch
 from watchcache.dispatch.cacher import Cacher, WatchRequest
-from watchcache.http.protocol import ConnectionClosed, Response
+from watchcache.http.flowcontrol import ConnectionClosed
+from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.negotiation import PassReason

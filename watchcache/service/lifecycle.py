@@ -26,7 +26,7 @@ from watchcache.auth.requestheader import ca_subjects
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.h2protocol import create_h2_factory
-from watchcache.http.protocol import start_server
+from watchcache.http.server import start_server
 from watchcache.http.tls import ServingCert
 from watchcache.metrics import CacheCollector, Metrics, render
 from watchcache.resources import ResourceRegistry, ResourceType

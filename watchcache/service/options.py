@@ -16,8 +16,7 @@ from watchcache.auth import AuthOptions
 from watchcache.auth.options import auth_options
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.backfill import BackfillLimits
-from watchcache.http.h2protocol import H2Limits
-from watchcache.http.protocol import HttpLimits
+from watchcache.http.limits import H2Limits, HttpLimits
 from watchcache.http.tls import TlsOptions
 from watchcache.resources import ResourceType
 from watchcache.server.context import ServeConfig

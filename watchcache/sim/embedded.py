@@ -19,7 +19,8 @@ from watchcache import apierrors
 from watchcache.auth import ANONYMOUS, Gate
 from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
-from watchcache.http.protocol import Request, Response
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.resources import ResourceType
 from watchcache.sim import streams

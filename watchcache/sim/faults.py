@@ -20,7 +20,8 @@ from collections.abc import Callable
 import orjson
 
 from watchcache import apierrors
-from watchcache.http.protocol import Request, Response
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.watchers.flush import FlushScheduler
 
 Handler = Callable[[Request, Response], object]

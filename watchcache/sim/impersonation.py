@@ -25,7 +25,7 @@ from watchcache.auth.authz import ResourceAttributes
 
 if TYPE_CHECKING:
     from watchcache.auth import Gate
-    from watchcache.http.protocol import Request
+    from watchcache.http.request import Request
 
 _EXTRA = "impersonate-extra-"
 _AUTHN_GROUP = "authentication.k8s.io"

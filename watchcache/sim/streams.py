@@ -27,7 +27,8 @@ import orjson
 
 from watchcache import apierrors
 from watchcache.http.flowcontrol import ConnectionClosed
-from watchcache.http.protocol import Request, Response
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.server.options import parse_bool
 from watchcache.sim.commands import NotFound, PodFiles, Process, run

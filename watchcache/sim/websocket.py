@@ -18,7 +18,8 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_
 
 from watchcache import apierrors
 from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
-from watchcache.http.protocol import Request, Response
+from watchcache.http.request import Request
+from watchcache.http.response import Response
 
 _MAX_QUEUED = 1 << 20
 

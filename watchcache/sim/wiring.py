@@ -14,7 +14,7 @@ import logging
 from watchcache.auth import AuthOptions, Gate
 from watchcache.auth.requestheader import RequestHeaderAuthenticator, RequestHeaderNames, ca_subjects
 from watchcache.dispatch.cacher import Cacher
-from watchcache.http.protocol import Request
+from watchcache.http.request import Request
 from watchcache.resources import ResourceRegistry
 from watchcache.server.app import ApiHandler
 from watchcache.service.lifecycle import Wiring, api_context, run

@@ -129,7 +129,7 @@ class _SocksConnector(ProxyConnector):
         transport = writer.transport
         protocol = ResponseHandler(self._loop)
         # python-socks' stream writer holds the transport; keep it alive with the protocol.
-        protocol._watchcache_writer = writer  # type: ignore[attr-defined]
+        protocol._watchcache_writer = writer  # type: ignore[attr-defined]  # noqa: SLF001 (our own attribute)
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         return transport, protocol  # type: ignore[return-value]
@@ -188,7 +188,7 @@ async def open_connection(
         transport = stream.writer.transport
     protocol = protocol_factory()
     # The stream's writer owns the transport (and, over TLS, the layers under it): keep it with the protocol.
-    protocol._watchcache_writer = stream.writer  # type: ignore[attr-defined]
+    protocol._watchcache_writer = stream.writer  # type: ignore[attr-defined]  # noqa: SLF001 (our own attribute)
     transport.set_protocol(protocol)
     protocol.connection_made(transport)
     return transport, protocol

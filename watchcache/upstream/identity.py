@@ -39,7 +39,7 @@ from watchcache.auth.requestheader import RequestHeaderNames
 from watchcache.quoting import go_quote
 
 if TYPE_CHECKING:
-    from watchcache.http.protocol import Request
+    from watchcache.http.request import Request
 
 log = logging.getLogger("watchcache.upstream.identity")
 

@@ -1,0 +1,121 @@
+"""The request a handler is given, whatever the wire, and what both protocols share to make one.
+
+HTTP/1.1 (:mod:`watchcache.http.h1protocol`) and HTTP/2 (:mod:`watchcache.http.h2protocol`) each
+turn their bytes into the same :class:`Request` and hand it to the same :data:`Handler`, which
+answers through a :class:`~watchcache.http.response.Response`; so cached reads, watches,
+pass-through and errors are written once. As uvicorn's protocols share ``protocols/utils.py``,
+what both need to build a request lives here, and neither protocol module imports the other:
+how a request target is decoded (:func:`split_target`), who the peer is (:func:`peer_identity`),
+and which requests are health probes, admitted over the request-buffer limit (:func:`is_probe`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+import httptools
+
+from watchcache.http.response import Response
+
+__all__ = ["PROBES", "PROBE_MAX_HEAD", "Handler", "Request", "is_probe", "peer_identity", "split_target"]
+
+#: Probes answered even when the request buffer is full: a liveness probe must not fail
+#: because of other clients' bodies (small body-less requests only).
+PROBES = frozenset({b"/healthz", b"/livez", b"/readyz"})
+PROBE_MAX_HEAD = 8192
+
+
+@dataclass(slots=True)
+class Request:
+    method: str
+    raw_path: bytes
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+    http_version: str
+    remote: str
+    # The verified client certificate of a TLS connection (``SSLObject.getpeercert()``), if any,
+    # plus ``x509sha256``: the hex SHA-256 of its DER encoding.
+    peercert: dict[str, Any] | None = None
+    # The protocol an upgrade request asks for (``Connection: Upgrade`` + ``Upgrade: websocket``),
+    # else None. Its answer is either ``Response.switch_protocols`` or a response after which the
+    # connection closes (the bytes after its head belong to the protocol it asked for).
+    upgrade: str | None = None
+    # Headers sent on more than one line: their values, one per line (``headers`` joins them
+    # with ", " for lookups). None when no header was repeated, as in almost every request.
+    repeated: dict[str, list[str]] | None = None
+    # Set while handling: the connection must not serve another request after this one. On HTTP/2
+    # (kube's UnauthenticatedHTTP2DOSMitigation) a GOAWAY follows the answer, so that a client
+    # nobody authenticated cannot multiplex; HTTP/1.1 has one request at a time anyway.
+    close_connection: bool = False
+
+    def header_lines(self) -> list[tuple[str, str]]:
+        """Every header as received, one (name, value) per line: a repeated header stays repeated.
+
+        For forwarding: kube-apiserver reads each ``Impersonate-Group`` line as one group, so
+        the lines ``a`` and ``b`` must not become the single line ``a, b``.
+        """
+        repeated = self.repeated
+        if not repeated:
+            return list(self.headers.items())
+        lines: list[tuple[str, str]] = []
+        for name, value in self.headers.items():
+            values = repeated.get(name)
+            if values is None:
+                lines.append((name, value))
+            else:
+                lines.extend((name, v) for v in values)
+        return lines
+
+    def query_value(self, name: str) -> str | None:
+        """First value of a query parameter, as most list/watch options are single-valued."""
+        values = self.query.get(name)
+        return values[0] if values else None
+
+
+#: What answers a request: cached reads, watches, pass-through (``server.app.ApiHandler``).
+Handler = Callable[[Request, Response], Awaitable[None]]
+
+
+def split_target(raw: bytes) -> tuple[str, dict[str, list[str]]]:
+    """Decoded path and query of a request target; ValueError (incl. Unicode errors) -> 400."""
+    if raw[:1] == b"/":
+        path_b, _, query_b = raw.partition(b"?")
+    elif raw == b"*":
+        return "*", {}
+    else:  # absolute-form, which servers must accept (RFC 9112 3.2.2)
+        try:
+            url = httptools.parse_url(raw)
+        except httptools.HttpParserInvalidURLError:
+            raise ValueError("invalid URL") from None
+        path_b, query_b = url.path or b"/", url.query or b""
+    path = unquote(path_b.decode("utf-8"), errors="strict")
+    query = parse_qs(query_b.decode("utf-8"), keep_blank_values=True, errors="strict") if query_b else {}
+    return path, query
+
+
+def is_probe(target: bytes, head_bytes: int, has_body: bool) -> bool:
+    """A small body-less health probe (:data:`PROBES`), admitted over the request buffer limit."""
+    return head_bytes <= PROBE_MAX_HEAD and not has_body and target.partition(b"?")[0] in PROBES
+
+
+def peer_identity(transport: asyncio.BaseTransport) -> tuple[str, str, dict[str, Any] | None]:
+    """The peer's ``host:port`` (for logs and X-Forwarded-For), its host (the per-client limit),
+    and its verified client certificate with ``x509sha256`` (kube's credential id of a certificate
+    user: the SHA-256 of its DER)."""
+    peer = transport.get_extra_info("peername")
+    host = remote = ""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = peer[0]
+        remote = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    peercert = transport.get_extra_info("peercert") or None
+    ssl_object = transport.get_extra_info("ssl_object") if peercert else None
+    if peercert and ssl_object is not None:
+        peercert = {**peercert, "x509sha256": hashlib.sha256(ssl_object.getpeercert(True)).hexdigest()}
+    return remote, host, peercert
