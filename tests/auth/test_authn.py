@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.authfakes import Clock, FakeReviews, request, token_answer
 from watchcache.apierrors import StatusError
-from watchcache.auth import ANONYMOUS, CertAuthenticator, TokenAuthenticator, UserInfo, bearer_token
+from watchcache.auth.authn import ANONYMOUS, CertAuthenticator, TokenAuthenticator, UserInfo, bearer_token
 from watchcache.auth.review import TOKEN_REVIEW_PATH, ReviewError
 
 ALICE = {"username": "alice", "uid": "u-1", "groups": ["devs"], "extra": {"scopes": ["a", "b"]}}

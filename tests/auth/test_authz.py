@@ -10,12 +10,12 @@ import pytest
 
 from tests.support.authfakes import Clock, FakeReviews, info_of, request
 from watchcache.apierrors import StatusError
-from watchcache.auth import (
+from watchcache.auth.authn import UserInfo
+from watchcache.auth.authz import (
     Decision,
     NonResourceAttributes,
     ResourceAttributes,
     SubjectAccessReviewer,
-    UserInfo,
     forbidden,
     name_from_field_selector,
 )

@@ -13,7 +13,8 @@ import pytest
 
 from tests.support.authfakes import Clock, info_of, request
 from watchcache.apierrors import StatusError
-from watchcache.auth import AuthOptions, CertAuthenticator, Gate, UserInfo
+from watchcache.auth.authn import CertAuthenticator, UserInfo
+from watchcache.auth.gate import AuthOptions, Gate
 from watchcache.auth.options import add_auth_flags, auth_options
 from watchcache.sim.auth import LocalReviewClient
 from watchcache.sim.policy import load_policy

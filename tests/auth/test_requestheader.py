@@ -10,11 +10,11 @@ import pytest
 from tests.support.authfakes import info_of, request
 from tests.support.pki import Pki
 from watchcache.apierrors import StatusError
-from watchcache.auth import CertAuthenticator, Gate, UserInfo
-from watchcache.auth.authn import CREDENTIAL_ID
+from watchcache.auth.authn import CREDENTIAL_ID, CertAuthenticator, UserInfo
+from watchcache.auth.gate import Gate
 from watchcache.auth.requestheader import RequestHeaderAuthenticator, RequestHeaderNames, ca_subjects
 from watchcache.sim.auth import LocalReviewClient
-from watchcache.sim.impersonation import impersonate
+from watchcache.sim.gate import ApiserverGate
 from watchcache.sim.policy import load_policy
 
 EXAMPLE = Path(__file__).parents[2] / "watchcache" / "sim" / "policy-example.yaml"
@@ -85,10 +85,9 @@ def test_ca_subjects_reads_a_bundle(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def gate() -> Gate:
-    g = Gate.build(LocalReviewClient(load_policy(EXAMPLE)), certs=CertAuthenticator([CLIENT_CA]))
+def gate() -> ApiserverGate:
+    g = ApiserverGate.build(LocalReviewClient(load_policy(EXAMPLE)), certs=CertAuthenticator([CLIENT_CA]))
     g.requestheader = RequestHeaderAuthenticator([FRONT_PROXY_CA], ["front-proxy-client"], RequestHeaderNames())
-    g.impersonate = impersonate
     return g
 
 

@@ -12,8 +12,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from watchcache.auth import Gate, ReviewError, UpstreamReviewClient
-from watchcache.auth.review import TOKEN_REVIEW_PATH
+from watchcache.auth.gate import Gate
+from watchcache.auth.review import TOKEN_REVIEW_PATH, ReviewError, UpstreamReviewClient
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import UpstreamConfig
 

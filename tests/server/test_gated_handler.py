@@ -11,7 +11,7 @@ import pytest
 from tests.support.factories import FakeResponse, pod
 from tests.support.harness import FakeUpstream
 from watchcache import apierrors
-from watchcache.auth import Gate
+from watchcache.auth.gate import Gate
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher

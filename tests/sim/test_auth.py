@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from watchcache.auth import ReviewError
+from watchcache.auth.review import ReviewError
 from watchcache.sim.auth import ACCESS_REVIEW_PATH, TOKEN_REVIEW_PATH, LocalReviewClient, handle_review
 from watchcache.sim.policy import Policy, PolicyError, PolicyUser, load_policy
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from watchcache.auth import AuthOptions
+from watchcache.auth.gate import AuthOptions
 
 _DEFAULTS = AuthOptions()
 

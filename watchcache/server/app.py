@@ -314,7 +314,7 @@ class ApiHandler:
         if not info.is_resource_request:
             return PassReason.NON_RESOURCE
         gate = self.ctx.gate
-        if (gate is None or gate.impersonate is None) and any(
+        if (gate is None or not gate.resolves_impersonation) and any(
             name.startswith("impersonate-") for name in request.headers
         ):
             # kubectl --as: the upstream decides what the impersonated user sees (unless this

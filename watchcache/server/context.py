@@ -17,7 +17,7 @@ from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.flush import FlushScheduler
 
 if TYPE_CHECKING:
-    from watchcache.auth import Gate
+    from watchcache.auth.gate import Gate
     from watchcache.metrics import Metrics
     from watchcache.server.negotiation import PassReason
     from watchcache.upstream.failures import LastFailures

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchcache.auth import AuthOptions
+from watchcache.auth.gate import AuthOptions
 from watchcache.auth.options import auth_options
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.backfill import BackfillLimits

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from watchcache.auth import Gate
 from watchcache.auth.authn import CertAuthenticator
+from watchcache.auth.gate import Gate
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceRegistry, ResourceType

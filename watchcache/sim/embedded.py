@@ -16,7 +16,8 @@ from contextlib import AbstractContextManager
 import orjson
 
 from watchcache import apierrors
-from watchcache.auth import ANONYMOUS, Gate
+from watchcache.auth.authn import ANONYMOUS
+from watchcache.auth.gate import Gate
 from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.request import Request

@@ -24,7 +24,7 @@ from watchcache.auth.authn import ANONYMOUS_USER, AUTHENTICATED_GROUP, UNAUTHENT
 from watchcache.auth.authz import ResourceAttributes
 
 if TYPE_CHECKING:
-    from watchcache.auth import Gate
+    from watchcache.auth.gate import Gate
     from watchcache.http.request import Request
 
 _EXTRA = "impersonate-extra-"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from watchcache.auth import AuthOptions, Gate
+from watchcache.auth.gate import AuthOptions, Gate
 from watchcache.auth.requestheader import RequestHeaderAuthenticator, RequestHeaderNames, ca_subjects
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.request import Request
@@ -24,7 +24,7 @@ from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.embedded import EmbeddedUpstream, SimUpstream
 from watchcache.sim.faults import FaultInjector
-from watchcache.sim.impersonation import impersonate
+from watchcache.sim.gate import ApiserverGate
 from watchcache.sim.options import SimOptions
 from watchcache.sim.policy import load_policy
 
@@ -53,22 +53,22 @@ async def wire_sim(options: RunOptions, sim: SimOptions) -> Wiring:
     upstream = SimUpstream(cluster)
     ctx = api_context(options, cluster.registry, cluster.cachers, upstream)
     upstream.faults = faults = FaultInjector(ctx.flusher)
+    gate = None
     if sim.policy_file:
         upstream.policy = load_policy(sim.policy_file)
         auth = AuthOptions(anonymous=sim.anonymous)
-        ctx.gate = upstream.gate = Gate.build(LocalReviewClient(upstream.policy), auth)
-        ctx.gate.impersonate = impersonate
+        ctx.gate = upstream.gate = gate = ApiserverGate.build(LocalReviewClient(upstream.policy), auth)
         log.info("policy %s: requests are authenticated and authorized", sim.policy_file)
     requestheader_ca = sim.requestheader_ca_file
     if requestheader_ca:
-        if ctx.gate is None or not options.tls:
+        if gate is None or not options.tls:
             raise ValueError("--requestheader-client-ca-file needs --policy-file and --tls-cert-file")
         issuers = ca_subjects(requestheader_ca)
         client_ca = options.tls.client_ca_file
         if client_ca and any(s in issuers for s in ca_subjects(client_ca)):
             raise ValueError("--requestheader-client-ca-file and --client-ca-file must be CAs with different subjects")
         names = RequestHeaderNames()
-        ctx.gate.requestheader = RequestHeaderAuthenticator(issuers, sim.requestheader_allowed_names, names)
+        gate.requestheader = RequestHeaderAuthenticator(issuers, sim.requestheader_allowed_names, names)
         log.info("front-proxy authentication: %s from CA %s", ", ".join(names.username), requestheader_ca)
     handler = ApiHandler(ctx)
 
