@@ -18,7 +18,7 @@ from watchcache.watchers.flush import FlushScheduler
 
 if TYPE_CHECKING:
     from watchcache.auth.gate import Gate
-    from watchcache.metrics import Metrics
+    from watchcache.server.metrics import Metrics
     from watchcache.server.negotiation import PassReason
     from watchcache.upstream.failures import LastFailures
 

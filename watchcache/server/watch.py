@@ -29,7 +29,7 @@ from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason, Watcher
 
 if TYPE_CHECKING:
-    from watchcache.metrics import Metrics
+    from watchcache.server.metrics import Metrics
 
 # One flush writes at most this much, so a watcher with a large backlog (initial events of
 # a big list) never copies it all into the transport buffer at once.

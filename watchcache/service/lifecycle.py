@@ -19,25 +19,34 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
 from watchcache.auth.authn import CertAuthenticator
+from watchcache.auth.metrics import GateCollector
 from watchcache.auth.requestheader import ca_subjects
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.metrics import BackfillCollector, CacherCollector
+from watchcache.http.admission import Admission
 from watchcache.http.h2protocol import create_h2_factory
+from watchcache.http.metrics import AdmissionCollector
 from watchcache.http.server import start_server
 from watchcache.http.tls import ServingCert
-from watchcache.metrics import CacheCollector, Metrics, render
+from watchcache.metrics import render
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, Upstream
-from watchcache.server.negotiation import PassReason
-from watchcache.service.options import RunOptions
+from watchcache.server.metrics import HandlerCollector, Metrics
+from watchcache.service.options import RunOptions, ShardOptions
+from watchcache.shard.follower import Follower
+from watchcache.shard.metrics import FollowerCollector, RestartsCollector
 from watchcache.upstream.consistency import ConsistentReads
+from watchcache.upstream.metrics import ConsistencyCollector, ReflectorCollector, UpstreamErrorsCollector
 from watchcache.upstream.reflector import Reflector
 from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.flush import FlushScheduler
+from watchcache.watchers.metrics import DeliveryCollector
 from watchcache.watchers.watcher import CloseReason
 
 log = logging.getLogger("watchcache")
@@ -58,7 +67,7 @@ class Wiring:
     housekeeping: list[Callable[[], object]] = field(default_factory=list)
     reflectors: list[Reflector] = field(default_factory=list)
     # The followers this worker runs (for their metrics).
-    following: Callable[[], Iterable[object]] = tuple
+    following: Callable[[], Iterable[Follower]] = tuple
     # Given this process's own exposition, the /metrics route (a worker's gathers every worker's).
     metrics_route: Callable[[Callable[[], bytes]], MetricsRoute] | None = None
     # Called once the port is open.
@@ -96,33 +105,12 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
     wiring = await wire(options)
     cachers = wiring.ctx.cachers
     shard = options.shard
-    metrics = Metrics(delivery_sample=options.serve.delivery_sample)
-    wiring.ctx.metrics = metrics
+    registry = CollectorRegistry()
+    wiring.ctx.metrics = Metrics(registry, delivery_sample=options.serve.delivery_sample)
     admission = options.http.admission()
-    metrics.registry.register(
-        CacheCollector(
-            cachers,
-            wiring.handler.passed_through,
-            passthrough_reasons=[reason.value for reason in PassReason],
-            consistent=wiring.consistent,
-            reflectors=lambda: wiring.reflectors,
-            followers=wiring.following,
-            restarts_file=shard.restarts_file if shard else None,
-            rejected=wiring.handler.rejected,
-            requests=wiring.handler,
-            auth=wiring.ctx.gate,
-            identity=getattr(wiring.ctx.upstream, "identity", None),
-            admission=admission,
-            watch_budget=wiring.ctx.watch_budget,
-            flusher=wiring.ctx.flusher,
-            owns=shard.owns if shard else None,
-            worker=shard.worker_id if shard else None,
-            failures=wiring.ctx.upstream_failures,
-        )
-    )
-    for collector in wiring.collectors:
-        metrics.registry.register(collector)
-    wiring.handler.routes["/metrics"] = _metrics_route(metrics, wiring)
+    for collector in _collectors(wiring, admission, shard):
+        registry.register(collector)
+    wiring.handler.routes["/metrics"] = _metrics_route(registry, wiring)
     cert = None
     if options.tls is not None:
         tls = options.tls
@@ -194,11 +182,34 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
     log.info("%s stopped", who)
 
 
-def _metrics_route(metrics: Metrics, wiring: Wiring) -> MetricsRoute:
+def _collectors(wiring: Wiring, admission: Admission, shard: ShardOptions | None) -> list[Collector]:
+    """Every component's metric families, read at scrape time (``watchcache.metrics`` lists where each lives)."""
+    ctx = wiring.ctx
+    collectors: list[Collector] = [
+        CacherCollector(ctx.cachers, shard.owns if shard is not None else None),
+        BackfillCollector(ctx.cachers),
+        DeliveryCollector(ctx.flusher, ctx.watch_budget),
+        ReflectorCollector(lambda: wiring.reflectors),
+        FollowerCollector(wiring.following),
+        HandlerCollector(wiring.handler, admission),
+        AdmissionCollector(admission),
+    ]
+    if ctx.gate is not None:
+        collectors.append(GateCollector(ctx.gate))
+    if ctx.upstream_failures is not None:
+        collectors.append(UpstreamErrorsCollector(ctx.upstream_failures))
+    if wiring.consistent is not None:
+        collectors.append(ConsistencyCollector(wiring.consistent))
+    if shard is not None:
+        collectors.append(RestartsCollector(shard.restarts_file, shard.worker_id))
+    return collectors + wiring.collectors
+
+
+def _metrics_route(registry: CollectorRegistry, wiring: Wiring) -> MetricsRoute:
     """/metrics: this process's metrics, or with workers every worker's, labelled by worker."""
 
     def own() -> bytes:
-        return render(metrics.registry)
+        return render(registry)
 
     if wiring.metrics_route is not None:
         return wiring.metrics_route(own)

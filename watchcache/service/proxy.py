@@ -26,6 +26,7 @@ from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
 from watchcache.upstream.failures import LastFailures
 from watchcache.upstream.identity import PassthroughIdentity
+from watchcache.upstream.metrics import IdentityCollector
 from watchcache.upstream.reflector import Reflector
 
 log = logging.getLogger("watchcache")
@@ -89,7 +90,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     ctx.upstream_description = options.upstream.describe()
     wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True, forward_upgrades=True), [], [client.close], consistent)
     wiring.housekeeping.append(client.reload_certificates)
-    wiring.collectors.append(TunnelCollector(tunnels))
+    wiring.collectors += [TunnelCollector(tunnels), IdentityCollector(identity)]
     tunnels.rejected = wiring.handler.rejected
 
     async def close_tunnels() -> None:
