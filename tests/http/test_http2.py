@@ -373,6 +373,21 @@ async def test_a_401_on_http2_is_the_connections_last_request(cert: Pair) -> Non
 
 
 @arun
+async def test_a_handler_header_value_with_a_line_break_gets_a_500_status_as_on_http1(cert: Pair) -> None:
+    async def handler(request: Request, response: Response) -> None:
+        response.send(200, b"{}", headers=[("X-Note", "a\r\nSet-Cookie: evil=1")])
+
+    async with h2_server(cert, handler) as srv:
+        c = await srv.client()
+        got = await c.get("/x")
+        assert got.reset is None and got.status == 500
+        assert got.json()["reason"] == "InternalError" and "set-cookie" not in got.headers
+        after = await c.get("/x")  # the connection goes on
+        assert after.status == 500
+        await c.close()
+
+
+@arun
 async def test_a_connection_that_sends_no_request_is_closed_after_the_head_timeout(cert: Pair) -> None:
     h = Harness()
     async with h2_server(cert, h.handler, HttpLimits(header_timeout=0.2)) as srv:

@@ -164,10 +164,8 @@ class H2Response:
     # ------------------------------------------------------------- Response
 
     def _head(self, status: int, content_type: str, length: int | None, headers: Sequence[tuple[str, str]]) -> None:
-        self.status = status
-        self._started = True
+        """HEADERS for the answer; a handler's invalid header value raises before anything starts (then a 500)."""
         conn = self._conn
-        conn.answered(self)
         fields = [(b":status", b"%d" % status), (b"content-type", content_type.encode("latin-1"))]
         if length is not None and status not in _BODYLESS and status >= 200:
             fields.append((b"content-length", b"%d" % length))
@@ -185,6 +183,9 @@ class H2Response:
                     self._request.close_connection = True
                 continue
             fields.append((key.encode("latin-1"), value.encode("latin-1")))
+        self.status = status
+        self._started = True
+        conn.answered(self)
         conn.send_headers(self, fields)
 
     def send(
