@@ -1,10 +1,16 @@
 """What the pre-authentication HTTP limits and the watch budget cost on the hot path.
 
-Two loops, no sockets (so that the code, not the kernel or other processes, is what is timed):
+Loops with no sockets (so that the code, not the kernel or other processes, is what is timed):
 
 * ``http``: ``H1Protocol`` fed one keep-alive request at a time through a fake transport and
   answered by a handler that sends a small body, per request (GET, and a POST with a 250-byte
   body): parsing, the connection and buffer accounting, the body timer, the response head;
+* ``h1-chunk``: a watch's ``write_chunk`` of three 3 KB frames on HTTP/1.1 over a (fake) TLS
+  transport, per write: what a flush pass does per watcher;
+* ``h2-pass``: ten HTTP/2 watch streams of one connection each queue three 3 KB frames, then one
+  pump frames them all (``h2`` state machine included), per pass (``--requests`` / 10 passes). Its
+  instruction count swings by up to ±10 % with ``--frame-bytes`` in any tree (glibc's reallocations
+  of ``h2``'s output buffer depend on the heap's layout): compare trees over several sizes;
 * ``fanout``: ``Dispatcher.dispatch`` of one-event batches to 1,000 watchers of one group, then one
   ``take()`` per watcher (what a flush does), per delivery; with and without a ``WatchBudget``.
 
@@ -38,11 +44,24 @@ from watchcache.cache.object import encode_object
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
-from watchcache.http import h1protocol
-from watchcache.http.h1protocol import create_protocol_factory
-from watchcache.http.limits import HttpLimits
-from watchcache.http.request import Request
-from watchcache.http.response import Response
+from watchcache.http.h2protocol import create_h2_factory
+
+try:  # the modules since the http/ split (issue 24)
+    from watchcache.http import h1protocol
+    from watchcache.http.h1protocol import create_protocol_factory
+    from watchcache.http.limits import H2Limits, HttpLimits
+    from watchcache.http.request import Request
+    from watchcache.http.response import Response
+except ImportError:  # before it: a before/after across the split (PYTHONPATH=/path/to/other/checkout)
+    from watchcache.http.protocol import (  # type: ignore[no-redef]
+        HttpLimits,
+        Request,
+        Response,
+        create_protocol_factory,
+    )
+
+    from watchcache.http import protocol as h1protocol  # type: ignore[no-redef]
+    from watchcache.http.h2protocol import H2Limits  # type: ignore[attr-defined,no-redef]
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
 
@@ -103,6 +122,95 @@ async def http_loop(request: bytes, requests: int, runs: int) -> list[float]:
     return out
 
 
+class _SslObject:
+    def selected_alpn_protocol(self) -> str:
+        return "h2"
+
+
+class TlsTransport(Transport):
+    """A TLS connection's transport, as the protocols see it (ALPN h2, for an HTTP/2 connection)."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+
+    def get_extra_info(self, key: str, default: Any = None) -> Any:
+        return _SslObject() if key == "ssl_object" else super().get_extra_info(key, default)
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def frame(nbytes: int) -> bytes:
+    """A watch event line of about ``nbytes``."""
+    return b'{"type":"MODIFIED","object":{"metadata":{"name":"x"},"data":"' + b"x" * nbytes + b'"}}\n'
+
+
+_watches: list[Response] = []
+
+
+async def _watch(request: Request, response: Response) -> None:
+    response.start_chunked(200)
+    _watches.append(response)
+    await asyncio.sleep(3600)
+
+
+async def h1_chunk_loop(writes: int, runs: int, frame_bytes: int) -> list[float]:
+    _watches.clear()
+    proto: Any = create_protocol_factory(_watch, HttpLimits())()
+    proto.connection_made(TlsTransport())
+    proto.data_received(b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+    await asyncio.sleep(0)
+    response, parts = _watches[0], [frame(frame_bytes)] * 3
+    out = []
+    for _ in range(runs):
+        gc.collect()
+        start = time.process_time()
+        for _ in range(writes):
+            response.write_chunk(parts)
+        out.append((time.process_time() - start) / writes * 1e6)
+    return out
+
+
+async def h2_pass_loop(passes: int, runs: int, frame_bytes: int, streams: int = 10) -> list[float]:
+    import h2.config
+    import h2.connection
+    import h2.settings
+
+    _watches.clear()
+    limits = HttpLimits()
+    proto: Any = create_h2_factory(_watch, limits, H2Limits(), limits.admission())()
+    proto.connection_made(TlsTransport())
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    client.increment_flow_control_window(2**31 - 1 - 65535)  # windows never close: the code, not flow control
+    client.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+    for i in range(streams):
+        head = [
+            (b":method", b"GET"),
+            (b":scheme", b"https"),
+            (b":path", b"/api/v1/pods?watch=1"),
+            (b":authority", b"t"),
+        ]
+        client.send_headers(1 + 2 * i, head, end_stream=True)
+    proto.data_received(client.data_to_send())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    parts = [frame(frame_bytes)] * 3
+    out = []
+    for _ in range(runs):
+        gc.collect()
+        start = time.process_time()
+        for _ in range(passes):
+            for response in _watches:
+                response.write_chunk(parts)
+            await asyncio.sleep(0)  # the connection's pump
+        out.append((time.process_time() - start) / passes * 1e6)
+    return out
+
+
 class Sink:
     def wake(self, watcher: Watcher) -> None:
         pass
@@ -151,7 +259,10 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=200)
     p.add_argument("--watchers", type=int, default=1000)
     p.add_argument("--runs", type=int, default=7)
-    p.add_argument("--only", choices=["get", "post", "fanout", "fanout-budget"], help="one loop (for callgrind)")
+    p.add_argument("--frame-bytes", type=int, default=3000, help="watch event size in h1-chunk and h2-pass")
+    p.add_argument(
+        "--only", choices=["get", "post", "h1-chunk", "h2-pass", "fanout", "fanout-budget"], help="one loop (callgrind)"
+    )
     args = p.parse_args()
     print(f"source: {inspect.getfile(h1protocol).rsplit('/watchcache/', 1)[0]}")
     for name, request in (("GET", GET), ("POST", POST)):
@@ -159,6 +270,12 @@ def main() -> None:
             continue
         t = uvloop.run(http_loop(request, args.requests, args.runs))
         print(f"http {name}: {min(t):.2f} µs/request best, {statistics.median(t):.2f} median")
+    if args.only in (None, "h1-chunk"):
+        t = uvloop.run(h1_chunk_loop(args.requests, args.runs, args.frame_bytes))
+        print(f"h1 watch chunk over TLS: {min(t):.2f} µs/write best, {statistics.median(t):.2f} median")
+    if args.only in (None, "h2-pass"):
+        t = uvloop.run(h2_pass_loop(max(1, args.requests // 10), args.runs, args.frame_bytes))
+        print(f"h2 pass of 10 stream writes: {min(t):.2f} µs/pass best, {statistics.median(t):.2f} median")
     try:
         import watchcache.watchers.budget  # noqa: F401
 

@@ -6,8 +6,9 @@ so cached reads, watches, pass-through and errors work per stream unchanged. ``h
 framing, HPACK and flow-control bookkeeping; this module decides what a stream may cost.
 
 Writes: handlers queue bytes on their streams; the first queue of a loop pass schedules one
-``_pump``, which turns every marked stream's queue into DATA frames as far as its window and
-the connection's allow (``min(window, max frame size)`` each) and writes all frames of the pass
+``_pump``, in which every marked stream turns its queue into DATA frames as far as its window and
+the connection's allow (``min(window, max frame size)`` each: ``H2Response.send_frames``), and which
+writes all frames of the pass
 -- HEADERS, DATA, acks of every stream -- in ONE ``transport.write``. A stream whose window is
 closed waits in ``_blocked`` until a WINDOW_UPDATE; its queue stops growing at the high-water
 mark (:attr:`H2Response.writable`), and its watcher takes the slow path of an HTTP/1.1 watcher
