@@ -18,7 +18,7 @@ The stream owns its state; the connection reads it and moves it only through the
 
     request side:  open --begin--> receiving body --complete_request--> handled --handler_returned--> done
                         \--refuse (a Status, no handler)------------------------------------------/
-    answer side:   (head) started --finish--> finished --ended (END_STREAM sent)--> end_sent
+    answer side:   (head) started --end of body--> finished --send_frames (END_STREAM)--> end_sent
                    any state --gone (either side reset it, or the connection was lost)--> reset
 
 The connection forgets the stream once it is ``done``: its handler returned (or it had none)
