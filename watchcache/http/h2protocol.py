@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import weakref
 from typing import Any, cast
 
@@ -47,6 +48,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
@@ -63,6 +65,36 @@ __all__ = ["H2Connections", "H2Protocol", "create_h2_factory"]
 logger = logging.getLogger("watchcache.http.h2protocol")
 
 _REQUIRED = (b":method", b":scheme", b":path")
+# Go's httpguts, as its HTTP/2 framer applies them to every field (RFC 9113 8.2.1): a name is
+# lower-case token characters; a value has no control character but HTAB (bytes >= 0x80 are fine).
+_BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9a-z]")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class _Stream(h2.stream.H2Stream):
+    """``h2``'s stream without its Content-Length checks, which end the whole connection: this
+    module checks the header and the body's length itself, as stream errors (Go's net/http2)."""
+
+    def _initialize_content_length(self, headers: Any) -> None:
+        self._expected_content_length = None
+
+    def _track_content_length(self, length: int, end_stream: bool) -> None:
+        pass
+
+
+class _Connection(h2.connection.H2Connection):
+    """``h2``'s connection, but the stream limit is enforced by :class:`H2Protocol` (a stream error,
+    as Go's, where ``h2`` ends the connection) and Content-Length by it too (:class:`_Stream`)."""
+
+    @property
+    def open_inbound_streams(self) -> int:
+        super().open_inbound_streams  # noqa: B018 -- h2 forgets closed streams while it counts
+        return 0
+
+    def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
+        stream = super()._begin_new_stream(stream_id, allowed_ids)
+        stream.__class__ = _Stream
+        return stream
 
 
 _NEEDS_HTTP1 = " (connection upgrades -- exec, attach, port-forward -- need HTTP/1.1)"
@@ -113,7 +145,7 @@ class H2Protocol(asyncio.Protocol):
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
         )
-        self._conn = h2.connection.H2Connection(config)
+        self._conn = _Connection(config)
         sc = h2.settings.SettingCodes
         self._conn.local_settings = h2.settings.Settings(
             client=False,
@@ -139,6 +171,8 @@ class H2Protocol(asyncio.Protocol):
         self._resets = TokenBucket(h2limits.reset_rate, h2limits.reset_burst, now)
         self._control = TokenBucket(h2limits.control_rate, h2limits.control_burst, now)
         self._queued_control = 0
+        # The client acknowledged our SETTINGS: it knows the stream limit (Go's unackedSettings == 0).
+        self._settings_acked = False
         # Graceful GOAWAY sent: streams above this id are refused, the connection closes when idle.
         self._goaway_last: int | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -231,8 +265,7 @@ class H2Protocol(asyncio.Protocol):
         elif isinstance(event, h2.events.StreamEnded):
             stream = self._streams.get(event.stream_id or 0)
             if stream is not None:
-                stream.remote_end()
-                self._request_complete(stream)
+                self._remote_end(stream)
         elif isinstance(event, h2.events.WindowUpdated):
             self._on_window(event.stream_id or 0)
         elif isinstance(event, h2.events.StreamReset):
@@ -246,8 +279,9 @@ class H2Protocol(asyncio.Protocol):
         elif isinstance(event, h2.events.TrailersReceived):
             stream = self._streams.get(event.stream_id or 0)
             if stream is not None and event.stream_ended:
-                stream.remote_end()
-                self._request_complete(stream)
+                self._remote_end(stream)
+        elif isinstance(event, h2.events.SettingsAcknowledged):
+            self._settings_acked = True
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._close()
 
@@ -267,12 +301,17 @@ class H2Protocol(asyncio.Protocol):
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         sid = cast(int, event.stream_id)
-        conn = self._conn
         if self._goaway_last is not None and sid > self._goaway_last:
-            conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            self._reset_for_client(sid, ErrorCodes.REFUSED_STREAM, None)
             return
         if self._tasks >= 4 * self._h2limits.max_concurrent_streams:
             self._enhance_your_calm("http2_streams")  # Go: too_many_early_resets
+            return
+        if len(self._streams) >= self._h2limits.max_concurrent_streams:
+            # Go's net/http2: only that stream is refused; PROTOCOL_ERROR once the client has
+            # acknowledged the SETTINGS that told it the limit, REFUSED_STREAM (retry) before.
+            code = ErrorCodes.PROTOCOL_ERROR if self._settings_acked else ErrorCodes.REFUSED_STREAM
+            self._reset_for_client(sid, code, "http2_streams")
             return
         if self._timer is not None and not self._streams:
             self._timer.cancel()
@@ -285,10 +324,9 @@ class H2Protocol(asyncio.Protocol):
         except _Refused as refusal:
             self._refuse(stream, refusal)
             return
-        except ValueError:  # malformed pseudo-headers or names: a stream error, as Go's
-            self._admission.rejected["http2_protocol"] += 1
-            conn.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
+        except ValueError:  # a malformed request (RFC 9113 8.1.1): a stream error, as Go's
             self._forget(stream)
+            self._reset_for_client(sid, ErrorCodes.PROTOCOL_ERROR, "http2_protocol")
             return
         timer = None
         if event.stream_ended is None:  # else the StreamEnded event that follows starts the handler
@@ -303,12 +341,14 @@ class H2Protocol(asyncio.Protocol):
         size = 0
         for name, value in fields:
             size += len(name) + len(value) + 32
+            if _BAD_VALUE.search(value) is not None:
+                raise ValueError("invalid header value")
             if name[:1] == b":":
                 if headers or name in pseudo or name not in (b":method", b":scheme", b":path", b":authority"):
                     raise ValueError("invalid pseudo-header")
                 pseudo[name] = value
                 continue
-            if name != name.lower() or not name:
+            if not name or _BAD_NAME.search(name) is not None:
                 raise ValueError("invalid header name")
             key = name.decode("latin-1")
             text = value.decode("latin-1")
@@ -347,12 +387,20 @@ class H2Protocol(asyncio.Protocol):
                 apierrors.too_many_requests("too many connections from this client, please try again later", 1)
             )
         raw = pseudo[b":path"]
+        if raw[:1] != b"/" and raw != b"*":
+            raise ValueError("invalid :path")  # origin-form or `*` only (RFC 9113 8.3.1), as Go's validPseudoPath
         try:
             path, query = split_target(raw)
         except ValueError:
             raise _Refused(apierrors.bad_request("invalid request target")) from None
+        length = 0
         length_text = headers.get("content-length")
-        length = int(length_text) if length_text is not None and length_text.isdigit() else 0
+        if length_text is not None:
+            # One value, digits only (repeated lines must agree): else malformed, a stream error.
+            values = set(repeated.get("content-length", ())) if repeated else {length_text}
+            if len(values) != 1 or not length_text.isdigit() or not length_text.isascii():
+                raise ValueError("invalid content-length")
+            length = int(length_text)
         if length > self._limits.max_body_bytes:
             raise _Refused(_too_large_body(self._limits.max_body_bytes), None)
         if "host" not in headers and b":authority" in pseudo:
@@ -392,11 +440,14 @@ class H2Protocol(asyncio.Protocol):
         if not size and not event.stream_ended:
             self._control_frame()  # an empty DATA frame carries nothing
             return
+        length = request.headers.get("content-length")
+        if length is not None and stream.body_size + size > int(length):
+            self._malformed(stream)  # more than it announced: Go's "send_too_much" stream error
+            return
         if stream.body_size + size > self._limits.max_body_bytes:
             self._refuse(stream, _Refused(_too_large_body(self._limits.max_body_bytes)))
             return
-        length = request.headers.get("content-length")
-        if not (length and length.isdigit()):  # announced bodies were held up front
+        if length is None:  # announced bodies were held up front
             admission = self._admission
             if admission.buffered + size > admission.max_buffered or self._held + size > self._buffer_cap:
                 admission.rejected["request_buffer"] += 1
@@ -404,6 +455,35 @@ class H2Protocol(asyncio.Protocol):
                 return
             self._hold(stream, size)
         stream.add_body(event.data or b"")
+
+    def _remote_end(self, stream: H2Response) -> None:
+        """END_STREAM: the request is complete, unless its body is shorter than it announced (malformed)."""
+        stream.remote_end()
+        request = stream.request
+        if stream.wants_body and request is not None:
+            length = request.headers.get("content-length")
+            if length is not None and stream.body_size != int(length):
+                self._malformed(stream)
+                return
+        self._request_complete(stream)
+
+    def _malformed(self, stream: H2Response) -> None:
+        """A request found malformed while its body arrives (RFC 9113 8.1.1): a stream error, no handler."""
+        stream.refuse()
+        self._drop(stream)
+        self._forget(stream)
+        self._reset_for_client(stream.sid, ErrorCodes.PROTOCOL_ERROR, "http2_protocol")
+
+    def _reset_for_client(self, sid: int, code: ErrorCodes, limit: str | None) -> None:
+        """RST_STREAM for the client's own error. It costs the client as its own resets do, from the
+        same bucket: resets a client makes the server send are work at its pace too (Go's net/http2
+        counts them, CVE-2025-8671); empty, GOAWAY ENHANCE_YOUR_CALM."""
+        if limit is not None:
+            self._admission.rejected[limit] += 1
+        if self._resets.take(self._loop.time()):
+            self._enhance_your_calm("http2_rapid_reset")
+            return
+        self._conn.reset_stream(sid, code)
 
     def _request_complete(self, stream: H2Response) -> None:
         request = stream.complete_request()
