@@ -16,11 +16,13 @@ here and the connection-upgrade tunnels (``server/tunnel.py``) both use it.
 from __future__ import annotations
 
 import logging
+import re
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import aiohttp
+from yarl import URL
 
 from watchcache import apierrors
 from watchcache.http.flowcontrol import ConnectionClosed
@@ -85,14 +87,51 @@ class Forwarding:
     ssl: ssl.SSLContext | None
 
 
+def as_sent(lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Header lines whose values, written as UTF-8, are the bytes the client sent.
+
+    Both protocols hand header values over as latin-1 text: one character per byte received.
+    aiohttp writes header text as UTF-8 (and so do tunnels, for the identity headers the proxy
+    adds: a certificate's CN is text), which would double-encode every byte >= 0x80: ``kubectl
+    --as josé`` (UTF-8 on the wire, as Go sends every header) would reach the upstream as another
+    user. So values are read back as the UTF-8 they are, and go out byte for byte, on every
+    forwarding path alike; bytes that are not UTF-8 cannot, and get a 400 (Go would pass them).
+    """
+    out = []
+    for name, value in lines:
+        if not value.isascii():
+            try:
+                value = value.encode("latin-1").decode("utf-8")
+            except (UnicodeEncodeError, UnicodeDecodeError):
+                raise apierrors.bad_request(
+                    f"the value of request header {name!r} is not UTF-8: it cannot be forwarded as sent"
+                ) from None
+        out.append((name, value))
+    return out
+
+
+_UNSAFE_TARGET = re.compile(rb"[^\x21-\x7e]")
+
+
+def upstream_url(client: UpstreamClient, target: bytes) -> URL:
+    """The upstream URL of a request target, its bytes as sent (escapes kept as they came, bytes
+    outside ASCII's visible range percent-encoded, as Go's URL.EscapedPath does)."""
+    if _UNSAFE_TARGET.search(target) is not None:
+        target = _UNSAFE_TARGET.sub(lambda m: b"%%%02X" % m[0][0], target)
+    try:
+        return URL(client.url(target.decode("ascii")), encoded=True)
+    except ValueError:
+        raise apierrors.bad_request("invalid request target") from None
+
+
 def prepare(client: UpstreamClient, request: Request, identity: PassthroughIdentity) -> Forwarding:
     """Who ``request`` goes out as: the same for pass-through and tunnels. Raises the 403 of a
-    client that cannot be presented as itself."""
-    route, lines = identity.outgoing(request, end_to_end_lines(request))
+    client that cannot be presented as itself, the 400 of a header that cannot go out as sent."""
+    route, lines = identity.outgoing(request, as_sent(end_to_end_lines(request)))
     headers = [*lines, *client.route_headers(route).items()]
     forwarded = request.remote.rsplit(":", 1)[0].strip("[]")
     if forwarded:
-        prior = request.headers.get("x-forwarded-for")
+        prior = ", ".join(v for k, v in headers if k == "x-forwarded-for")
         headers = [(k, v) for k, v in headers if k != "x-forwarded-for"]
         headers.append(("x-forwarded-for", f"{prior}, {forwarded}" if prior else forwarded))
     return Forwarding(route, headers, client.passthrough_ssl.get(route))
@@ -100,7 +139,8 @@ def prepare(client: UpstreamClient, request: Request, identity: PassthroughIdent
 
 def response_headers(lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The upstream's header lines to pass back, repeated lines kept: hop-by-hop ones (with those
-    its ``Connection`` names) and those this server writes dropped."""
+    its ``Connection`` names) and those this server writes dropped. Values are latin-1 text (one
+    character per byte), which both protocols write back as the bytes they were."""
     lines = list(lines)
     drop = _dropped(_RESPONSE_DROP, [v for k, v in lines if k.lower() == "connection"])
     return [(k, v) for k, v in lines if k.lower() not in drop]
@@ -112,10 +152,11 @@ async def forward(
     identity = identity or PassthroughIdentity()
     forwarding = prepare(client, request, identity)
     session, _ = client.passthrough_session(forwarding.route)
+    url = upstream_url(client, request.raw_path)
     try:
         upstream = await session.request(
             request.method,
-            client.url(request.raw_path.decode("latin-1")),
+            url,
             headers=forwarding.headers,
             data=request.body or None,
             allow_redirects=False,
@@ -127,12 +168,19 @@ async def forward(
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
         log.warning("pass-through %s %s failed: %s", request.method, request.path, e)
         raise apierrors.StatusError(503, "ServiceUnavailable", "the upstream apiserver is unreachable") from None
+    except ValueError as e:
+        # The client library refused what the client sent (a header it will not write): the
+        # client's input, not an outage and not a 500.
+        raise apierrors.bad_request(f"the request cannot be forwarded: {e}") from None
     async with upstream:
         explained = identity.explain(request, upstream.status)
         if explained is not None:
             raise explained
-        extra = response_headers(upstream.headers.items())
-        content_type = upstream.headers.get("Content-Type", "application/json")
+        # The raw lines: aiohttp's decoded ones are UTF-8 text, which a header like a webhook's
+        # ``Warning: ... €`` would not survive being written back as latin-1.
+        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers]
+        extra = response_headers(raw)
+        content_type = next((v for k, v in raw if k.lower() == "content-type"), "application/json")
         if upstream.status in (204, 304) or request.method == "HEAD":
             response.send(upstream.status, b"", content_type=content_type, headers=extra)
             return

@@ -158,11 +158,12 @@ class Tunnels:
 
     async def _connect(self, request: Request, tunnel: Tunnel) -> UpstreamSide:
         forwarding = prepare(self.client, request, self.identity)
-        target = self._prefix + request.raw_path.decode("latin-1")
-        lines = [f"{request.method} {target} HTTP/1.1", f"Host: {self._netloc}"]
+        target = self._prefix.encode("latin-1") + request.raw_path
+        lines = [f"Host: {self._netloc}"]
         lines += [f"{name}: {value}" for name, value in forwarding.headers]
         lines += ["Connection: Upgrade", f"Upgrade: {request.upgrade}", "", ""]
-        head = "\r\n".join(lines).encode("latin-1")
+        # Header values as pass-through writes them (UTF-8: the bytes the client sent, prepare's as_sent).
+        head = b"%s %s HTTP/1.1\r\n" % (request.method.encode("latin-1"), target) + "\r\n".join(lines).encode("utf-8")
         sni = (self.client.config.tls_server_name or self._host) if self._tls else None
         try:
             async with asyncio.timeout(self.limits.connect_timeout):
