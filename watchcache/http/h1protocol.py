@@ -36,7 +36,7 @@ from watchcache.http.admission import Admission
 from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
 from watchcache.http.h1response import H1Response, header_line
 from watchcache.http.limits import HttpLimits
-from watchcache.http.request import Handler, Request, is_probe, peer_identity, split_target
+from watchcache.http.request import Handler, Request, is_probe, origin_form, peer_identity, split_target
 
 __all__ = ["MAX_PIPELINE", "H1Protocol", "create_protocol_factory"]
 
@@ -340,8 +340,8 @@ class H1Protocol(asyncio.Protocol):
         elif length is not None and length > self._limits.max_body_bytes:
             raise _too_large_body(self._limits.max_body_bytes)
         version = parser.get_http_version()
-        raw = self._url
         try:
+            raw = origin_form(self._url)
             path, query = split_target(raw)
         except ValueError:
             raise _ProtocolError(400, "BadRequest", "invalid request target") from None

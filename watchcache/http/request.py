@@ -22,7 +22,7 @@ import httptools
 
 from watchcache.http.response import Response
 
-__all__ = ["PROBES", "PROBE_MAX_HEAD", "Handler", "Request", "is_probe", "peer_identity", "split_target"]
+__all__ = ["PROBES", "PROBE_MAX_HEAD", "Handler", "Request", "is_probe", "origin_form", "peer_identity", "split_target"]
 
 #: Probes answered even when the request buffer is full: a liveness probe must not fail
 #: because of other clients' bodies (small body-less requests only).
@@ -81,6 +81,23 @@ class Request:
 
 #: What answers a request: cached reads, watches, pass-through (``server.app.ApiHandler``).
 Handler = Callable[[Request, Response], Awaitable[None]]
+
+
+def origin_form(raw: bytes) -> bytes:
+    """The origin form (path and query) of a request target; an absolute-form target
+    (``http://host/path?q``, which servers must accept: RFC 9112 3.2.2) is routed and forwarded
+    on it, as Go routes on the parsed URL. ``*`` and origin forms are returned as they are.
+    ValueError -> 400."""
+    if raw[:1] == b"/" or raw == b"*":
+        return raw
+    try:
+        url = httptools.parse_url(raw)
+    except httptools.HttpParserInvalidURLError:
+        raise ValueError("invalid URL") from None
+    if not url.schema:
+        raise ValueError("invalid request target")
+    path = url.path or b"/"
+    return path + b"?" + url.query if url.query else path
 
 
 def split_target(raw: bytes) -> tuple[str, dict[str, list[str]]]:

@@ -166,6 +166,13 @@ class ApiHandler:
         # server; upgrades (tunnels) have their own cap, --max-tunnels. Every other request holds an
         # in-flight slot while it works or waits: a watch until it is registered (then
         # --max-watchers counts it), whatever its query says.
+        if request.raw_path == b"*":
+            # The server itself, not a resource: OPTIONS gets Go's empty 200 (globalOptionsHandler);
+            # anything else is not a request this server, or the upstream, could answer.
+            if request.method != "OPTIONS":
+                raise apierrors.bad_request("invalid request target *: only OPTIONS may ask about the server")
+            response.send(200, b"", content_type=_TEXT)
+            return
         if self.shutting_down and request.path not in _EXEMPT:
             self._reject("shutdown", "the server is shutting down, please try again later")
         if request.path in _EXEMPT or request.upgrade is not None:
