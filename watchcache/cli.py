@@ -106,6 +106,9 @@ def _limits(g: Group, *, per_client: int) -> None:
     s, h = _SERVE, _HTTP
     _flag(g, "--max-requests-inflight", s.max_requests_inflight, "requests handled at once per worker (a watch "
           "until it is registered, a read while it waits for its resourceVersion); more get 429 with Retry-After")
+    _flag(g, "--request-timeout", s.request_timeout, "seconds a request that is not a watch or a tunnel may take, "
+          "its answer written included (kube-apiserver's --request-timeout): then 504, or the answer is abandoned and "
+          "its slot given back; a connection none of whose waiting bytes a client takes for this long is closed")
     _flag(g, "--max-watchers", s.max_watchers, "watches open at once per worker, cached or passed through; more get "
           "429 with Retry-After")
     _flag(g, "--max-header-bytes", h.max_header_bytes, "request line and headers larger than this get 431")

@@ -18,6 +18,8 @@ LIMITS = (
     "request_buffer",
     "header_timeout",
     "body_timeout",
+    # Bytes waiting for a client that took none of them for --request-timeout: connection closed.
+    "send_timeout",
     # HTTP/2 (watchcache.http.h2protocol): a stream refused (431, 400 for an upgrade) or reset, a
     # connection closed with GOAWAY (streams, rapid reset, control frames, protocol errors), or
     # ended after an unauthenticated request.

@@ -583,12 +583,25 @@ class H1Protocol(asyncio.Protocol):
     # -- closing and timers
 
     def _close(self) -> None:
-        """Close after the buffered output is flushed; nothing more is parsed or answered."""
+        """Close after the buffered output is flushed; nothing more is parsed or answered.
+
+        A client that takes none of it for --request-timeout is cut off: the transport would
+        otherwise keep the connection and its bytes (an answer its handler finished writing, up
+        to a LIST slice) for as long as the client does not read.
+        """
         if not self.closing:
             self.closing = self._dead = True
             self._cancel_timers()
             self.flow.closing()
             self._transport.close()
+            if self._transport.get_write_buffer_size():
+                self._loop.call_later(self._limits.send_timeout, self._on_send_timeout)
+
+    def _on_send_timeout(self) -> None:
+        if not self.lost and self._transport.get_write_buffer_size():
+            self._admission.rejected["send_timeout"] += 1
+            logger.debug("closing %s: its answer was not taken in time", self._remote)
+            self.abort()
 
     def abort(self) -> None:
         """Drop the connection now, discarding buffered output."""

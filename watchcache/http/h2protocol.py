@@ -177,6 +177,12 @@ class H2Protocol(asyncio.Protocol):
         self._goaway_last: int | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._idle_since = now
+        # Bytes handed to the transport; what the client took is that minus the transport's buffer.
+        self._written = 0
+        # While bytes wait (a stream's window closed, or the transport's buffer not empty): the
+        # bytes taken when the wait was last seen to move, checked every --request-timeout.
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._stall_mark = 0
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -197,7 +203,7 @@ class H2Protocol(asyncio.Protocol):
         window = self._h2limits.initial_window_size * self._h2limits.max_concurrent_streams
         if window > 65535:
             conn.increment_flow_control_window(window - 65535)
-        transport.write(conn.data_to_send())
+        self._write(conn.data_to_send())
         # The preface and a first request within the head timeout; then the idle timeout between streams.
         self._timer = self._loop.call_later(self._limits.header_timeout, self._on_timer)
 
@@ -207,6 +213,9 @@ class H2Protocol(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
         for stream in list(self._streams.values()):
             self._drop(stream)
         self._admission.h2_streams -= len(self._streams)
@@ -220,6 +229,7 @@ class H2Protocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.flow.pause_writing()
+        self._watch_stall()
 
     def resume_writing(self) -> None:
         self.flow.resume_writing()
@@ -615,14 +625,19 @@ class H2Protocol(asyncio.Protocol):
                     continue
                 if sent == BLOCKED:
                     self._blocked[sid] = stream
+                    self._watch_stall()
                 elif sent == ENDED:
                     self._maybe_forget(stream)
         self._write_pending()
 
+    def _write(self, data: bytes) -> None:
+        self._written += len(data)
+        self._transport.write(data)
+
     def _write_pending(self) -> None:
         data = self._conn.data_to_send()
         if data and not self.lost:
-            self._transport.write(data)
+            self._write(data)
         if self._goaway_last is not None and not self._streams and not self.closing:
             self._close()
 
@@ -691,7 +706,7 @@ class H2Protocol(asyncio.Protocol):
         frame.last_stream_id = last
         frame.error_code = ErrorCodes.NO_ERROR
         pending = self._conn.data_to_send()
-        self._transport.write(pending + frame.serialize())
+        self._write(pending + frame.serialize())
         self._schedule()
 
     def _fatal(self, code: ErrorCodes) -> None:
@@ -704,7 +719,7 @@ class H2Protocol(asyncio.Protocol):
             return
         data = self._conn.data_to_send()
         if data and not self.lost:
-            self._transport.write(data)
+            self._write(data)
         self.closing = True
         self.flow.closing()
         if self._timer is not None:
@@ -713,6 +728,41 @@ class H2Protocol(asyncio.Protocol):
         for stream in list(self._streams.values()):
             self._drop(stream)
         self._transport.close()
+        # A client that takes nothing would hold the connection open forever: the close (and
+        # its GOAWAY) waits for the bytes before it.
+        self._watch_stall()
+
+    def _watch_stall(self) -> None:
+        """Bytes wait for the client: from now, it must take some every --request-timeout."""
+        if self._stall_timer is None and not self.lost:
+            self._stall_mark = self._written - self._transport.get_write_buffer_size()
+            self._stall_timer = self._loop.call_later(self._limits.send_timeout, self._on_stall_check)
+
+    def _on_stall_check(self) -> None:
+        """Close a connection whose waiting bytes did not move for a whole --request-timeout.
+
+        Whatever its streams are (LISTs whose windows the client never opens, watches, answers
+        whose handlers returned), if none of their bytes was taken in that time the client is
+        not reading: its streams, their buffers and its descriptor go (Go's http2 WriteByteTimeout;
+        watches keep their own lag rules while the connection's bytes move).
+        """
+        self._stall_timer = None
+        if self.lost:
+            return
+        buffered = self._transport.get_write_buffer_size()
+        if not (self._blocked or buffered):
+            return  # nothing waits: watched again at the next wait
+        taken = self._written - buffered
+        if taken != self._stall_mark:
+            self._stall_mark = taken
+            self._stall_timer = self._loop.call_later(self._limits.send_timeout, self._on_stall_check)
+            return
+        self._admission.rejected["send_timeout"] += 1
+        logger.debug("closing %s: no byte taken in %gs", self._remote, self._limits.send_timeout)
+        if not self.closing:
+            self._conn.close_connection(ErrorCodes.NO_ERROR)
+            self._close()
+        self._transport.abort()
 
     def _on_timer(self) -> None:
         """No request yet within the head timeout, or idle (no stream) for the keep-alive timeout: close."""

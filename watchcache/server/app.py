@@ -11,6 +11,7 @@ counted by reason (``PassReason``). An Accept header kube would refuse gets kube
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -49,6 +50,16 @@ def long_running(info: RequestInfo) -> bool:
     """As kube-apiserver: a watch (a GET, never a POST with ``?watch``), or a streaming subresource."""
     return info.verb in _LONG_RUNNING_VERBS or (
         info.is_resource_request and info.subresource in _LONG_RUNNING_SUBRESOURCES
+    )
+
+
+def request_timed_out() -> apierrors.StatusError:
+    """kube-apiserver's answer to a request its timeout filter ended before it answered."""
+    return apierrors.StatusError(
+        504,
+        "Timeout",
+        "Timeout: request did not complete within requested timeout - context deadline exceeded",
+        details={},
     )
 
 
@@ -175,15 +186,20 @@ class ApiHandler:
             return
         if self.shutting_down and request.path not in _EXEMPT:
             self._reject("shutdown", "the server is shutting down, please try again later")
+        # A request ends at --request-timeout unless it turns out long-running (kube's
+        # WithTimeoutForNonLongRunningRequests): a watch or a stream lifts the deadline (tunnels
+        # never have one), so a client that does not read cannot keep a slot, or its answer, longer.
+        timeout = self.ctx.config.request_timeout
+        deadline = asyncio.timeout(timeout if timeout > 0 and request.upgrade is None else None)
         if request.path in _EXEMPT or request.upgrade is not None:
-            await self._measured(request, response, None)
+            await self._measured(request, response, None, deadline)
             return
         if self.active >= self.ctx.config.max_requests_inflight:
             self._reject("inflight", "too many requests in flight, please try again later")
         kind = "readOnly" if request.method in ("GET", "HEAD", "OPTIONS") else "mutating"
         slot = _Slot(self, kind)
         try:
-            await self._measured(request, response, slot)
+            await self._measured(request, response, slot, deadline)
         finally:
             slot.release()
 
@@ -191,15 +207,17 @@ class ApiHandler:
         self.rejected[limit] = self.rejected.get(limit, 0) + 1
         raise apierrors.too_many_requests(message, 1)
 
-    async def _measured(self, request: Request, response: Response, slot: _Slot | None) -> None:
+    async def _measured(
+        self, request: Request, response: Response, slot: _Slot | None, deadline: asyncio.Timeout
+    ) -> None:
         metrics = self.ctx.metrics
         if metrics is None:
-            await self._handle(request, response, slot)
+            await self._within(request, response, slot, deadline)
             return
         started = time.monotonic()
         verb, resource = request.method, None
         try:
-            verb, resource = await self._handle(request, response, slot)
+            verb, resource = await self._within(request, response, slot, deadline)
         except apierrors.StatusError as e:
             metrics.request(verb, resource, e.code, None)
             raise
@@ -208,8 +226,27 @@ class ApiHandler:
             long_running = verb == "WATCH" or response.status in (0, 101)
             metrics.request(verb, resource, response.status, None if long_running else time.monotonic() - started)
 
+    async def _within(
+        self, request: Request, response: Response, slot: _Slot | None, deadline: asyncio.Timeout
+    ) -> tuple[str, ResourceType | None]:
+        """``_handle`` under the request's deadline: past it, kube's 504, or (answer started) the
+        answer is abandoned: the stream reset or the connection closed, as a truncated answer must
+        not look complete. Either way the handler is done, and its slot goes back."""
+        try:
+            async with deadline:
+                return await self._handle(request, response, slot, deadline)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            self.rejected["request_timeout"] = self.rejected.get("request_timeout", 0) + 1
+            if not response.started:
+                raise request_timed_out() from None
+            log.debug("%s %s: answer abandoned at the request timeout", request.method, request.path)
+            response.abort()
+            return request.method, None
+
     async def _handle(
-        self, request: Request, response: Response, slot: _Slot | None
+        self, request: Request, response: Response, slot: _Slot | None, deadline: asyncio.Timeout
     ) -> tuple[str, ResourceType | None]:
         """Answer; returns (verb, resource) for the request metrics."""
         for admit in self.admission:
@@ -267,8 +304,10 @@ class ApiHandler:
             if not self._cache_for(resource):
                 decision = PassReason.UNCACHED_RESOURCE
         if isinstance(decision, Encoding):
-            if info.verb == "watch" and self.watchers() >= self.ctx.config.max_watchers:
-                self._reject("watchers", "too many watches open on this server, please try again later")
+            if info.verb == "watch":
+                if self.watchers() >= self.ctx.config.max_watchers:
+                    self._reject("watchers", "too many watches open on this server, please try again later")
+                deadline.reschedule(None)  # long-running: its own timeout, lag and budget rules
             self.inflight += 1
             try:
                 await self._serve_cached(request, response, info, decision, slot)
@@ -289,9 +328,10 @@ class ApiHandler:
             await self.ctx.upstream.forward(request, response, forwarded)
             return verb, resource
         # A watch or stream passed through: open as long as the upstream keeps it, so it counts as
-        # a watch (--max-watchers), not as a request in flight.
+        # a watch (--max-watchers), not as a request in flight, and has no request deadline.
         if self.watchers() >= self.ctx.config.max_watchers:
             self._reject("watchers", "too many watches open on this server, please try again later")
+        deadline.reschedule(None)
         if slot is not None:
             slot.release()
         self.streams += 1

@@ -73,6 +73,9 @@ class ServeConfig:
     consistent_passthrough_objects: int = 500
     # Non-watch requests handled at once per worker before 429 (kube: --max-requests-inflight=400).
     max_requests_inflight: int = 400
+    # A request that is not long-running (not a watch or a tunnel) is ended after this many seconds,
+    # its answer written or not, and its in-flight slot given back (kube: --request-timeout=60s).
+    request_timeout: float = 60.0
     # Watches open at once per worker before 429: each costs memory and a share of every event.
     max_watchers: int = 10_000
 
