@@ -38,6 +38,7 @@ Limits that hold before authentication, as Go's http2 server and kube-apiserver 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import weakref
@@ -246,19 +247,28 @@ class H2Protocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        conn = self._conn
         try:
-            events = self._conn.receive_data(data)
+            events = conn.receive_data(data)
+            # h2 checks a frame's length once the whole frame is in: a header announcing 16 MB
+            # would be buffered first. Refused as soon as the header is (Go's framer does so).
+            pending = conn.incoming_buffer._data  # noqa: SLF001 -- h2 is pinned; it has no public view of it
+            if len(pending) >= 9 and int.from_bytes(pending[:3], "big") > conn.max_inbound_frame_size:
+                raise h2.exceptions.FrameTooLargeError("frame larger than SETTINGS_MAX_FRAME_SIZE")
+            for event in events:
+                self._event(event)
+                if self.closing:
+                    return
         except h2.exceptions.ProtocolError as e:
             code = getattr(e, "error_code", ErrorCodes.PROTOCOL_ERROR)
             limit = "http2_streams" if isinstance(e, h2.exceptions.TooManyStreamsError) else "http2_protocol"
             self._admission.rejected[limit] += 1
             logger.debug("closing %s: HTTP/2 %s (%s)", self._remote, e, code)
-            self._close()  # h2 queued the GOAWAY; it is written before the close
+            if not self.closing:
+                if conn.state_machine.state != h2.connection.ConnectionState.CLOSED:
+                    conn.close_connection(code)
+                self._close()  # the GOAWAY is written before the close
             return
-        for event in events:
-            self._event(event)
-            if self.closing:
-                return
         if not self._pump_scheduled:
             self._write_pending()
 
@@ -493,7 +503,13 @@ class H2Protocol(asyncio.Protocol):
         if self._resets.take(self._loop.time()):
             self._enhance_your_calm("http2_rapid_reset")
             return
-        self._conn.reset_stream(sid, code)
+        self._rst(sid, code)
+
+    def _rst(self, sid: int, code: ErrorCodes) -> None:
+        """RST_STREAM, unless ``h2`` closed the stream already: a frame later in the same read (the
+        client's own RST_STREAM) is processed before this read's events are handled."""
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._conn.reset_stream(sid, code)
 
     def _request_complete(self, stream: H2Response) -> None:
         request = stream.complete_request()
@@ -582,7 +598,10 @@ class H2Protocol(asyncio.Protocol):
     def send_headers(self, stream: H2Response, fields: list[tuple[bytes, bytes]]) -> None:
         if stream.reset or self.closing:
             return
-        self._conn.send_headers(stream.sid, fields)
+        try:
+            self._conn.send_headers(stream.sid, fields)
+        except h2.exceptions.ProtocolError:
+            return  # closed by the client in this read (h2 may have forgotten it): its StreamReset drops it
         self._schedule()
 
     def mark(self, stream: H2Response) -> None:
@@ -595,7 +614,7 @@ class H2Protocol(asyncio.Protocol):
         if stream.reset or self.lost:
             return
         if not stream.end_sent:
-            self._conn.reset_stream(stream.sid, ErrorCodes.INTERNAL_ERROR if internal else ErrorCodes.CANCEL)
+            self._rst(stream.sid, ErrorCodes.INTERNAL_ERROR if internal else ErrorCodes.CANCEL)
             self._schedule()
         self._drop(stream)
         self._maybe_forget(stream)
