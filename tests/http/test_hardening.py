@@ -338,3 +338,40 @@ async def test_item6_resets_the_server_sends_for_a_clients_errors_count_toward_t
         assert c.goaway is not None and c.goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
         assert srv.admission.rejected["http2_rapid_reset"] == 1
         await c.close()
+
+
+# ------------------------------------------------------------------ found by the HTTP/2 fuzz
+
+
+@arun
+async def test_a_frame_header_over_the_max_frame_size_is_refused_before_its_body(cert: Pair) -> None:
+    h = Harness()
+    async with serving(h.handler, cert) as srv:
+        c = await srv.client()
+        await c.until(lambda: c.conn.remote_settings.max_frame_size > 0)
+        # A DATA frame announcing 16 MB - 1, of which 100 bytes are sent: h2 would wait for (and
+        # buffer) the rest before checking the length.
+        length = (1 << 24) - 1
+        c.writer.write(length.to_bytes(3, "big") + b"\x00\x00\x00\x00\x00\x01" + b"x" * 100)
+        await c.until(lambda: c.goaway is not None or c.closed.is_set())
+        assert srv.admission.rejected["http2_protocol"] == 1
+        await c.close()
+
+
+@arun
+async def test_a_stream_the_client_resets_in_the_same_read_as_its_malformed_headers(
+    cert: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = Harness()
+    async with serving(h.handler, cert) as srv:
+        c = await srv.client()
+        for headers, method in (([("x-a", "a\r\nb")], "GET"), ([], "CONNECT")):
+            sid = c.conn.get_next_available_stream_id()
+            fields = [(":method", method), (":scheme", "https"), (":authority", "t"), (":path", "/api"), *headers]
+            c.conn.send_headers(sid, fields)
+            c.conn.reset_stream(sid)
+            c.flush()  # HEADERS and RST_STREAM in one write
+        got = await c.get("/api/v1/namespaces/default/pods/p0")
+        assert got.status == 200 and c.goaway is None
+        await c.close()
+    no_tracebacks(caplog)
