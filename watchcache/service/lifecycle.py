@@ -41,6 +41,7 @@ from watchcache.server.metrics import HandlerCollector, Metrics
 from watchcache.service.options import RunOptions, ShardOptions
 from watchcache.shard.follower import Follower
 from watchcache.shard.metrics import FollowerCollector, RestartsCollector
+from watchcache.shard.supervisor import SUPERVISOR_PID
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.metrics import ConsistencyCollector, ReflectorCollector, UpstreamErrorsCollector
 from watchcache.upstream.reflector import Reflector
@@ -223,7 +224,9 @@ def _metrics_route(registry: CollectorRegistry, wiring: Wiring) -> MetricsRoute:
 async def _tick(
     cachers: dict[ResourceType, Cacher], housekeeping: list[Callable[[], object]], stop: asyncio.Event
 ) -> None:
-    parent = os.getppid()
+    # The supervisor's pid, not the parent now: a worker forked just before its supervisor died
+    # would read init here, and never see it go.
+    parent = int(os.environ.get(SUPERVISOR_PID) or os.getppid())
     while True:
         # As kube's cacher bookmark timer: a second, plus up to 25% jitter (wait.Jitter(1s, 0.25)).
         await asyncio.sleep(random.uniform(1.0, 1.25))

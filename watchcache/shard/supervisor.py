@@ -17,6 +17,7 @@ token minted by one worker is honoured by all.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -40,6 +41,28 @@ log = logging.getLogger("watchcache.shard.supervisor")
 EXIT_CONFIG = 2
 # Flags the supervisor sets per worker; the ones given to ``serve`` are not passed on.
 PER_WORKER_FLAGS = frozenset({"--listen", "--workers", "--continue-token-key-file"})
+
+
+#: The environment variable that tells a worker its supervisor's pid (``service.lifecycle`` exits
+#: when it is gone): a worker's own parent at the time it looks may already be init.
+SUPERVISOR_PID = "WATCHCACHE_SUPERVISOR_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with(supervisor: int) -> None:
+    """In a worker just forked: end with ``supervisor``, however it ends (SIGKILL included).
+
+    Linux sends the worker SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), from now on: during
+    its start too, which the worker's own periodic check cannot cover. A supervisor already gone
+    (killed between the fork and here) is seen at once. Elsewhere the periodic check in
+    ``service.lifecycle`` remains, told the supervisor's pid through the environment.
+    """
+    os.environ[SUPERVISOR_PID] = str(supervisor)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor:
+        os._exit(0)
 
 
 def without_per_worker_flags(argv: list[str]) -> list[str]:
@@ -158,7 +181,8 @@ class Supervisor:
             "--continue-token-key-file", self.continue_key_file,
         ]  # fmt: skip
         if self.run_worker is None:
-            slot.process = subprocess.Popen([sys.executable, "-m", "watchcache", *argv])
+            env = {**os.environ, SUPERVISOR_PID: str(os.getpid())}
+            slot.process = subprocess.Popen([sys.executable, "-m", "watchcache", *argv], env=env)
         else:
             slot.process = self._fork(argv)
         slot.started = time.monotonic()
@@ -168,6 +192,7 @@ class Supervisor:
     def _fork(self, argv: list[str]) -> ForkedWorker:
         sys.stdout.flush()
         sys.stderr.flush()
+        supervisor = os.getpid()
         pid = os.fork()
         if pid:
             return ForkedWorker(pid)
@@ -176,6 +201,7 @@ class Supervisor:
         try:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)  # until its event loop installs its own
+            die_with(supervisor)
             if self._reserve is not None:
                 self._reserve.close()
             random.seed()  # not the supervisor's sequence, nor a sibling's
@@ -239,9 +265,15 @@ class Supervisor:
 
     def run(self) -> int:
         reserve = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
-        reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        reserve.bind((self.host, self.port))
+        try:
+            reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            reserve.bind((self.host, self.port))
+        except OSError:
+            # The port is taken (or not ours): nothing started, so nothing may stay behind.
+            reserve.close()
+            self._remove_shard_dir()
+            raise
         self.port = reserve.getsockname()[1]
         self._reserve = reserve
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -281,6 +313,9 @@ class Supervisor:
                 log.warning("worker pid %d did not stop in time; killing it", proc.pid)
                 proc.kill()
                 proc.wait()
+        self._remove_shard_dir()
+
+    def _remove_shard_dir(self) -> None:
         for path in self.shard_dir.glob("*"):
             path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
