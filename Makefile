@@ -97,6 +97,10 @@ bench: $(BIN)/.installed
 bench-restart: $(BIN)/.installed
 	$(BIN)/python -m loadtest.bench.restart
 
+## bench-slow-readers: clients that ask for LISTs and never read them (HTTP/1.1, and HTTP/2 with closed windows) vs the others' answers (docs/security.md)
+bench-slow-readers: $(BIN)/.installed
+	$(BIN)/python -m loadtest.bench.slow_readers
+
 ## chaos: the reliability campaign: 5 min of faults around the proxy, every client's watch stream checked (docs/reliability.md)
 chaos: $(BIN)/.installed
 	$(BIN)/python -m loadtest.chaos.campaign --duration 300

@@ -594,7 +594,7 @@ class H1Protocol(asyncio.Protocol):
             self._cancel_timers()
             self.flow.closing()
             self._transport.close()
-            if self._transport.get_write_buffer_size():
+            if self._limits.send_timeout > 0 and self._transport.get_write_buffer_size():
                 self._loop.call_later(self._limits.send_timeout, self._on_send_timeout)
 
     def _on_send_timeout(self) -> None:

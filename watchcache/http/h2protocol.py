@@ -753,7 +753,7 @@ class H2Protocol(asyncio.Protocol):
 
     def _watch_stall(self) -> None:
         """Bytes wait for the client: from now, it must take some every --request-timeout."""
-        if self._stall_timer is None and not self.lost:
+        if self._stall_timer is None and not self.lost and self._limits.send_timeout > 0:
             self._stall_mark = self._written - self._transport.get_write_buffer_size()
             self._stall_timer = self._loop.call_later(self._limits.send_timeout, self._on_stall_check)
 

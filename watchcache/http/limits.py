@@ -24,7 +24,7 @@ class HttpLimits:
     body_timeout: float = 60.0
     keepalive_timeout: float = 90.0  # idle between requests -> close
     # Bytes waiting for a client that takes none of them for this long -> the connection is closed
-    # (HTTP/1.1: after its last answer; HTTP/2: when no stream's bytes move). --request-timeout.
+    # (HTTP/1.1: after its last answer; HTTP/2: when no stream's bytes move). --request-timeout; 0: never.
     send_timeout: float = 60.0
     high_water: int = 256 * 1024  # transport write buffer marks for pause/resume
     low_water: int = 64 * 1024
