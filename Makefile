@@ -12,7 +12,7 @@ OVERLAY ?= production
 LOADTEST_PROFILE ?= steady
 LOADTEST_ARGS ?= --users 20 --spawn-rate 10 --duration 30s
 
-.PHONY: run sim test test-reference lint fmt clean proto deploy-test deploy-render image loadtest loadtest-ui bench bench-quick bench-restart chaos
+.PHONY: run sim test test-reference lint fmt clean proto deploy-test deploy-render image loadtest loadtest-ui bench bench-quick bench-restart bench-slow-readers chaos
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
