@@ -18,9 +18,15 @@ Limits that hold before authentication, as Go's http2 server and kube-apiserver 
 (docs/security.md, "HTTP/2"); every refusal is counted in ``Admission.rejected``:
 
 - SETTINGS_MAX_CONCURRENT_STREAMS (kube's ``--http2-max-streams-per-connection``, 100); a
-  client that opens more anyway gets a connection error (``h2``); handlers still running for
-  streams the client reset count too, and past 4x the limit the connection gets GOAWAY
-  ENHANCE_YOUR_CALM (Go's ``too_many_early_resets``).
+  client that opens more anyway gets that stream reset (REFUSED_STREAM before it acknowledged
+  the SETTINGS, PROTOCOL_ERROR after: Go's), counted here rather than by ``h2``, which would end
+  the connection; handlers still running for streams the client reset count too, and past 4x
+  the limit the connection gets GOAWAY ENHANCE_YOUR_CALM (Go's ``too_many_early_resets``).
+- malformed requests (RFC 9113 8.1.1: header names and values as Go's ``httpguts``, pseudo-
+  headers, Content-Length against the body): RST_STREAM PROTOCOL_ERROR, a stream error;
+  resets the server sends for such errors draw from the rapid-reset bucket, as the client's own.
+- a client that takes no byte for ``--request-timeout`` while bytes wait for it (windows it
+  never opens, or an unread socket): the connection is closed.
 - header list: over ``--max-header-bytes`` 431 (as Go), over twice that a connection error
   (HPACK bomb); a request with a connection-specific header (``Connection``, ``Upgrade``, ...)
   400 with kube's Status (connection upgrades -- exec, attach, port-forward -- need HTTP/1.1).
