@@ -211,3 +211,30 @@ async def test_item1_an_http1_connection_that_closes_with_an_answer_never_taken_
         sock.close()
     finally:
         server.close()
+
+
+@arun
+async def test_item1_an_answer_stuck_behind_a_closed_window_is_reset_while_its_connection_moves(cert: Pair) -> None:
+    """The handler returned (a GET, queued), its stream's window stays closed, and the client reads
+    another stream (a watch that keeps getting events): the connection stays, that stream is reset."""
+    h = big_harness()
+    async with serving(h, cert) as (port, admission):
+        c = await H2Client.connect("127.0.0.1", port, settings=False)
+        c.conn.update_settings({0x4: 0})
+        c.flush()
+        c.start()
+        watch = c.request("/api/v1/namespaces/default/pods?watch=1&resourceVersion=5000")
+        c.conn.increment_flow_control_window(1 << 24, stream_id=watch.sid)
+        c.flush()
+        stuck = c.request("/api/v1/namespaces/default/pods/p1", ack=False)
+        await until(lambda: len(h.cacher.dispatcher) == 1)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while stuck.reset is None:
+            assert loop.time() - started < 3 * TIMEOUT + 5, "the stuck answer was never reset"
+            h.write("MODIFIED", "p2")  # the watch's bytes move
+            await asyncio.sleep(0.1)
+        assert stuck.reset == ErrorCodes.CANCEL and loop.time() - started > TIMEOUT / 2
+        assert not c.closed.is_set() and watch.reset is None and len(watch.events()) > 5
+        assert admission.rejected["send_timeout"] == 1
+        await c.close()

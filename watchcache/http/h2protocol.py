@@ -190,6 +190,8 @@ class H2Protocol(asyncio.Protocol):
         # bytes taken when the wait was last seen to move, checked every --request-timeout.
         self._stall_timer: asyncio.TimerHandle | None = None
         self._stall_mark = 0
+        # Blocked streams whose handler is done, and their unsent bytes at the last check.
+        self._stuck: dict[int, int] = {}
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -776,10 +778,12 @@ class H2Protocol(asyncio.Protocol):
             return
         buffered = self._transport.get_write_buffer_size()
         if not (self._blocked or buffered):
+            self._stuck = {}
             return  # nothing waits: watched again at the next wait
         taken = self._written - buffered
         if taken != self._stall_mark:
             self._stall_mark = taken
+            self._reset_stuck_answers()
             self._stall_timer = self._loop.call_later(self._limits.send_timeout, self._on_stall_check)
             return
         self._admission.rejected["send_timeout"] += 1
@@ -788,6 +792,21 @@ class H2Protocol(asyncio.Protocol):
             self._conn.close_connection(ErrorCodes.NO_ERROR)
             self._close()
         self._transport.abort()
+
+    def _reset_stuck_answers(self) -> None:
+        """Reset the streams whose handler is done and whose answer, behind a window the client keeps
+        closed, did not move since the last check: on a connection whose other streams move (so it
+        stays open), each would otherwise keep its queue for as long as the connection lives."""
+        stuck, self._stuck = self._stuck, {}
+        for sid, stream in list(self._blocked.items()):
+            if not (stream.finished and stream.handler_done):
+                continue
+            size = stream.write_buffer_size()
+            if stuck.get(sid) == size:
+                self._admission.rejected["send_timeout"] += 1
+                self.reset_stream(stream)
+            else:
+                self._stuck[sid] = size
 
     def _on_timer(self) -> None:
         """No request yet within the head timeout, or idle (no stream) for the keep-alive timeout: close."""

@@ -421,6 +421,11 @@ class H2Response:
         return self._finished
 
     @property
+    def handler_done(self) -> bool:
+        """The handler returned (or there was none): what is queued is all the answer will be."""
+        return self._handler_done
+
+    @property
     def end_sent(self) -> bool:
         """END_STREAM was sent: the answer is complete on the wire."""
         return self._end_sent
