@@ -1,0 +1,591 @@
+"""Node-scoped fan-out: K kubelet-shaped clients, a writer updating pods, the proxy next to its upstream.
+
+A large cluster's biggest population of watchers is its kubelets, and each pod update concerns
+one of them. For each K (``--kubelets``) and each target (``--targets``: ``proxy`` = ``watchcache
+serve`` in front of the upstream; ``upstream`` = kube-apiserver of the reference kit, or the
+simulated cluster with ``--upstream sim``), in one run:
+
+1. K kubelets (``loadtest.kubelets``, ``--client-procs`` processes) each LIST+WATCH their node's
+   pods (``fieldSelector=spec.nodeName=<node>``), their Node (``metadata.name``) and
+   ``--cm-per-kubelet`` ConfigMaps by name: 7 watches per kubelet by default, over TLS (HTTP/1.1,
+   one connection per watch; ``--h2``: one HTTP/2 connection per kubelet), asking for protobuf
+   (``--accept``).
+2. Idle (``--idle`` s): the server's RSS before and after the watches (RSS per idle watch) and
+   its CPU with nothing written (bookmarks, timers).
+3. For each rate R (``--rates``) and selection (``--select``): ``loadtest.pod_writer`` patches
+   random pods on the upstream at R/s for ``--window`` s; ``watched`` pods are on the first K
+   nodes (each update selected by exactly one watcher), ``unwatched`` ones on the spare nodes
+   (selected by none: the cost of an event nobody wants). Measured over the window: the server's
+   CPU (``/proc``: the proxy's process tree; kube-apiserver and etcd apart), per written and per
+   delivered event, and *marginal* (minus the idle CPU); delivery latency (stamp written → event
+   received, every event); events missing, misrouted or repeated (the writer's stamps per node
+   against the ones each node's pod watch received).
+
+Kube-apiserver's own fan-out cost is the difference between its CPU when the kubelets watch it
+and its CPU at the same rate while they watch the proxy (it then serves the writes and one watch
+per resource): both are in the same run.
+
+The objects (``kubecluster.Layout``: ``--prefix``-named Nodes, pods, ConfigMaps) are created on
+the upstream if missing and deleted at the end (``--keep`` keeps them for the next run). The
+proxy runs in the production configuration (TLS, ``--authentication delegated``, ``--workers 1``)
+with the product's defaults otherwise: add flags with ``--proxy-args``.
+
+Run: ``.venv/bin/python -m loadtest.bench_kubelets --quick`` (a small K, ~3 min), or e.g.
+``--kubelets 1000,2000,5000 --rates 100,500`` (the issue's points).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import tempfile
+import time
+from typing import Any
+
+from loadtest import benchlib as bl
+from loadtest import kubecluster as kc
+from loadtest.helperio import Helper, ask_all
+from loadtest.kubeclient import FrameSplitter, H1Conn, Sink, frame_type, query
+
+
+def split(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    n = hi - lo
+    parts = max(1, min(parts, n))
+    bounds = [lo + n * i // parts for i in range(parts + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i + 1] > bounds[i]]
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# ---------------------------------------------------------------- node churn on the kit
+
+
+class _Counter(Sink):
+    def __init__(self) -> None:
+        self.splitter = FrameSplitter(False)
+        self.events = 0
+        self.last = time.monotonic()
+
+    def on_data(self, data: bytes) -> None:
+        for frame in self.splitter.feed(data):
+            if frame_type(frame) != "BOOKMARK":
+                self.events += 1
+                self.last = time.monotonic()
+
+
+async def wait_nodes_quiet(up: kc.Upstream, layout: kc.Layout, created_at: float | None, quiet: float = 10.0) -> None:
+    """On the kit, wait out the node-lifecycle controller's writes to freshly created fake Nodes.
+
+    It marks them NotReady and taints them about 50 s after they appear (no kubelet renews them);
+    those Node events would land in a measurement window.
+    """
+    if up.kind != "kube":
+        return
+    conn = await up.target().connect()
+    assert isinstance(conn, H1Conn)
+    sink = _Counter()
+    path = "/api/v1/nodes" + query(
+        labelSelector=f"bench={layout.prefix}",
+        watch=True,
+        allowWatchBookmarks=True,
+        resourceVersion="0",
+        timeoutSeconds=600,
+    )
+    conn.request("GET", path, sink)
+    grace = 0.0 if created_at is None else max(0.0, created_at + 65.0 - time.monotonic())
+    if grace:
+        bl.log(f"waiting {grace:.0f} s for the node-lifecycle controller to mark the new Nodes")
+        await asyncio.sleep(grace)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and time.monotonic() - sink.last < quiet:
+        await asyncio.sleep(1)
+    bl.log(f"node events seen while waiting: {sink.events}")
+    conn.close()
+
+
+# ---------------------------------------------------------------- one target at one K
+
+
+class Server:
+    """The process(es) whose CPU and RSS are the target's: the proxy's tree, or the upstream's server."""
+
+    def __init__(self, name: str, up: kc.Upstream, proxy: bl.Proc | None) -> None:
+        self.name = name
+        self.up = up
+        self.proxy = proxy
+
+    def cpu(self) -> dict[str, float]:
+        out = self.up.cpu()
+        if self.proxy is not None:
+            out["proxy"] = self.proxy.cpu()
+        return out
+
+    def rss(self) -> int:
+        if self.proxy is not None:
+            return self.proxy.rss()
+        return self.up.rss().get(self.up.server, 0)
+
+    @property
+    def key(self) -> str:
+        return "proxy" if self.proxy is not None else self.up.server
+
+
+def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: b[k] - a[k] for k in b if k in a}
+
+
+async def measure_target(
+    args: argparse.Namespace,
+    up: kc.Upstream,
+    layout: kc.Layout,
+    files: bl.ProductionFiles,
+    k: int,
+    target_name: str,
+    writer: Helper,
+    rows: list[dict[str, Any]],
+) -> None:
+    proxy = None
+    if target_name == "proxy":
+        prod = bl.Production(tls=True, authentication=args.authentication, workers=args.workers)
+        extra = shlex.split(args.proxy_args) + (["--http2"] if args.h2 else [])
+        bl.log(f"K={k}: starting the proxy ({prod.label} {' '.join(extra)})")
+        proxy = kc.start_proxy(up, files, prod, extra)
+        url = proxy.url
+    else:
+        url = up.url
+    server = Server(target_name, up, proxy)
+    clients: list[Helper] = []
+    base: dict[str, Any] = {"K": k, "target": target_name, "server": server.key}
+    try:
+        await asyncio.sleep(args.settle)
+        rss0 = server.rss()
+        for lo, hi in split(0, k, args.client_procs):
+            clients.append(
+                await Helper.start(
+                    "loadtest.kubelets",
+                    "--target",
+                    url,
+                    "--token",
+                    up.token,
+                    "--ca",
+                    up.ca if server.proxy is None else "",
+                    "--accept",
+                    args.accept,
+                    "--lo",
+                    str(lo),
+                    "--hi",
+                    str(hi),
+                    "--node-prefix",
+                    layout.node_prefix,
+                    "--namespace",
+                    layout.namespace,
+                    "--cm-prefix",
+                    layout.cm_prefix,
+                    "--configmaps",
+                    str(layout.configmaps),
+                    "--cm-per-kubelet",
+                    str(args.cm_per_kubelet),
+                    "--watch-timeout",
+                    str(args.watch_timeout),
+                    "--source-addresses",
+                    str(args.source_addresses),
+                    *(["--h2"] if args.h2 else []),
+                    name=f"kubelets[{lo}:{hi}]",
+                )
+            )
+        t0 = time.monotonic()
+        connected = await ask_all(clients, "connect", timeout=args.connect_timeout + 60, deadline=args.connect_timeout)
+        connect_s = time.monotonic() - t0
+        watches = sum(c["watches"] for c in connected)
+        established = sum(c["established"] for c in connected)
+        statuses: dict[str, int] = {}
+        for c in connected:
+            for s, n in c["statuses"].items():
+                statuses[s] = statuses.get(s, 0) + n
+        errors = [e for c in connected for e in c["errors"]][:5]
+        bl.log(
+            f"K={k} {target_name}: {established}/{watches} watches in {connect_s:.1f} s; failed requests "
+            f"{statuses or 'none'} {errors or ''} (load {loadavg()})"
+        )
+        await asyncio.sleep(args.settle)
+        rss1 = server.rss()
+        # Idle: nothing written.
+        c0, m0, t_0 = server.cpu(), bl.machine_busy()[0], time.monotonic()
+        await asyncio.sleep(args.idle)
+        c1, m1, t_1 = server.cpu(), bl.machine_busy()[0], time.monotonic()
+        idle = _delta(c0, c1)
+        idle_s = t_1 - t_0
+        idle_rates = {name: v / idle_s for name, v in idle.items()}
+        row_idle = {
+            **base,
+            "phase": "idle",
+            "watches": watches,
+            "established": established,
+            "connect_s": round(connect_s, 2),
+            "failed_requests": statuses,
+            "rss_before_mb": round(rss0 / 2**20, 1),
+            "rss_after_mb": round(rss1 / 2**20, 1),
+            "kb_per_watch": round((rss1 - rss0) / 1024 / max(1, established), 2),
+            "mb_per_1000_watches": round((rss1 - rss0) / 2**20 / max(1, established) * 1000, 2),
+            "idle_cores": {name: round(v, 4) for name, v in idle_rates.items()},
+            "machine_busy_cores": round((m1 - m0) / idle_s, 2),
+            "loadavg": loadavg(),
+        }
+        rows.append(row_idle)
+        bl.log(
+            f"  idle: RSS {row_idle['rss_before_mb']} -> {row_idle['rss_after_mb']} MB "
+            f"({row_idle['kb_per_watch']} KB per watch), cores {row_idle['idle_cores']}"
+        )
+        for rate in args.rate_list:
+            for select in args.select_list:
+                nodes = list(range(k)) if select == "watched" else list(range(k, layout.nodes))
+                if not nodes:
+                    continue
+                since = time.time()
+                await ask_all(clients, "record-start", since=since)
+                s0 = await ask_all(clients, "snap")
+                c0, m0, t_0 = server.cpu(), bl.machine_busy()[0], time.monotonic()
+                w = await writer.ask(
+                    "run",
+                    timeout=args.window * 4 + 120,
+                    rate=rate,
+                    seconds=args.window,
+                    nodes=nodes,
+                    seed=f"{k}-{rate}-{select}",
+                )
+                await asyncio.sleep(args.drain)
+                c1, m1, t_1 = server.cpu(), bl.machine_busy()[0], time.monotonic()
+                recs = await ask_all(clients, "record-stop")
+                s1 = await ask_all(clients, "snap")
+                rows.append(
+                    summarize_window(
+                        base, rate, select, w, recs, s0, s1, _delta(c0, c1), t_1 - t_0, m1 - m0, idle_rates, server.key
+                    )
+                )
+                r = rows[-1]
+                bl.log(
+                    f"  R={rate} {select}: written {r['written']} ({r['write_rate']}/s), delivered "
+                    f"{r['delivered']}, missing {r['missing']}, p50/p99 {r['p50_ms']}/{r['p99_ms']} ms, "
+                    f"{r['us_per_written']} µs/written ({r['us_marginal_per_written']} marginal), "
+                    f"load {loadavg()}"
+                )
+        final = await ask_all(clients, "snap")
+        rows.append(
+            {
+                **base,
+                "phase": "end",
+                "open": sum(s["open"] for s in final),
+                "ended": sum(s["ended"] for s in final),
+                "relists": sum(s["relists"] for s in final),
+                "reconnects": sum(s["reconnects"] for s in final),
+                "client_cpu_s": round(sum(s["cpu"] for s in final), 2),
+            }
+        )
+    finally:
+        for helper in clients:
+            await helper.close()
+        if proxy is not None:
+            proxy.stop()
+
+
+def summarize_window(
+    base: dict[str, Any],
+    rate: int,
+    select: str,
+    w: dict[str, Any],
+    recs: list[dict[str, Any]],
+    s0: list[dict[str, Any]],
+    s1: list[dict[str, Any]],
+    cpu: dict[str, float],
+    seconds: float,
+    machine: float,
+    idle_rates: dict[str, float],
+    key: str,
+) -> dict[str, Any]:
+    written: dict[str, list[str]] = w["stamps"]
+    received: dict[str, list[str]] = {}
+    lat: list[float] = []
+    for r in recs:
+        lat.extend(r["lat"])
+        for node, stamps in r["stamps"].items():
+            received.setdefault(node, []).extend(stamps)
+    n_written = sum(len(v) for v in written.values())
+    missing = misrouted = repeated = 0
+    for node in set(written) | set(received):
+        ws, rs = set(written.get(node, ())), received.get(node, [])
+        rset = set(rs)
+        if int(node) < base["K"]:  # a watched node: each of its writes is owed to its kubelet
+            missing += len(ws - rset)
+        misrouted += len(rset - ws)
+        repeated += len(rs) - len(rset)
+    delivered = sum(len(v) for v in received.values())
+    lat.sort()
+    server_cpu = cpu.get(key, 0.0)
+    marginal = server_cpu - idle_rates.get(key, 0.0) * seconds
+    events: dict[str, int] = {}
+    for a, b in zip(s0, s1, strict=True):
+        for name, n in b["events"].items():
+            events[name] = events.get(name, 0) + n - a["events"].get(name, 0)
+    out = {
+        **base,
+        "phase": "write",
+        "R": rate,
+        "select": select,
+        "written": n_written,
+        "write_rate": w["rate"],
+        "write_errors": w["errors"],
+        "write_ms_p50": w["write_ms_p50"],
+        "delivered": delivered,
+        "missing": missing,
+        "misrouted": misrouted,
+        "repeated": repeated,
+        "events": events,
+        "p50_ms": round(bl.percentile(lat, 50) * 1000, 1) if lat else None,
+        "p99_ms": round(bl.percentile(lat, 99) * 1000, 1) if lat else None,
+        "max_ms": round(lat[-1] * 1000, 1) if lat else None,
+        "seconds": round(seconds, 2),
+        "cpu_s": {name: round(v, 3) for name, v in cpu.items()},
+        "server_cores": round(server_cpu / seconds, 3),
+        "us_per_written": round(server_cpu / n_written * 1e6, 1) if n_written else None,
+        "us_marginal_per_written": round(marginal / n_written * 1e6, 1) if n_written else None,
+        "us_per_delivered": round(server_cpu / delivered * 1e6, 1) if delivered else None,
+        "machine_busy_cores": round(machine / seconds, 2),
+        "loadavg": loadavg(),
+    }
+    for name in ("kube-apiserver", "etcd", "sim"):
+        if name in cpu and name != key:
+            out[f"us_{name}_per_written"] = round(cpu[name] / n_written * 1e6, 1) if n_written else None
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(rows: list[dict[str, Any]], up: kc.Upstream) -> dict[str, Any]:
+    idle = [r for r in rows if r["phase"] == "idle"]
+    bl.print_table(
+        [
+            "K",
+            "target",
+            "watches",
+            "established",
+            "connect s",
+            "failed requests",
+            "RSS before MB",
+            "RSS after MB",
+            "KB / idle watch",
+            "idle cores",
+            "load",
+        ],
+        [
+            [
+                r["K"],
+                r["target"],
+                r["watches"],
+                r["established"],
+                r["connect_s"],
+                " ".join(f"{k}:{v}" for k, v in r["failed_requests"].items()) or "-",
+                r["rss_before_mb"],
+                r["rss_after_mb"],
+                r["kb_per_watch"],
+                r["idle_cores"].get(r["server"], 0.0),
+                r["loadavg"],
+            ]
+            for r in idle
+        ],
+        title="\nWatches, memory and idle CPU",
+    )
+    writes = [r for r in rows if r["phase"] == "write"]
+    bl.print_table(
+        [
+            "K",
+            "target",
+            "R",
+            "select",
+            "written/s",
+            "delivered",
+            "missing",
+            "misrouted",
+            "repeated",
+            "p50 ms",
+            "p99 ms",
+            "server cores",
+            "µs / written",
+            "µs marginal / written",
+            "µs / delivered",
+            f"µs {up.server} / written",
+            "machine busy",
+            "load",
+        ],
+        [
+            [
+                r["K"],
+                r["target"],
+                r["R"],
+                r["select"],
+                r["write_rate"],
+                r["delivered"],
+                r["missing"],
+                r["misrouted"],
+                r["repeated"],
+                r["p50_ms"],
+                r["p99_ms"],
+                r["server_cores"],
+                r["us_per_written"],
+                r["us_marginal_per_written"],
+                r["us_per_delivered"],
+                r.get(f"us_{up.server}_per_written", r["us_per_written"] if r["server"] == up.server else None),
+                r["machine_busy_cores"],
+                r["loadavg"],
+            ]
+            for r in writes
+        ],
+        title="\nWrites: server CPU per event, latency, correctness",
+    )
+    # The upstream's fan-out cost: its CPU with the kubelets on it minus its CPU with them on the proxy.
+    summary: dict[str, Any] = {"upstream_fanout_us_per_written": {}, "proxy_marginal_us_per_written": {}}
+    by = {(r["K"], r["target"], r["R"], r["select"]): r for r in writes}
+    for (k, target, rate, select), r in by.items():
+        if target != "upstream":
+            continue
+        p = by.get((k, "proxy", rate, select))
+        if p is None or not r["written"] or not p["written"]:
+            continue
+        direct = r["cpu_s"].get(up.server, 0.0) / r["written"]
+        behind = p["cpu_s"].get(up.server, 0.0) / p["written"]
+        summary["upstream_fanout_us_per_written"][f"K={k} R={rate} {select}"] = round((direct - behind) * 1e6, 1)
+    for (k, target, rate, select), r in by.items():
+        if target == "proxy":
+            summary["proxy_marginal_us_per_written"][f"K={k} R={rate} {select}"] = r["us_marginal_per_written"]
+    ks = sorted({r["K"] for r in writes if r["target"] == "proxy"})
+    if len(ks) >= 2:
+        flat = {}
+        for rate in sorted({r["R"] for r in writes}):
+            lo = by.get((ks[0], "proxy", rate, "watched"))
+            hi = by.get((ks[-1], "proxy", rate, "watched"))
+            if lo and hi and lo["us_marginal_per_written"] and hi["us_marginal_per_written"]:
+                flat[f"R={rate}"] = round(hi["us_marginal_per_written"] / lo["us_marginal_per_written"], 2)
+        summary[f"proxy_marginal_ratio_K{ks[-1]}_vs_K{ks[0]}"] = flat
+    print("\nSummary:", json.dumps(summary, indent=1), flush=True)
+    return summary
+
+
+# ---------------------------------------------------------------- main
+
+
+async def amain(args: argparse.Namespace) -> None:
+    info = bl.machine_info()
+    bl.log(f"machine: {info}")
+    files = bl.ProductionFiles(any_delegated=args.upstream == "sim", any_tls=True)
+    up = kc.kube_upstream() if args.upstream == "kube" else kc.sim_upstream(files)
+    kmax = max(args.kubelet_list)
+    layout = kc.Layout(
+        prefix=args.prefix,
+        nodes=kmax + args.spare_nodes,
+        pods_per_node=args.pods_per_node,
+        configmaps=args.configmaps,
+    )
+    rows: list[dict[str, Any]] = []
+    writer = None
+    fd, pods_path = tempfile.mkstemp(suffix=".json", prefix="bench-pods-")
+    try:
+        bl.log(f"seeding {layout} on {up.kind} at {up.url}")
+        seeded = await kc.seed(up, layout)
+        bl.log(f"seeded: {seeded}")
+        created_nodes = seeded["created"] and len(seeded["created"]) and seeded["reused"]["nodes"] < layout.nodes
+        await wait_nodes_quiet(up, layout, time.monotonic() if created_nodes else None)
+        with os.fdopen(fd, "w") as f:
+            json.dump(layout.pods(), f)
+        writer = await Helper.start(
+            "loadtest.pod_writer",
+            "--target",
+            up.url,
+            "--token",
+            up.token,
+            "--ca",
+            up.ca,
+            "--pods",
+            pods_path,
+            "--connections",
+            str(args.writer_connections),
+        )
+        bl.log(f"writer: {await writer.recv()}")
+        for k in args.kubelet_list:
+            for target in args.target_list:
+                await measure_target(args, up, layout, files, k, target, writer, rows)
+        summary = report(rows, up)
+        bl.bench_line(
+            "kubelets",
+            {
+                "machine": info,
+                "upstream": up.kind,
+                "layout": layout.__dict__,
+                "args": {k: v for k, v in vars(args).items() if not k.endswith("_list")},
+                "summary": summary,
+                "rows": rows,
+                "loadavg_at_end": loadavg(),
+            },
+        )
+    finally:
+        if writer is not None:
+            await writer.close()
+        with contextlib.suppress(OSError):
+            os.unlink(pods_path)
+        if not args.keep:
+            bl.log(f"cleanup: {await kc.cleanup(up, layout)}")
+        up.stop()
+        files.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--upstream", choices=("kube", "sim"), default="kube" if os.environ.get("KUBE_REFERENCE_URL") else "sim"
+    )
+    p.add_argument("--quick", action="store_true", help="K=50,100; 20 and 50 writes/s; short windows")
+    p.add_argument("--kubelets", default="1000,2000,5000", help="K values (comma-separated)")
+    p.add_argument("--spare-nodes", type=int, default=100, help="Nodes no kubelet watches (for --select unwatched)")
+    p.add_argument("--pods-per-node", type=int, default=4)
+    p.add_argument("--configmaps", type=int, default=1000)
+    p.add_argument("--cm-per-kubelet", type=int, default=5)
+    p.add_argument("--rates", default="100,500", help="pod updates per second (comma-separated)")
+    p.add_argument("--select", default="watched,unwatched", help="which pods the writer updates")
+    p.add_argument("--targets", default="proxy,upstream", help="proxy, upstream, or both (in this order)")
+    p.add_argument("--window", type=float, default=20.0, help="seconds of writing per rate")
+    p.add_argument("--idle", type=float, default=10.0, help="seconds of idle measurement after connecting")
+    p.add_argument("--drain", type=float, default=2.0, help="seconds after the writes before counting")
+    p.add_argument("--settle", type=float, default=3.0)
+    p.add_argument("--connect-timeout", type=float, default=600.0)
+    p.add_argument("--client-procs", type=int, default=4)
+    p.add_argument("--writer-connections", type=int, default=16)
+    p.add_argument("--h2", action="store_true", help="one HTTP/2 connection per kubelet (the proxy gets --http2)")
+    p.add_argument("--accept", choices=("protobuf", "json"), default="protobuf")
+    p.add_argument("--watch-timeout", type=float, default=300.0, help="timeoutSeconds in [T, 2T), as client-go")
+    p.add_argument("--source-addresses", type=int, default=1, help="spread kubelets over N loopback addresses")
+    p.add_argument("--authentication", choices=bl.AUTH_MODES, default="delegated")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--proxy-args", default="", help="extra flags for watchcache serve")
+    p.add_argument("--prefix", default="i25", help="names of this run's objects (the kit is shared)")
+    p.add_argument("--keep", action="store_true", help="keep the objects for the next run")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.kubelets, args.rates, args.window, args.idle, args.spare_nodes = "50,100", "20,50", 8.0, 5.0, 20
+        args.configmaps = 100
+    args.kubelet_list = [int(x) for x in args.kubelets.split(",")]
+    args.rate_list = [int(x) for x in args.rates.split(",")]
+    args.select_list = args.select.split(",")
+    args.target_list = args.targets.split(",")
+    bl.raise_nofile()
+    import uvloop
+
+    uvloop.run(amain(args))
+
+
+if __name__ == "__main__":
+    main()
