@@ -537,7 +537,7 @@ async def amain(args: argparse.Namespace) -> None:
             await writer.close()
         with contextlib.suppress(OSError):
             os.unlink(pods_path)
-        if not args.keep:
+        if not args.keep and up.kind == "kube":  # the sim goes with its objects
             bl.log(f"cleanup: {await kc.cleanup(up, layout)}")
         up.stop()
         files.cleanup()

@@ -300,7 +300,7 @@ async def amain(args: argparse.Namespace) -> None:
     finally:
         if relay is not None:
             await relay.close()
-        if not args.keep:
+        if not args.keep and up.kind == "kube":  # the sim goes with its objects
             bl.log(f"cleanup: {await kc.cleanup(up, layout)}")
         up.stop()
         files.cleanup()
