@@ -5,7 +5,7 @@ one of them. For each K (``--kubelets``) and each target (``--targets``: ``proxy
 serve`` in front of the upstream; ``upstream`` = kube-apiserver of the reference kit, or the
 simulated cluster with ``--upstream sim``), in one run:
 
-1. K kubelets (``loadtest.kubelets``, ``--client-procs`` processes) each LIST+WATCH their node's
+1. K kubelets (``loadtest.kubelet_clients``, ``--client-procs`` processes) each LIST+WATCH their node's
    pods (``fieldSelector=spec.nodeName=<node>``), their Node (``metadata.name``) and
    ``--cm-per-kubelet`` ConfigMaps by name: 7 watches per kubelet by default, over TLS (HTTP/1.1,
    one connection per watch; ``--h2``: one HTTP/2 connection per kubelet), asking for protobuf
@@ -168,7 +168,7 @@ async def measure_target(
         for lo, hi in split(0, k, args.client_procs):
             clients.append(
                 await Helper.start(
-                    "loadtest.kubelets",
+                    "loadtest.kubelet_clients",
                     "--target",
                     url,
                     "--token",
@@ -248,9 +248,16 @@ async def measure_target(
                 if not nodes:
                     continue
                 since = time.time()
-                await ask_all(clients, "record-start", since=since)
+                started = await ask_all(clients, "record-start", since=since)
+                watching = {i for c in started for i in c["watching"]}
                 s0 = await ask_all(clients, "snap")
                 c0, m0, t_0 = server.cpu(), bl.machine_busy()[0], time.monotonic()
+                profiling = None
+                if args.profile and proxy is not None:
+                    from loadtest.bench_fanout import run_profile
+
+                    args.profile_seconds = args.window
+                    profiling = asyncio.ensure_future(run_profile(proxy, args, f"kubelets-K{k}-R{rate}-{select}"))
                 w = await writer.ask(
                     "run",
                     timeout=args.window * 4 + 120,
@@ -261,17 +268,36 @@ async def measure_target(
                 )
                 await asyncio.sleep(args.drain)
                 c1, m1, t_1 = server.cpu(), bl.machine_busy()[0], time.monotonic()
+                profile = await profiling if profiling is not None else None
                 recs = await ask_all(clients, "record-stop")
                 s1 = await ask_all(clients, "snap")
                 rows.append(
                     summarize_window(
-                        base, rate, select, w, recs, s0, s1, _delta(c0, c1), t_1 - t_0, m1 - m0, idle_rates, server.key
+                        base,
+                        watching,
+                        rate,
+                        select,
+                        w,
+                        recs,
+                        s0,
+                        s1,
+                        _delta(c0, c1),
+                        t_1 - t_0,
+                        m1 - m0,
+                        idle_rates,
+                        server.key,
                     )
                 )
                 r = rows[-1]
+                if profile is not None:
+                    r["profile"] = profile
+                    for label, proc in profile["processes"].items():
+                        bl.log(f"  profile {label}: active {proc['active_pct']}%; self: {proc['self_top'][:8]}")
+                        bl.log(f"    inclusive: {proc['inclusive_top'][:12]}")
                 bl.log(
                     f"  R={rate} {select}: written {r['written']} ({r['write_rate']}/s), delivered "
-                    f"{r['delivered']}, missing {r['missing']}, p50/p99 {r['p50_ms']}/{r['p99_ms']} ms, "
+                    f"{r['delivered']}, missing {r['missing']} (+{r['not_delivered_no_watch']} without a watch), "
+                    f"p50/p99 {r['p50_ms']}/{r['p99_ms']} ms, "
                     f"{r['us_per_written']} µs/written ({r['us_marginal_per_written']} marginal), "
                     f"load {loadavg()}"
                 )
@@ -296,6 +322,7 @@ async def measure_target(
 
 def summarize_window(
     base: dict[str, Any],
+    watching: set[int],
     rate: int,
     select: str,
     w: dict[str, Any],
@@ -316,12 +343,14 @@ def summarize_window(
         for node, stamps in r["stamps"].items():
             received.setdefault(node, []).extend(stamps)
     n_written = sum(len(v) for v in written.values())
-    missing = misrouted = repeated = 0
+    missing = misrouted = repeated = unwatched = 0
     for node in set(written) | set(received):
         ws, rs = set(written.get(node, ())), received.get(node, [])
         rset = set(rs)
-        if int(node) < base["K"]:  # a watched node: each of its writes is owed to its kubelet
+        if int(node) in watching:  # its pod watch was open: each of its writes is owed to it
             missing += len(ws - rset)
+        elif int(node) < base["K"]:  # a kubelet whose pod watch was not open (refused, retrying)
+            unwatched += len(ws - rset)
         misrouted += len(rset - ws)
         repeated += len(rs) - len(rset)
     delivered = sum(len(v) for v in received.values())
@@ -343,6 +372,7 @@ def summarize_window(
         "write_ms_p50": w["write_ms_p50"],
         "delivered": delivered,
         "missing": missing,
+        "not_delivered_no_watch": unwatched,
         "misrouted": misrouted,
         "repeated": repeated,
         "events": events,
@@ -411,6 +441,7 @@ def report(rows: list[dict[str, Any]], up: kc.Upstream) -> dict[str, Any]:
             "written/s",
             "delivered",
             "missing",
+            "no watch",
             "misrouted",
             "repeated",
             "p50 ms",
@@ -432,6 +463,7 @@ def report(rows: list[dict[str, Any]], up: kc.Upstream) -> dict[str, Any]:
                 r["write_rate"],
                 r["delivered"],
                 r["missing"],
+                r["not_delivered_no_watch"],
                 r["misrouted"],
                 r["repeated"],
                 r["p50_ms"],
@@ -561,7 +593,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--idle", type=float, default=10.0, help="seconds of idle measurement after connecting")
     p.add_argument("--drain", type=float, default=2.0, help="seconds after the writes before counting")
     p.add_argument("--settle", type=float, default=3.0)
-    p.add_argument("--connect-timeout", type=float, default=600.0)
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for every watch to open (those refused keep retrying)",
+    )
     p.add_argument("--client-procs", type=int, default=4)
     p.add_argument("--writer-connections", type=int, default=16)
     p.add_argument("--h2", action="store_true", help="one HTTP/2 connection per kubelet (the proxy gets --http2)")
@@ -571,6 +608,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--authentication", choices=bl.AUTH_MODES, default="delegated")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--proxy-args", default="", help="extra flags for watchcache serve")
+    p.add_argument("--profile", action="store_true", help="py-spy the proxy during each write window")
+    p.add_argument("--profile-dir", default="/tmp/watchcache-bench")
     p.add_argument("--prefix", default="i25", help="names of this run's objects (the kit is shared)")
     p.add_argument("--keep", action="store_true", help="keep the objects for the next run")
     args = p.parse_args(argv)

@@ -154,6 +154,9 @@ async def storm(
         cpu_up1 = up.cpu()
         cpu1 = proxy.cpu() if proxy is not None else 0.0
         counts1 = await relay.ask("counts") if relay is not None else {}
+        await asyncio.sleep(args.settle)
+        # What the server keeps once the storm is over and every reflector is watching.
+        rss_after = sum(bl.tree_rss_bytes(p) for p in ([proxy.pid] if proxy is not None else server_pids))
         listed = [x for r in results for x in r["listed"]]
         watching = [x for r in results for x in r["watching"]]
         failures: dict[str, int] = {}
@@ -180,6 +183,7 @@ async def storm(
                 "failed_requests": failures,
                 "rss_before_mb": round(rss0 / 2**20, 1),
                 "rss_peak_mb": round(sampler.peak / 2**20, 1),
+                "rss_after_mb": round(rss_after / 2**20, 1),
                 "server_cpu_s": round(server_cpu, 2),
                 "upstream_cpu_s": {k: round(cpu_up1[k] - cpu_up0.get(k, 0), 2) for k in cpu_up1},
                 "client_cpu_s": round(sum(r["cpu"] for r in results), 2),
@@ -224,6 +228,7 @@ def report(rows: list[dict[str, Any]], up: kc.Upstream) -> dict[str, Any]:
             "failed requests",
             "RSS before MB",
             "RSS peak MB",
+            "RSS after MB",
             "server CPU s",
             f"{up.server} CPU s",
             "upstream requests",
@@ -244,6 +249,7 @@ def report(rows: list[dict[str, Any]], up: kc.Upstream) -> dict[str, Any]:
                 " ".join(f"{k}:{v}" for k, v in r["failed_requests"].items()) or "-",
                 r["rss_before_mb"],
                 r["rss_peak_mb"],
+                r["rss_after_mb"],
                 r["server_cpu_s"],
                 r["upstream_cpu_s"].get(up.server),
                 " ".join(f"{k}:{v}" for k, v in r["upstream_by_verb"].items()) or "-",

@@ -1,4 +1,4 @@
-"""Helper process: kubelet-shaped clients, many per process (``python -m loadtest.kubelets``).
+"""Helper process: kubelet-shaped clients, many per process (``python -m loadtest.kubelet_clients``).
 
 Each kubelet ``i`` (node ``<prefix><i>``) runs what a kubelet's informers run:
 
@@ -335,7 +335,9 @@ async def main_async(args: argparse.Namespace) -> None:
             st.lat = []
             st.stamps = collections.defaultdict(list)
             st.recording_since = float(cmd["since"])
-            helperio.emit({"ok": True})
+            # The nodes whose pod watch is open: the writes to the others cannot be delivered.
+            watching = [kl.index for kl in runner.kubelets if kl.watches[0].streaming]
+            helperio.emit({"ok": True, "watching": watching})
         elif what == "record-stop":
             st.recording_since = None
             helperio.emit({"lat": st.lat, "stamps": {str(k): v for k, v in st.stamps.items()}})
