@@ -6,7 +6,8 @@ bytes, never re-encoded (invariant 5).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from watchcache.cache.object import CachedObject
@@ -49,15 +50,18 @@ def list_page(
     *,
     limit: int = 0,
     start: str | None = None,
+    indexed: str | None = None,
 ) -> ListPage:
     """Up to ``limit`` matching objects from ``start`` (relative to the scope) in key order.
 
     As kube's cacher: the page is complete after ``limit`` matches, and it has more
-    iff any key (matching or not) follows the last returned one.
+    iff any key (matching or not) follows the last returned one. ``indexed``: the value the
+    predicate pins the snapshot's index field to (``SelectionPredicate.exact_field``): only
+    the objects the index holds for it are examined.
     """
     lo = scope.lo + start if start else scope.lo
     items: list[CachedObject] = []
-    it = snapshot.iter_range(lo, scope.hi)
+    it = snapshot.iter_range(lo, scope.hi) if indexed is None else _indexed(snapshot, indexed, lo, scope.hi)
     if predicate is None and not limit:
         items = list(it)
         return ListPage(items, snapshot.rv, None, None, len(items))
@@ -76,3 +80,12 @@ def list_page(
         return ListPage(items, snapshot.rv, None, None, scanned)
     remaining = snapshot.count_range(next_lo, scope.hi) if predicate is None else None
     return ListPage(items, snapshot.rv, next_lo[len(scope.lo) :], remaining, scanned)
+
+
+def _indexed(snapshot: Snapshot, value: str, lo: str, hi: str | None) -> Iterator[CachedObject]:
+    keys = snapshot.keys_with(value)
+    end = len(keys) if hi is None else bisect_left(keys, hi)
+    for i in range(bisect_left(keys, lo), end):
+        obj = snapshot.get(keys[i])
+        if obj is not None:
+            yield obj

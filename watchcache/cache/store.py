@@ -23,6 +23,10 @@ state at ``O`` (the window's oldest rv), and put in front of the window (``backf
 span never reaches back across a relist: the relist's diff gave clients states that were no
 state of the upstream, so an rv from before it cannot be resumed exactly.
 
+Index. As kube's cacher ``Indexers`` (pods by ``spec.nodeName``), the keys of the current objects
+are indexed by the resource's trigger field (when it is not ``metadata.name``, which is the key
+itself): a kubelet's LIST of its node's pods reads those pods, not every pod of the cluster.
+
 Concurrency contract: single-threaded. Readers take a ``Snapshot`` and use it before
 the next mutation (every read in the server is built synchronously, so it never
 straddles an ``apply``). No I/O, and the clock is injected (invariant 10).
@@ -168,6 +172,10 @@ class ResourceCache:
         self.relisted_at = 0
         # No group continues at or below this rv: a backfill ended there (see ``continues_group``).
         self._sealed_at = 0
+        # Trigger value -> keys of the current objects with it (see "Index" above); None: not indexed.
+        trigger = resource.trigger_field
+        self.index_field = trigger if trigger and trigger != "metadata.name" else None
+        self._index: dict[str, set[str]] = {}
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -178,6 +186,7 @@ class ResourceCache:
         """Start over from a full list at ``rv``; history restarts there too."""
         self._objects = SortedDict((o.key, o) for o in objects)
         self._object_bytes = sum(len(o.body) for o in self._objects.values())
+        self._reindex()
         self.rv = rv
         self.history.reset(rv)
         self.set_unresumable(None)
@@ -215,16 +224,29 @@ class ResourceCache:
         now = self._clock()
         events: list[WatchEvent] = []
         objects = self._objects
+        field = self.index_field
+        index = self._index
         for kind, obj in changes:
             prev = objects.get(obj.key)
             if kind == DELETED:
                 if prev is not None:
                     del objects[obj.key]
                     self._object_bytes -= len(prev.body)
+                    if field is not None:
+                        self._unindex(prev.fields.get(field, ""), prev.key)
                 event_type = DELETED
             else:
                 objects[obj.key] = obj
                 self._object_bytes += len(obj.body) - (len(prev.body) if prev is not None else 0)
+                if field is not None:
+                    value = obj.fields.get(field, "")
+                    if prev is not None:
+                        old = prev.fields.get(field, "")
+                        if old != value:
+                            self._unindex(old, obj.key)
+                            index.setdefault(value, set()).add(obj.key)
+                    else:
+                        index.setdefault(value, set()).add(obj.key)
                 event_type = ADDED if prev is None else MODIFIED
             event = WatchEvent(self.resource, event_type, obj, prev, obj.rv, now)
             self.history.append(event)
@@ -276,6 +298,7 @@ class ResourceCache:
         events = self._order_diff(changed, gone, rv, now)
         self._objects = fresh
         self._object_bytes = sum(len(o.body) for o in fresh.values())
+        self._reindex()
         self.rv = rv
         self.history.reset(rv)
         self._continued = set()
@@ -324,6 +347,22 @@ class ResourceCache:
             for prev, stamp in zip(gone, stamps, strict=True)
         ]
         return below + deleted + top
+
+    def _reindex(self) -> None:
+        self._index = {}
+        field = self.index_field
+        if field is None:
+            return
+        index = self._index
+        for key, obj in self._objects.items():
+            index.setdefault(obj.fields.get(field, ""), set()).add(key)
+
+    def _unindex(self, value: str, key: str) -> None:
+        keys = self._index.get(value)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._index[value]  # so the index does not grow with every value ever seen
 
     def progress(self, rv: int) -> bool:
         """The upstream promises no event at or before ``rv`` is missing; True if rv moved.
@@ -462,7 +501,7 @@ class ResourceCache:
         first page's state (invariant 4).
         """
         if rv is None or rv == self.rv:
-            return Snapshot(self._objects, {}, self.rv)
+            return Snapshot(self._objects, {}, self.rv, self._index, self.index_field)
         if rv > self.rv:
             raise ResourceVersionTooNew(rv, self.rv)
         if rv < self.history.oldest_rv:
@@ -472,7 +511,7 @@ class ResourceCache:
             # The first event after rv for a key holds that key's state at rv in ``prev``.
             if event.object.key not in overlay:
                 overlay[event.object.key] = event.prev
-        return Snapshot(self._objects, overlay, rv)
+        return Snapshot(self._objects, overlay, rv, self._index, self.index_field)
 
     def events_since(self, rv: int, predicate: SelectionPredicate | None = None) -> list[WatchEvent]:
         """Events after ``rv`` for a watch (with ``predicate``) resuming there.
@@ -532,13 +571,33 @@ class Snapshot:
     Valid only until the cache next changes (use it synchronously).
     """
 
-    __slots__ = ("_objects", "_overlay", "_overlay_keys", "rv")
+    __slots__ = ("_index", "_objects", "_overlay", "_overlay_keys", "index_field", "rv")
 
-    def __init__(self, objects: SortedDict, overlay: dict[str, CachedObject | None], rv: int) -> None:
+    def __init__(
+        self,
+        objects: SortedDict,
+        overlay: dict[str, CachedObject | None],
+        rv: int,
+        index: dict[str, set[str]] | None = None,
+        index_field: str | None = None,
+    ) -> None:
         self._objects = objects
         self._overlay = overlay
         self._overlay_keys = sorted(overlay) if overlay else []
+        self._index = index or {}
+        self.index_field = index_field
         self.rv = rv
+
+    def keys_with(self, value: str) -> list[str]:
+        """The keys, in order, of the objects whose ``index_field`` may be ``value`` at this rv.
+
+        A superset: an overlaid key is included whatever its value (callers filter with the
+        predicate, which pins the field). O(matches + overlay), not O(objects).
+        """
+        keys = self._index.get(value, ())
+        if self._overlay:
+            return sorted(set(keys).union(self._overlay))
+        return sorted(keys)
 
     def get(self, key: str) -> CachedObject | None:
         if key in self._overlay:

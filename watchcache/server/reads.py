@@ -199,7 +199,8 @@ async def serve_list(
             page_items = []
     else:
         filter_fn = None if predicate.empty else predicate.selector_matches
-        page = list_page(snapshot, scope, filter_fn, limit=limit, start=plan.start)
+        indexed = predicate.exact_field(snapshot.index_field)  # a kubelet's spec.nodeName=<node>
+        page = list_page(snapshot, scope, filter_fn, limit=limit, start=plan.start, indexed=indexed)
         page_items, next_start, remaining, scanned = page.items, page.next_start, page.remaining, page.scanned
     cacher.lists += 1
     cacher.list_fetched += scanned
