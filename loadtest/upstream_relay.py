@@ -2,10 +2,11 @@
 
 The proxy is pointed at ``http://127.0.0.1:<port>`` (plain HTTP on loopback, with its bearer token);
 each connection is relayed to the upstream over TLS, bytes untouched. The proxy-to-upstream
-direction is parsed with httptools and every request counted by kind and resource: ``list``,
-``list-limit1`` (a consistent read's proof), ``watch``, ``get``, writes by method, ``review``
-(TokenReview, SubjectAccessReview) and ``discovery``. That is how "requests that reached the
-upstream" is measured independently of the proxy's own metrics.
+direction is parsed with httptools and every request counted by kind and resource: ``list`` (a
+LIST's first page), ``list-page`` (its next pages), ``list-limit1`` (a consistent read's proof),
+``watch``, ``get``, writes by method, ``review`` (TokenReview, SubjectAccessReview) and
+``discovery``. That is how "requests that reached the upstream" is measured independently of
+the proxy's own metrics.
 
 Commands: ``counts`` → ``{"kind resource": n}``; ``quit``.
 """
@@ -41,6 +42,8 @@ def classify(method: str, target: str) -> str:
         return f"watch {resource}"
     if m and m.group(2) and not m.group(3):
         return f"get {resource}"
+    if m and q.get("continue", [""])[0]:
+        return f"list-page {resource}"  # the next page of a LIST already counted
     if m:
         return f"{'list-limit1' if q.get('limit', [''])[0] == '1' else 'list'} {resource}"
     return "discovery -"
