@@ -724,3 +724,10 @@ class Helper:
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
+
+
+async def ask_all(helpers: Sequence[Helper], cmd: str, timeout: float = 600.0, **kw: Any) -> list[dict[str, Any]]:
+    """Send ``cmd`` to every helper first, then collect their answers (they work at the same time)."""
+    for h in helpers:
+        await h.send(cmd, **kw)
+    return [await h.recv(timeout) for h in helpers]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factories import configmap, pod
+from tests.support.factories import configmap, pod
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.listing import ListScope, list_page
 from watchcache.cache.predicate import SelectionPredicate

@@ -17,7 +17,15 @@ from typing import Any
 import orjson
 import pytest
 
-from loadtest.kubeclient import FrameSplitter, frame_stamp, frame_type, json_event_rv, list_meta, pb_event_rv, query
+from loadtest.bench.kubeclient import (
+    FrameSplitter,
+    frame_stamp,
+    frame_type,
+    json_event_rv,
+    list_meta,
+    pb_event_rv,
+    query,
+)
 from watchcache.kubeproto import wire
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +118,7 @@ def run_bench(module: str, *argv: str) -> dict[str, Any]:
 
 def test_the_kubelet_benchmark_delivers_every_write_to_its_kubelet_only() -> None:
     result = run_bench(
-        "loadtest.bench_kubelets",
+        "loadtest.bench.kubelets",
         "--kubelets",
         "6",
         "--spare-nodes",
@@ -146,7 +154,7 @@ def test_the_kubelet_benchmark_delivers_every_write_to_its_kubelet_only() -> Non
 
 def test_the_relist_storm_lists_and_watches_from_the_warm_proxy_without_the_upstream() -> None:
     result = run_bench(
-        "loadtest.bench_relist",
+        "loadtest.bench.relist",
         "--informers",
         "8",
         "--pods",

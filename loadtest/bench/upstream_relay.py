@@ -1,4 +1,4 @@
-"""Helper process: a counting relay between the proxy and its upstream (``python -m loadtest.upstream_relay``).
+"""Helper process: a counting relay between the proxy and its upstream (``python -m loadtest.bench.upstream_relay``).
 
 The proxy is pointed at ``http://127.0.0.1:<port>`` (plain HTTP on loopback, with its bearer token);
 each connection is relayed to the upstream over TLS, bytes untouched. The proxy-to-upstream
@@ -24,7 +24,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httptools
 
-from loadtest import helperio
+from loadtest.bench import helperio
+from loadtest.bench.lib import raise_nofile
 
 _RESOURCE = re.compile(r"^/(?:api/v1|apis/[^/]+/[^/]+)(?:/namespaces/[^/]+)?/([a-z.]+)(?:/([^/]+))?(?:/([a-z]+))?$")
 
@@ -100,7 +101,7 @@ async def main_async(args: argparse.Namespace) -> None:
     server = await asyncio.start_server(handle, "127.0.0.1", 0, limit=1 << 20)
     port = server.sockets[0].getsockname()[1]
     helperio.emit({"event": "ready", "url": f"http://127.0.0.1:{port}"})
-    cmds = await helperio.commands()
+    cmds = await helperio.command_reader()
     while True:
         line = await cmds.readline()
         if not line:
@@ -116,7 +117,7 @@ async def main_async(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     import uvloop
 
-    helperio.raise_nofile()
+    raise_nofile()
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--upstream", required=True, help="https://host:port")
     p.add_argument("--ca", default="", help="CA to verify the upstream (default: none)")

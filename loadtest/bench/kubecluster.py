@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import benchlib as bl
-from loadtest.kubeclient import Collect, H1Conn, Target
+from loadtest.bench import lib as bl
+from loadtest.bench.kubeclient import Collect, H1Conn, Target
 from watchcache.sim import fixtures
 
 KIT_ENV = ("KUBE_REFERENCE_URL", "KUBE_REFERENCE_TOKEN", "KUBE_REFERENCE_KUBECONFIG", "KUBE_REFERENCE_CA")

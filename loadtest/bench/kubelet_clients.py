@@ -1,4 +1,4 @@
-"""Helper process: kubelet-shaped clients, many per process (``python -m loadtest.kubelet_clients``).
+"""Helper process: kubelet-shaped clients, many per process (``python -m loadtest.bench.kubelet_clients``).
 
 Each kubelet ``i`` (node ``<prefix><i>``) runs what a kubelet's informers run:
 
@@ -36,8 +36,8 @@ import json
 import random
 import time
 
-from loadtest import helperio
-from loadtest.kubeclient import (
+from loadtest.bench import helperio
+from loadtest.bench.kubeclient import (
     ACCEPT_JSON,
     ACCEPT_PROTOBUF,
     PROTOBUF,
@@ -55,6 +55,7 @@ from loadtest.kubeclient import (
     pb_event_rv,
     query,
 )
+from loadtest.bench.lib import raise_nofile
 
 
 class State:
@@ -287,7 +288,7 @@ class _Retry(Exception):
 async def main_async(args: argparse.Namespace) -> None:
     runner = Kubelets(args)
     st = runner.st
-    cmds = await helperio.commands()
+    cmds = await helperio.command_reader()
     while True:
         line = await cmds.readline()
         if not line:
@@ -318,7 +319,7 @@ async def main_async(args: argparse.Namespace) -> None:
             helperio.emit(
                 {
                     "t": time.time(),
-                    "cpu": helperio.cpu_seconds(),
+                    "cpu": helperio.rusage_cpu(),
                     "open": st.open,
                     "opened": st.opened,
                     "ended": st.ended,
@@ -359,7 +360,7 @@ async def main_async(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     import uvloop
 
-    helperio.raise_nofile()
+    raise_nofile()
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--target", required=True, help="https://host:port of the proxy or the apiserver")
     p.add_argument("--token", default="")

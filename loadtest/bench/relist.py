@@ -9,19 +9,19 @@ each target, in one run:
   until it answers);
 * ``upstream``: kube-apiserver of the reference kit (or the simulated cluster, ``--upstream sim``).
 
-Each reflector (``loadtest.reflectors``, ``--client-procs`` processes) LISTs the pods of one
+Each reflector (``loadtest.bench.reflectors``, ``--client-procs`` processes) LISTs the pods of one
 namespace holding ``--pods`` pods (``resourceVersion=0&limit=500``, following ``continue``),
 then WATCHes from the list's resourceVersion, asking for protobuf as client-go's informers do.
 Reported per target: the time until every reflector has listed (client-go's ``HasSynced``) and
 until every watch is open, the server's peak RSS (sampled every 50 ms) over its RSS before, its
 CPU over the storm, the failed requests by status (429s included), and for the proxy the
 requests that reached the upstream during the storm, counted by a relay between them
-(``loadtest.upstream_relay``: LISTs, watches, reviews, other).
+(``loadtest.bench.upstream_relay``: LISTs, watches, reviews, other).
 
 The proxy runs in the production configuration (TLS, delegated authentication, ``--workers 1``)
 with the product's defaults otherwise (``--proxy-args`` adds flags).
 
-Run: ``.venv/bin/python -m loadtest.bench_relist --quick``, or e.g. ``--informers 500,2000
+Run: ``.venv/bin/python -m loadtest.bench.relist --quick``, or e.g. ``--informers 500,2000
 --pods 10000`` (the issue's points).
 """
 
@@ -37,10 +37,9 @@ import threading
 import time
 from typing import Any
 
-from loadtest import benchlib as bl
-from loadtest import kubecluster as kc
-from loadtest.bench_kubelets import loadavg, split
-from loadtest.helperio import Helper
+from loadtest.bench import kubecluster as kc
+from loadtest.bench import lib as bl
+from loadtest.bench.kubelets import loadavg, split
 
 
 class RssSampler:
@@ -85,7 +84,7 @@ async def storm(
     up: kc.Upstream,
     layout: kc.Layout,
     files: bl.ProductionFiles,
-    relay: Helper | None,
+    relay: bl.Helper | None,
     relay_url: str,
     n: int,
     target: str,
@@ -104,13 +103,13 @@ async def storm(
     else:
         url = up.url
     path = f"/api/v1/namespaces/{layout.relist_namespace}/pods"
-    helpers: list[Helper] = []
+    helpers: list[bl.Helper] = []
     row: dict[str, Any] = {"N": n, "target": target, "pods": layout.relist_pods}
     try:
         for lo, hi in split(0, n, args.client_procs):
             helpers.append(
-                await Helper.start(
-                    "loadtest.reflectors",
+                await bl.Helper.start(
+                    "reflectors",
                     "--target",
                     url,
                     "--token",
@@ -124,7 +123,6 @@ async def storm(
                     "--count",
                     str(hi - lo),
                     *(["--h2"] if args.h2 else []),
-                    name=f"reflectors[{lo}:{hi}]",
                 )
             )
         for h in helpers:
@@ -279,14 +277,14 @@ async def amain(args: argparse.Namespace) -> None:
     files = bl.ProductionFiles(any_delegated=args.upstream == "sim", any_tls=True)
     up = kc.kube_upstream() if args.upstream == "kube" else kc.sim_upstream(files)
     layout = kc.Layout(prefix=args.prefix, relist_pods=args.pods)
-    relay: Helper | None = None
+    relay: bl.Helper | None = None
     rows: list[dict[str, Any]] = []
     try:
         bl.log(f"seeding {layout} on {up.kind} at {up.url}")
         bl.log(f"seeded: {await kc.seed(up, layout)}")
         relay_url = ""
         if any(t.startswith("proxy") for t in args.target_list) and not args.no_relay:
-            relay = await Helper.start("loadtest.upstream_relay", "--upstream", up.url, "--ca", up.ca)
+            relay = await bl.Helper.start("upstream-relay", "--upstream", up.url, "--ca", up.ca)
             relay_url = (await relay.recv())["url"]
         for n in args.informer_list:
             for target in args.target_list:

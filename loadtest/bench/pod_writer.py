@@ -1,4 +1,4 @@
-"""Helper process: update pods at a fixed rate, each update stamped (``python -m loadtest.pod_writer``).
+"""Helper process: update pods at a fixed rate, each update stamped (``python -m loadtest.bench.pod_writer``).
 
 Each update is a JSON merge patch of one pod's ``bench/written-at`` annotation, set to the time it
 is sent (``time.time()``, 6 decimals: unique per write). Writes go to the upstream (kube-apiserver
@@ -24,8 +24,8 @@ import random
 import time
 from typing import Any
 
-from loadtest import helperio
-from loadtest.kubeclient import STAMP_KEY, Collect, H1Conn, Target
+from loadtest.bench import helperio
+from loadtest.bench.kubeclient import STAMP_KEY, Collect, H1Conn, Target
 
 
 async def run(
@@ -106,7 +106,7 @@ async def run(
         "write_ms_p50": round(latencies[len(latencies) // 2] * 1000, 2) if latencies else None,
         "write_ms_p99": round(latencies[int(len(latencies) * 0.99)] * 1000, 2) if latencies else None,
         "stamps": {str(k): v for k, v in stamps.items()},
-        "cpu": helperio.cpu_seconds(),
+        "cpu": helperio.rusage_cpu(),
     }
 
 
@@ -120,7 +120,7 @@ async def main_async(args: argparse.Namespace) -> None:
         assert isinstance(c, H1Conn)
         conns.append(c)
     helperio.emit({"event": "ready", "pods": len(pods), "connections": len(conns)})
-    cmds = await helperio.commands()
+    cmds = await helperio.command_reader()
     while True:
         line = await cmds.readline()
         if not line:

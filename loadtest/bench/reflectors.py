@@ -1,4 +1,4 @@
-"""Helper process: client-go reflectors that all start at once (``python -m loadtest.reflectors``).
+"""Helper process: client-go reflectors that all start at once (``python -m loadtest.bench.reflectors``).
 
 Each reflector does what client-go's does when its process starts (or after a network partition,
 an upstream restart, a proxy rollout): LIST with ``resourceVersion=0&limit=500`` (following
@@ -25,8 +25,9 @@ import random
 import time
 from typing import Any
 
-from loadtest import helperio
-from loadtest.kubeclient import ACCEPT_JSON, ACCEPT_PROTOBUF, Collect, Conn, Sink, Target, list_meta, query
+from loadtest.bench import helperio
+from loadtest.bench.kubeclient import ACCEPT_JSON, ACCEPT_PROTOBUF, Collect, Conn, Sink, Target, list_meta, query
+from loadtest.bench.lib import raise_nofile
 
 
 class WatchOpen(Sink):
@@ -127,7 +128,7 @@ async def main_async(args: argparse.Namespace) -> None:
     target = Target(args.target, args.token, args.ca, h2=args.h2)
     accept = ACCEPT_PROTOBUF if args.accept == "protobuf" else ACCEPT_JSON
     reflectors = [Reflector(i) for i in range(args.count)]
-    cmds = await helperio.commands()
+    cmds = await helperio.command_reader()
     helperio.emit({"event": "ready", "reflectors": len(reflectors)})
     tasks: list[asyncio.Task[None]] = []
     while True:
@@ -139,7 +140,7 @@ async def main_async(args: argparse.Namespace) -> None:
         if what == "go":
             at = float(cmd["at"])
             await asyncio.sleep(max(0.0, at - time.time()))
-            cpu0 = helperio.cpu_seconds()
+            cpu0 = helperio.rusage_cpu()
             tasks = [asyncio.ensure_future(reflect(r, target, args, accept, at)) for r in reflectors]
             await asyncio.wait(tasks, timeout=float(cmd.get("deadline", 600)))
             failures: collections.Counter[str] = collections.Counter()
@@ -153,7 +154,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 "bytes": sum(r.bytes for r in reflectors),
                 "failures": dict(failures),
                 "rvs": sorted({r.items_rv for r in reflectors})[:5],
-                "cpu": helperio.cpu_seconds() - cpu0,
+                "cpu": helperio.rusage_cpu() - cpu0,
             }
             helperio.emit(out)
         elif what == "snap":
@@ -176,7 +177,7 @@ async def main_async(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     import uvloop
 
-    helperio.raise_nofile()
+    raise_nofile()
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--target", required=True)
     p.add_argument("--token", default="")

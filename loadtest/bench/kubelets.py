@@ -5,14 +5,14 @@ one of them. For each K (``--kubelets``) and each target (``--targets``: ``proxy
 serve`` in front of the upstream; ``upstream`` = kube-apiserver of the reference kit, or the
 simulated cluster with ``--upstream sim``), in one run:
 
-1. K kubelets (``loadtest.kubelet_clients``, ``--client-procs`` processes) each LIST+WATCH their node's
+1. K kubelets (``loadtest.bench.kubelet_clients``, ``--client-procs`` processes) each LIST+WATCH their node's
    pods (``fieldSelector=spec.nodeName=<node>``), their Node (``metadata.name``) and
    ``--cm-per-kubelet`` ConfigMaps by name: 7 watches per kubelet by default, over TLS (HTTP/1.1,
    one connection per watch; ``--h2``: one HTTP/2 connection per kubelet), asking for protobuf
    (``--accept``).
 2. Idle (``--idle`` s): the server's RSS before and after the watches (RSS per idle watch) and
    its CPU with nothing written (bookmarks, timers).
-3. For each rate R (``--rates``) and selection (``--select``): ``loadtest.pod_writer`` patches
+3. For each rate R (``--rates``) and selection (``--select``): ``loadtest.bench.pod_writer`` patches
    random pods on the upstream at R/s for ``--window`` s; ``watched`` pods are on the first K
    nodes (each update selected by exactly one watcher), ``unwatched`` ones on the spare nodes
    (selected by none: the cost of an event nobody wants). Measured over the window: the server's
@@ -30,7 +30,7 @@ the upstream if missing and deleted at the end (``--keep`` keeps them for the ne
 proxy runs in the production configuration (TLS, ``--authentication delegated``, ``--workers 1``)
 with the product's defaults otherwise: add flags with ``--proxy-args``.
 
-Run: ``.venv/bin/python -m loadtest.bench_kubelets --quick`` (a small K, ~3 min), or e.g.
+Run: ``.venv/bin/python -m loadtest.bench.kubelets --quick`` (a small K, ~3 min), or e.g.
 ``--kubelets 1000,2000,5000 --rates 100,500`` (the issue's points).
 """
 
@@ -46,10 +46,9 @@ import tempfile
 import time
 from typing import Any
 
-from loadtest import benchlib as bl
-from loadtest import kubecluster as kc
-from loadtest.helperio import Helper, ask_all
-from loadtest.kubeclient import FrameSplitter, H1Conn, Sink, frame_type, query
+from loadtest.bench import kubecluster as kc
+from loadtest.bench import lib as bl
+from loadtest.bench.kubeclient import FrameSplitter, H1Conn, Sink, frame_type, query
 
 
 def split(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
@@ -147,7 +146,7 @@ async def measure_target(
     files: bl.ProductionFiles,
     k: int,
     target_name: str,
-    writer: Helper,
+    writer: bl.Helper,
     rows: list[dict[str, Any]],
 ) -> None:
     proxy = None
@@ -160,15 +159,15 @@ async def measure_target(
     else:
         url = up.url
     server = Server(target_name, up, proxy)
-    clients: list[Helper] = []
+    clients: list[bl.Helper] = []
     base: dict[str, Any] = {"K": k, "target": target_name, "server": server.key}
     try:
         await asyncio.sleep(args.settle)
         rss0 = server.rss()
         for lo, hi in split(0, k, args.client_procs):
             clients.append(
-                await Helper.start(
-                    "loadtest.kubelet_clients",
+                await bl.Helper.start(
+                    "kubelet-clients",
                     "--target",
                     url,
                     "--token",
@@ -196,11 +195,12 @@ async def measure_target(
                     "--source-addresses",
                     str(args.source_addresses),
                     *(["--h2"] if args.h2 else []),
-                    name=f"kubelets[{lo}:{hi}]",
                 )
             )
         t0 = time.monotonic()
-        connected = await ask_all(clients, "connect", timeout=args.connect_timeout + 60, deadline=args.connect_timeout)
+        connected = await bl.ask_all(
+            clients, "connect", timeout=args.connect_timeout + 60, deadline=args.connect_timeout
+        )
         connect_s = time.monotonic() - t0
         watches = sum(c["watches"] for c in connected)
         established = sum(c["established"] for c in connected)
@@ -248,13 +248,13 @@ async def measure_target(
                 if not nodes:
                     continue
                 since = time.time()
-                started = await ask_all(clients, "record-start", since=since)
+                started = await bl.ask_all(clients, "record-start", since=since)
                 watching = {i for c in started for i in c["watching"]}
-                s0 = await ask_all(clients, "snap")
+                s0 = await bl.ask_all(clients, "snap")
                 c0, m0, t_0 = server.cpu(), bl.machine_busy()[0], time.monotonic()
                 profiling = None
                 if args.profile and proxy is not None:
-                    from loadtest.bench_fanout import run_profile
+                    from loadtest.bench.fanout import run_profile
 
                     args.profile_seconds = args.window
                     profiling = asyncio.ensure_future(run_profile(proxy, args, f"kubelets-K{k}-R{rate}-{select}"))
@@ -269,8 +269,8 @@ async def measure_target(
                 await asyncio.sleep(args.drain)
                 c1, m1, t_1 = server.cpu(), bl.machine_busy()[0], time.monotonic()
                 profile = await profiling if profiling is not None else None
-                recs = await ask_all(clients, "record-stop")
-                s1 = await ask_all(clients, "snap")
+                recs = await bl.ask_all(clients, "record-stop")
+                s1 = await bl.ask_all(clients, "snap")
                 rows.append(
                     summarize_window(
                         base,
@@ -301,7 +301,7 @@ async def measure_target(
                     f"{r['us_per_written']} µs/written ({r['us_marginal_per_written']} marginal), "
                     f"load {loadavg()}"
                 )
-        final = await ask_all(clients, "snap")
+        final = await bl.ask_all(clients, "snap")
         rows.append(
             {
                 **base,
@@ -534,8 +534,8 @@ async def amain(args: argparse.Namespace) -> None:
         await wait_nodes_quiet(up, layout, time.monotonic() if created_nodes else None)
         with os.fdopen(fd, "w") as f:
             json.dump(layout.pods(), f)
-        writer = await Helper.start(
-            "loadtest.pod_writer",
+        writer = await bl.Helper.start(
+            "pod-writer",
             "--target",
             up.url,
             "--token",
