@@ -123,6 +123,8 @@ class Server:
         out = self.up.cpu()
         if self.proxy is not None:
             out["proxy"] = self.proxy.cpu()
+            # Of which in the kernel (on loopback a send also runs the receiver's TCP path).
+            out["proxy-system"] = sum(_system_seconds(pid) for pid in self.proxy.pids())
         return out
 
     def rss(self) -> int:
@@ -133,6 +135,14 @@ class Server:
     @property
     def key(self) -> str:
         return "proxy" if self.proxy is not None else self.up.server
+
+
+def _system_seconds(pid: int) -> float:
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(")") + 2 :].split()[12]) / bl.CLK_TCK
+    return 0.0
 
 
 def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
@@ -299,6 +309,7 @@ async def measure_target(
                     f"{r['delivered']}, missing {r['missing']} (+{r['not_delivered_no_watch']} without a watch), "
                     f"p50/p99 {r['p50_ms']}/{r['p99_ms']} ms, "
                     f"{r['us_per_written']} µs/written ({r['us_marginal_per_written']} marginal), "
+                    f"cpu s {r['cpu_s']}, "
                     f"load {loadavg()}"
                 )
         final = await bl.ask_all(clients, "snap")
