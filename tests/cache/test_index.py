@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.support.factories import configmap, pod
 from watchcache.cache.events import DELETED, MODIFIED
-from watchcache.cache.listing import ListScope, list_page
+from watchcache.cache.listing import ListScope, candidates, list_page
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig, ResourceCache
 from watchcache.resources import CONFIGMAPS, PODS
@@ -97,3 +97,52 @@ def test_a_resource_whose_trigger_is_its_name_has_no_index() -> None:
     cache.replace([configmap("c", "a", 1)], 1)
     assert cache.index_field is None
     assert cache._index == {}
+
+
+selector = st.tuples(
+    st.sampled_from([None, *NAMESPACES]),
+    st.sampled_from(
+        ["", *(f"spec.nodeName={n}" for n in NODES), "metadata.name=p1", "metadata.name=p1,spec.nodeName=n1"]
+    ),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=st.lists(step, max_size=15), selectors=st.lists(selector, min_size=1, max_size=6))
+def test_a_watchs_initial_state_reads_only_candidates_and_finds_what_a_scan_finds(steps, selectors):
+    cache = ResourceCache(PODS, CacheConfig(history_max_events=8), lambda: 0.0)
+    cache.replace([pod("p0", "a", 1, node="n1"), pod("p1", "b", 1, node="n2")], 1)
+    rv = 1
+    for kind, changes in steps:
+        rv += 1
+        live = list(cache.snapshot().iter_range("", None))
+        if kind == "relist":
+            cache.relist([pod(name, ns, rv, node=node) for ns, name, node in changes if node is not None], rv)
+            continue
+        keys = {o.key for o in live}
+        batch = [
+            (DELETED if node is None else MODIFIED, pod(name, ns, rv, node=node or ""))
+            for ns, name, node in changes
+            if node is not None or f"{ns}/{name}" in keys
+        ]
+        if batch:
+            cache.apply(batch)
+        else:
+            cache.progress(rv)
+    for r in (cache.oldest_rv, cache.rv):
+        snapshot = cache.snapshot(r)
+        for namespace, fields in selectors:
+            predicate = SelectionPredicate.parse(PODS, namespace, "", fields)
+            found = [o.key for o in candidates(snapshot, predicate, namespaced=True) if predicate.matches(o)]
+            assert found == [o.key for o in snapshot.iter_range("", None) if predicate.matches(o)], (
+                r,
+                namespace,
+                fields,
+            )
+
+
+def test_a_watch_of_one_named_object_in_a_namespace_reads_one_key() -> None:
+    cache = ResourceCache(CONFIGMAPS, CacheConfig(), lambda: 0.0)
+    cache.replace([configmap(f"c{i}", ns, 1) for i in range(50) for ns in NAMESPACES], 1)
+    predicate = SelectionPredicate.parse(CONFIGMAPS, "b", "", "metadata.name=c7")
+    assert [o.key for o in candidates(cache.snapshot(), predicate, namespaced=True)] == ["b/c7"]

@@ -10,7 +10,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from watchcache.cache.object import CachedObject
+from watchcache.cache.object import CachedObject, object_key
+from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import Snapshot
 
 Predicate = Callable[[CachedObject], bool]
@@ -89,3 +90,24 @@ def _indexed(snapshot: Snapshot, value: str, lo: str, hi: str | None) -> Iterato
         obj = snapshot.get(keys[i])
         if obj is not None:
             yield obj
+
+
+def candidates(snapshot: Snapshot, predicate: SelectionPredicate, *, namespaced: bool) -> Iterator[CachedObject]:
+    """The objects ``predicate`` may select, in key order, without reading those it cannot (filter them with it).
+
+    A watch's initial state (``sendInitialEvents``): a kubelet's watch of its Node or of one
+    ConfigMap (``metadata.name``, in a namespace) reads one key; of its pods (the index field,
+    ``spec.nodeName``) the index's keys; anything else its scope.
+    """
+    name = predicate.exact_name()
+    if name is not None and (predicate.namespace is not None or not namespaced):
+        obj = snapshot.get(object_key(predicate.namespace or "", name))
+        if obj is not None:
+            yield obj
+        return
+    scope = ListScope.of(predicate.namespace)
+    value = predicate.exact_field(snapshot.index_field)
+    if value is None:
+        yield from snapshot.iter_range(scope.lo, scope.hi)
+    else:
+        yield from _indexed(snapshot, value, scope.lo, scope.hi)

@@ -52,6 +52,7 @@ from sortedcontainers import SortedList
 from watchcache import apierrors
 from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.events import WatchEvent
+from watchcache.cache.listing import candidates
 from watchcache.cache.object import CachedObject
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import Mode, WatchPlan
@@ -461,11 +462,8 @@ class Cacher:
         )
         try:
             if snapshot is not None:
-                objects = (
-                    snapshot.iter_range("", None)
-                    if predicate.namespace is None
-                    else snapshot.iter_range(predicate.namespace + "/", predicate.namespace + "0")
-                )
+                # A kubelet's watch list reads its node's pods (the index) or one key, not every object.
+                objects = candidates(snapshot, predicate, namespaced=self.resource.namespaced)
                 parts, count = request.encoding.initial_events(self.resource, objects, predicate.matches)
                 watcher.deliver_initial(parts, start_rv, count)
                 if plan.initial_events_end_bookmark:
