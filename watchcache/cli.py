@@ -71,7 +71,8 @@ def _reads(g: Group, *, proxy: bool) -> None:
           "reads")
     g.add_argument("--history-max-age", type=float, default=c.history_max_age, help="seconds of history kept per "
                    "resource (default %(default)s, etcd's compaction interval)")
-    _flag(g, "--bookmark-interval", s.bookmark_interval, "seconds between BOOKMARK events for watchers that allow them")
+    _flag(g, "--bookmark-interval", s.bookmark_interval, "seconds between BOOKMARK events for watchers that allow "
+          "them (kube-apiserver's interval; each is a write per watcher)")
     _flag(g, "--fresh-wait", s.fresh_wait, "seconds a read waits for a resourceVersion (or for a consistent-read "
           "proof) before 504 or pass-through")
     if proxy:

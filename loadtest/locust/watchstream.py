@@ -6,8 +6,8 @@ arrived, so an event could sit in the socket buffer until later events fill the 
 parser's ``readline`` (below) returns as soon as one newline-terminated event is buffered, and its
 ``recv`` is a gevent socket's: a greenlet waiting for the next event yields to every other user.
 A watch also wants its own connection: the stream holds it for minutes, and its read timeout
-must outlast the gaps between events (bookmarks come every ``bookmark_interval``, 10 s in
-watchcache, ~1 min in kube-apiserver), unlike a LIST's.
+must outlast the gaps between events (bookmarks come every ``bookmark_interval``, 1 min in
+watchcache as in kube-apiserver), unlike a LIST's.
 """
 
 from __future__ import annotations

@@ -53,8 +53,10 @@ class ServeConfig:
     fresh_wait: float = 3.0
     # How long a request waits for a cache that has not synced yet before 429.
     ready_wait: float = 0.0
-    # Periodic bookmark interval for watchers that allow bookmarks.
-    bookmark_interval: float = 10.0
+    # Periodic bookmarks, for watchers that allow them: kube-apiserver's defaultBookmarkFrequency. Each
+    # is a write to its watcher's connection: with thousands of mostly idle watchers (kubelets) they
+    # outnumber the events (docs/performance.md, "Kubelet-shaped scale").
+    bookmark_interval: float = 60.0
     # Watches without timeoutSeconds end after [min, 2*min) s (kube: --min-request-timeout=1800).
     min_request_timeout: float = 1800.0
     # A watcher whose unsent frames exceed this lags: buffer dropped, caught up from history later.
