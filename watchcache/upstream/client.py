@@ -1,5 +1,14 @@
 """The HTTP client to the upstream apiserver (aiohttp), for the proxy's own requests.
 
+A reflector's watch stream has a reader of its own (``watch_into``, ``_WatchStream``): an
+``asyncio.Protocol`` on httptools that hands each network read's event lines to the reflector in
+the same callback. Through aiohttp each event cost a stream-reader future, a task step and a
+timeout scope: 180–220 µs of CPU per event against 105–125 µs (a 3 KB event over TLS, measured
+as in docs/performance.md, "Kubelet-shaped scale"), the largest part of the proxy's cost per
+upstream event. Its connection is dialled as the tunnels' are (``dialing.open_connection``: direct,
+or through the http(s)/socks5 proxy), with the same TLS context as aiohttp's (client certificate,
+an exec plugin's included) and the same credential headers (a 401 tells the credentials).
+
 ``session`` carries the proxy's identity (reflectors, discovery, consistency probes). Pass-through
 has a session per ``Route`` (``watchcache.upstream.identity``), each its own connection pool, since
 a TLS connection's client certificate is fixed at its handshake: ``CLIENT`` presents no identity of
@@ -12,16 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import aiohttp
+import httptools
 import orjson
 
 from watchcache.resources import ResourceType
 from watchcache.upstream.config import ClientCertificate, UpstreamConfig, load_cert_chain_data
 from watchcache.upstream.credentials import Credentials
-from watchcache.upstream.dialing import session_options
+from watchcache.upstream.dialing import open_connection, session_options
 from watchcache.upstream.identity import IdentityOptions, Route
 
 USER_AGENT = "watchcache/0.1"
@@ -52,14 +63,104 @@ def collection_path(resource: ResourceType, namespace: str | None = None) -> str
 
 
 async def _error_from(resp: aiohttp.ClientResponse) -> UpstreamError:
-    body = await resp.read()
+    return _error_from_body(resp.status, await resp.read())
+
+
+def _error_from_body(code: int, body: bytes) -> UpstreamError:
     try:
         status = orjson.loads(body)
         if isinstance(status, dict) and status.get("kind") == "Status":
-            return UpstreamError(resp.status, str(status.get("message", "")), status)
+            return UpstreamError(code, str(status.get("message", "")), status)
     except orjson.JSONDecodeError:
         pass
-    return UpstreamError(resp.status, body[:200].decode("utf-8", "replace"))
+    return UpstreamError(code, body[:200].decode("utf-8", "replace"))
+
+
+class _WatchStream(asyncio.Protocol):
+    """One watch request on a connection of its own; each read's complete lines go to ``on_lines``.
+
+    ``done`` ends with None when the upstream ends the stream (its timeout), else with the error:
+    an ``UpstreamError`` for a non-200 answer, what ``on_lines`` raised (the reflector's ``Gone``),
+    ``WatchStalled``, or ``ConnectionResetError`` for a connection lost mid-stream.
+    """
+
+    def __init__(self, request: bytes, on_lines: Callable[[list[bytes]], None], stall_timeout: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.request = request
+        self.on_lines = on_lines
+        self.stall_timeout = stall_timeout
+        self.done: asyncio.Future[None] = self.loop.create_future()
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.status = 0
+        self.pending = b""
+        self.error_body: list[bytes] = []
+        self.last = self.loop.time()
+        # One timer for the whole stream, moved on lazily: arming a timeout per read cost more
+        # than the read itself.
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.done.done():  # closed while connecting (a certificate rotated)
+            transport.close()
+            return
+        transport.write(self.request)  # type: ignore[attr-defined]
+        self.timer = self.loop.call_at(self.last + self.stall_timeout, self._check_stall)
+
+    def data_received(self, data: bytes) -> None:
+        self.last = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:  # what on_lines raised, chained by httptools
+            self.end(e.__context__ if isinstance(e.__context__, Exception) else e)
+        except httptools.HttpParserError as e:
+            self.end(ConnectionError(f"bad answer from the upstream: {e}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.end(ConnectionResetError(f"upstream closed the watch stream: {exc or 'EOF'}"))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        if self.status != 200:
+            self.error_body.append(body)
+            return
+        data = self.pending + body if self.pending else body
+        lines = data.split(b"\n")
+        self.pending = lines.pop()
+        if lines:
+            self.on_lines([line for line in lines if line])
+
+    def on_message_complete(self) -> None:
+        if self.status == 200:
+            self.end(None)
+        else:
+            self.end(_error_from_body(self.status, b"".join(self.error_body)))
+
+    def _check_stall(self) -> None:
+        idle = self.loop.time() - self.last
+        if idle >= self.stall_timeout:
+            self.end(WatchStalled(f"no data for {self.stall_timeout:.0f}s"))
+        else:
+            self.timer = self.loop.call_at(self.last + self.stall_timeout, self._check_stall)
+
+    def end(self, error: Exception | None) -> None:
+        if self.done.done():
+            return
+        if error is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(error)
+        self.close()
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.transport is not None:
+            self.transport.close()
 
 
 class UpstreamClient:
@@ -77,6 +178,9 @@ class UpstreamClient:
         self.passthrough_ssl: dict[Route, ssl.SSLContext | None] = {}
         # The front-proxy client certificate, reloaded by ``reload_certificates`` when it rotates.
         self.front_proxy_cert: ClientCertificate | None = None
+        # The reflectors' open watch streams (``watch_into``): closed with the session's connections
+        # when an exec plugin's certificate rotates.
+        self.watch_streams: set[_WatchStream] = set()
 
     def _own_session(self) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
@@ -96,6 +200,8 @@ class UpstreamClient:
         old, self.session = self.session, self._own_session()
         if old is not None:
             asyncio.get_running_loop().create_task(old.close())
+        for stream in list(self.watch_streams):
+            stream.end(ConnectionResetError("the exec plugin's client certificate changed"))
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, connect=10.0)
@@ -182,6 +288,67 @@ class UpstreamClient:
         """The upstream's current resourceVersion: a consistent (quorum) LIST of one item."""
         data = await self.get_json(collection_path(resource), {"limit": "1"}, timeout=10.0)
         return int(data["metadata"]["resourceVersion"])
+
+    async def watch_into(
+        self,
+        resource: ResourceType,
+        params: Mapping[str, str],
+        on_lines: Callable[[list[bytes]], None],
+        *,
+        stall_timeout: float,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        """Run one watch stream: each network read's complete event lines go to ``on_lines`` at once.
+
+        Returns when the upstream ends the stream. Raises ``WatchStalled`` if nothing arrives for
+        ``stall_timeout`` seconds, ``UpstreamError`` for a non-200 answer (a 401 tells the
+        credentials, as ``get_bytes``), ``OSError`` if the connection fails or is lost,
+        ``TimeoutError`` if it is not made in ``connect_timeout``, and whatever ``on_lines`` raises
+        (the stream is closed then).
+        """
+        url = urlsplit(self.url(collection_path(resource)))
+        query = urlencode({"watch": "1", **params})
+        default_port = 443 if url.scheme == "https" else 80
+        port = url.port or default_port
+        host = url.hostname or ""
+        credential = await self.tokens.fresh_headers()
+        headers = {
+            "Host": url.netloc if url.port and url.port != default_port else host,
+            "User-Agent": USER_AGENT,
+            "Accept": "application/json",
+            **credential,
+        }
+        request = (
+            f"GET {url.path}?{query} HTTP/1.1\r\n".encode()
+            + b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in headers.items())
+            + b"\r\n"
+        )
+        stream = _WatchStream(request, on_lines, stall_timeout)
+        ssl_context = self.own_ssl if url.scheme == "https" else None
+        server_hostname = (self.config.tls_server_name or host) if ssl_context is not None else None
+        self.watch_streams.add(stream)
+        try:
+            try:
+                async with asyncio.timeout(connect_timeout):
+                    await open_connection(
+                        self.config,
+                        lambda: stream,
+                        host,
+                        port,
+                        ssl_context=ssl_context,
+                        server_hostname=server_hostname,
+                    )
+            except TimeoutError:
+                raise TimeoutError(f"connecting to {url.netloc} timed out after {connect_timeout:.0f}s") from None
+            try:
+                await stream.done
+            except UpstreamError as e:
+                if e.code == 401:
+                    self.tokens.rejected(credential)
+                raise
+        finally:
+            self.watch_streams.discard(stream)
+            stream.close()
 
     async def watch(
         self, resource: ResourceType, params: Mapping[str, str], *, stall_timeout: float

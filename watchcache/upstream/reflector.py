@@ -208,11 +208,10 @@ class Reflector:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout),
         }
-        stream = self.client.watch(self.resource, params, stall_timeout=self.config.stall_timeout)
         self.drop_diff()
         try:
-            async for lines in stream:
-                self._apply(lines)
+            # Each read's events are applied in the stream's own callback (upstream/client.py).
+            await self.client.watch_into(self.resource, params, self._apply, stall_timeout=self.config.stall_timeout)
         except UpstreamError as e:
             if e.code == 410:
                 raise Gone(e.status.get("message", "") if e.status else str(e)) from None
