@@ -103,7 +103,7 @@ def _delivery(g: Group) -> None:
           "the only per-flush metric cost)")
 
 
-def _limits(g: Group, *, per_client: int) -> None:
+def _limits(g: Group) -> None:
     s, h = _SERVE, _HTTP
     _flag(g, "--max-requests-inflight", s.max_requests_inflight, "requests handled at once per worker (a watch "
           "until it is registered, a read while it waits for its resourceVersion); more get 429 with Retry-After")
@@ -122,9 +122,10 @@ def _limits(g: Group, *, per_client: int) -> None:
     _flag(g, "--keepalive-timeout", h.keepalive_timeout, "seconds an idle keep-alive connection is kept")
     _flag(g, "--max-connections", h.max_connections, "open client connections per worker; more are closed at "
           "accept, unread (0: no limit)")
-    _flag(g, "--max-connections-per-client", per_client, "open connections per client IP address per worker; the "
-          "first request on one more gets 429 with Retry-After and the connection is closed (0: no limit, e.g. "
-          "behind a proxy that hides client addresses)")
+    _flag(g, "--max-connections-per-client", h.max_connections_per_client, "open connections per client IP "
+          "address per worker; the first request on one more gets 429 with Retry-After and the connection is closed "
+          "(0: no limit, as kube-apiserver; set it only where the proxy sees each client's own address, never "
+          "behind a load balancer or NAT that rewrites them: docs/security.md)")
     _flag(g, "--max-connection-buffer-bytes", h.max_connection_buffer_bytes, "request bytes (heads and bodies) one "
           "connection may have sent and not yet had answered; past it the connection is not read until earlier "
           "requests are answered (never below one request of --max-header-bytes + --max-body-bytes)")
@@ -196,7 +197,7 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     add_identity_flags(serve.add_argument_group("pass-through of client-certificate users (--client-ca-file)"))
     _reads(serve.add_argument_group("tuning: cache and reads"), proxy=True)
     _delivery(serve.add_argument_group("tuning: watch delivery"))
-    _limits(serve.add_argument_group("tuning: limits per worker"), per_client=_HTTP.max_connections_per_client)
+    _limits(serve.add_argument_group("tuning: limits per worker"))
     t = serve.add_argument_group("tuning: exec, attach, cp, port-forward tunnels")
     t.add_argument("--tunnel-idle-timeout", type=float, default=_TUNNELS.idle_timeout, help="seconds without a "
                    "byte either way after which a tunnel is closed (default %(default)s: 4 h, the kubelet's "
@@ -231,7 +232,7 @@ def _sim_command_flags(sim: argparse.ArgumentParser) -> None:
     _reads(sim.add_argument_group("tuning: reads"), proxy=False)
     _delivery(sim.add_argument_group("tuning: watch delivery"))
     # The simulated cluster's clients are tests and benchmarks on one host: no per-address limit.
-    _limits(sim.add_argument_group("tuning: limits"), per_client=0)
+    _limits(sim.add_argument_group("tuning: limits"))
 
 
 # fmt: on

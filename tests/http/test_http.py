@@ -18,6 +18,7 @@ from tests.support.http1 import GET, at_eof, exchange, read_reply
 from tests.support.serverthread import Serve
 from tests.support.waiting import wait_until
 from watchcache import apierrors
+from watchcache.cli import build_parser
 from watchcache.http.flowcontrol import ConnectionClosed
 from watchcache.http.limits import HttpLimits
 from watchcache.http.request import Request
@@ -501,6 +502,25 @@ def test_connection_limits_per_client_429_then_total_closed_at_accept(serve: Ser
     assert reply.status == 200
     assert srv.admission.rejected["connections"] == 1
     assert srv.admission.rejected["connections_per_client"] == 2
+
+
+def test_by_default_one_address_may_hold_more_connections_than_a_cluster_has_kubelets(serve: Serve) -> None:
+    """Behind a load balancer that rewrites source addresses, every kubelet comes from one address:
+    the default has no per-address cap (kube-apiserver has none), only the total one. With the old
+    default (1,000) the 1,001st connection's request got 429."""
+    args = build_parser().parse_args(["serve", "--upstream", "http://127.0.0.1:1"])
+    assert args.max_connections_per_client == HttpLimits().max_connections_per_client
+    srv = serve(echo, HttpLimits())  # the defaults
+    socks = [srv.connect() for _ in range(1_100)]
+    try:
+        for sock in socks:  # all open at once, then each asks
+            sock.sendall(GET % b"/x")
+        statuses = [read_reply(sock.makefile("rb")).status for sock in socks]
+        assert statuses == [200] * len(socks)
+        assert srv.admission.rejected["connections_per_client"] == 0
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def test_a_request_holds_its_bytes_until_its_answer_starts(serve: Serve) -> None:

@@ -30,8 +30,11 @@ class HttpLimits:
     low_water: int = 64 * 1024
     # Open connections per server (process); over -> closed at accept. 0: no limit.
     max_connections: int = 20_000
-    # Per client address; over -> its first request gets 429 + Retry-After, then close. 0: no limit.
-    max_connections_per_client: int = 1_000
+    # Per client address; over -> its first request gets 429 + Retry-After, then close. 0: no limit,
+    # the default, as kube-apiserver: behind a load balancer that rewrites source addresses every
+    # kubelet of a cluster comes from a few addresses, and any per-address cap would cap the cluster
+    # (docs/security.md, "Why no per-client connection limit by default").
+    max_connections_per_client: int = 0
     # Request bytes (heads and bodies) one connection may hold unanswered; over -> it is not read
     # until its earlier requests are answered. Never below one request of the largest size.
     max_connection_buffer_bytes: int = 4 << 20
