@@ -20,7 +20,7 @@ from watchcache.dispatch.cacher import Cacher
 from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.selectors import SelectorError
-from watchcache.server.context import ApiContext, PassThrough
+from watchcache.server.context import ApiContext, ListBodies, PassThrough
 from watchcache.server.negotiation import PassReason
 
 CONTINUE_TOO_OLD = (
@@ -198,10 +198,33 @@ async def serve_list(
         if plan.mode is Mode.CONTINUE and plan.start:
             page_items = []
     else:
-        filter_fn = None if predicate.empty else predicate.selector_matches
-        indexed = predicate.exact_field(snapshot.index_field)  # a kubelet's spec.nodeName=<node>
-        page = list_page(snapshot, scope, filter_fn, limit=limit, start=plan.start, indexed=indexed)
-        page_items, next_start, remaining, scanned = page.items, page.next_start, page.remaining, page.scanned
+        # A scan: an identical LIST at this snapshot may have built its answer already (a relist storm).
+        bodies = ctx.list_bodies.get(resource)
+        if bodies is None:
+            bodies = ctx.list_bodies[resource] = ListBodies()
+        key = (info.namespace, opts.label_selector, opts.field_selector, limit, plan.start, encoding)
+        version = (snapshot.rv, cacher.cache.group_size(snapshot.rv))
+        built = bodies.get(version, key)
+        if built is None:
+            filter_fn = None if predicate.empty else predicate.selector_matches
+            indexed = predicate.exact_field(snapshot.index_field)  # a kubelet's spec.nodeName=<node>
+            page = list_page(snapshot, scope, filter_fn, limit=limit, start=plan.start, indexed=indexed)
+            token = None
+            if page.next_start is not None:
+                token = ctx.codec.encode(snapshot.rv, page.next_start, version[1])
+            built = (
+                encoding.list_parts(resource, page.items, snapshot.rv, token, page.remaining),
+                len(page.items),
+                page.scanned,
+            )
+            bodies.put(version, key, built)
+        parts, returned, scanned = built
+        cacher.lists += 1
+        cacher.list_fetched += scanned
+        cacher.list_returned += returned
+        # The parts are immutable cached bytes: the snapshot stays consistent while they are written.
+        await response.send_stream(200, parts, content_type=encoding.content_type)
+        return
     cacher.lists += 1
     cacher.list_fetched += scanned
     cacher.list_returned += len(page_items)
