@@ -1,0 +1,28 @@
+"""Smoke run of loadtest/bench/tls_floor.py (a few connections): every row measured, TLS above TCP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from loadtest.bench import lib as bl
+
+
+def test_tls_floor_measures_every_row() -> None:
+    env, cwd = bl.child_env()
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.bench.tls_floor", "-n", "40"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("BENCH ")]
+    rows = {r["what"]: r for r in json.loads(line[6:])["rows"]}
+    assert len(rows) == 5
+    # OpenSSL's own state of a connection after its handshake is kilobytes, more without released buffers.
+    kept = rows["OpenSSL server connection without SSL_MODE_RELEASE_BUFFERS"]["malloced_kb_per_connection"]
+    assert 1 < rows["OpenSSL server connection"]["malloced_kb_per_connection"] < kept
