@@ -350,7 +350,8 @@ async def seed(up: Upstream, layout: Layout) -> dict[str, Any]:
             pod = _pod(layout, name, layout.relist_namespace, "", rng, None)
             todo.append(("POST", f"/api/v1/namespaces/{layout.relist_namespace}/pods", json.dumps(pod).encode()))
     created.update(await _requests(t, todo))
-    extra_pods = sorted(n for n in have_pods if n not in {p[1] for p in layout.pods()})
+    wanted = {p[1] for p in layout.pods()}
+    extra_pods = sorted(n for n in have_pods if n not in wanted)
     return {
         "created": {str(k): v for k, v in created.items()},
         "reused": {
