@@ -76,7 +76,7 @@ def test_metadata_is_derived_once_per_object(monkeypatch):
 
     calls = []
     real = m._metadata_of
-    monkeypatch.setattr(m, "_metadata_of", lambda obj: calls.append(obj) or real(obj))
+    monkeypatch.setattr(m, "_metadata_of", lambda obj, resource: calls.append(obj) or real(obj, resource))
     obj = pod("a", "ns")
     for _ in range(3):
         metadata_json(obj)
@@ -161,3 +161,38 @@ def test_generated_module_matches_the_proto(tmp_path):
     for name in ("meta_pb2.py", "meta_pb2.pyi"):
         fresh = (tmp_path / "watchcache/kubeproto" / name).read_text()
         assert fresh == (ROOT / "watchcache/kubeproto" / name).read_text(), f"{name} is stale: run `make proto`"
+
+
+def test_metadata_drops_the_annotations_kubes_internal_conversion_moves():
+    """kube writes PartialObjectMetadata from its internal object: a DaemonSet's template generation
+    and a Deployment's (non-empty) rollback revision are fields there, not annotations."""
+    from watchcache.resources import ResourceType
+
+    daemonsets = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True)
+    deployments = ResourceType("apps", "v1", "deployments", "Deployment", True)
+    moved = {"deprecated.daemonset.template.generation": "2", "keep": "x"}
+    ds = encode_object(daemonsets, {"metadata": {"name": "d", "namespace": "n", "resourceVersion": "3",
+                                                 "annotations": moved}})  # fmt: skip
+    assert orjson.loads(metadata_json(ds, daemonsets))["annotations"] == {"keep": "x"}
+    assert wire_annotations(metadata_protobuf(ds, daemonsets)) == {"keep": "x"}
+    only = {"deprecated.daemonset.template.generation": "1"}
+    ds = encode_object(daemonsets, {"metadata": {"name": "d", "namespace": "n", "resourceVersion": "3",
+                                                 "annotations": only}})  # fmt: skip
+    assert "annotations" not in orjson.loads(metadata_json(ds, daemonsets))
+    for value, kept in (("4", {}), ("", {"deprecated.deployment.rollback.to": ""})):
+        annotations = {"deprecated.deployment.rollback.to": value}
+        d = encode_object(deployments, {"metadata": {"name": "d", "namespace": "n", "resourceVersion": "3",
+                                                     "annotations": annotations}})  # fmt: skip
+        assert orjson.loads(metadata_json(d, deployments)).get("annotations", {}) == kept
+    # the same annotation on another kind is the user's own
+    cm = encode_object(CONFIGMAPS, {"metadata": {"name": "c", "namespace": "n", "resourceVersion": "3",
+                                                 "annotations": only}})  # fmt: skip
+    assert orjson.loads(metadata_json(cm, CONFIGMAPS))["annotations"] == only
+
+
+def wire_annotations(om: bytes) -> dict[str, str]:
+    from watchcache.kubeproto import meta_pb2
+
+    msg = meta_pb2.ObjectMeta()
+    msg.ParseFromString(om)
+    return dict(msg.annotations)

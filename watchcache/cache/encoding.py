@@ -28,7 +28,7 @@ JSON = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 
-def _json_list_meta(rv: int, continue_token: str | None, remaining: int | None, *, unstructured: bool = False) -> bytes:
+def json_list_meta(rv: int, continue_token: str | None, remaining: int | None, *, unstructured: bool = False) -> bytes:
     """ListMeta; ``unstructured`` (a custom resource's list, as kube writes it): ``"continue": ""`` on
     the last page, which typed lists omit."""
     meta = b'{"resourceVersion":"' + str(rv).encode() + b'"'
@@ -55,7 +55,7 @@ def _annotations(initial_events_end: bool, relist_diff_end: int | None) -> dict[
     return out
 
 
-def _bookmark_meta(rv: int, initial_events_end: bool, relist_diff_end: int | None = None) -> bytes:
+def bookmark_meta(rv: int, initial_events_end: bool, relist_diff_end: int | None = None) -> bytes:
     meta = b'"metadata":{"resourceVersion":"' + str(rv).encode() + b'"'
     annotations = _annotations(initial_events_end, relist_diff_end)
     if annotations:
@@ -69,6 +69,8 @@ class Encoding:
     name = "json"
     content_type = JSON
     watch_content_type = JSON
+    # Applied to a watcher's first frame when it is written (a Table's column definitions), or None.
+    lead: Callable[[bytes], bytes] | None = None
 
     def __repr__(self) -> str:
         return f"Encoding({self.name})"
@@ -92,7 +94,7 @@ class Encoding:
             + b'","apiVersion":"'
             + resource.api_version.encode()
             + b'","metadata":'
-            + _json_list_meta(rv, continue_token, remaining, unstructured=resource.custom)
+            + json_list_meta(rv, continue_token, remaining, unstructured=resource.custom)
             + b',"items":['
         )
         parts = [head]
@@ -141,9 +143,7 @@ class Encoding:
     def bookmark_frame(
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
-        return json_frame(
-            BOOKMARK, resource.typed_prefix, _bookmark_meta(rv, initial_events_end, relist_diff_end), b"}"
-        )
+        return json_frame(BOOKMARK, resource.typed_prefix, bookmark_meta(rv, initial_events_end, relist_diff_end), b"}")
 
     def error_frame(self, error: StatusError) -> bytes:
         return json_frame(ERROR, error.body())
@@ -180,7 +180,7 @@ class MetadataJson(_PartialObjectMetadata):
         self._initial_ends = json_frame_ends(ADDED, self.item_head, b"}")
 
     def object_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
-        return (self.item_head, metadata_json(obj), b"}")
+        return (self.item_head, metadata_json(obj, resource), b"}")
 
     def list_parts(
         self,
@@ -190,12 +190,12 @@ class MetadataJson(_PartialObjectMetadata):
         continue_token: str | None,
         remaining: int | None,
     ) -> list[bytes]:
-        parts = [self.list_prefix + _json_list_meta(rv, continue_token, remaining) + b',"items":[']
+        parts = [self.list_prefix + json_list_meta(rv, continue_token, remaining) + b',"items":[']
         head = self.item_head
         between = b"}," + head
         for i, obj in enumerate(items):
             parts.append(between if i else head)
-            parts.append(metadata_json(obj))
+            parts.append(metadata_json(obj, resource))
         parts.append(b"}]}" if items else b"]}")
         return parts
 
@@ -203,16 +203,16 @@ class MetadataJson(_PartialObjectMetadata):
         return event.encoded(self, as_type)
 
     def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
-        return json_frame(as_type, self.item_head, metadata_json(source), b"}")
+        return json_frame(as_type, self.item_head, metadata_json(source, resource), b"}")
 
     def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
         head, tail = self._initial_ends
-        return (head, metadata_json(obj), tail)
+        return (head, metadata_json(obj, resource), tail)
 
     def bookmark_frame(
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
-        return json_frame(BOOKMARK, self.prefix, _bookmark_meta(rv, initial_events_end, relist_diff_end), b"}")
+        return json_frame(BOOKMARK, self.prefix, bookmark_meta(rv, initial_events_end, relist_diff_end), b"}")
 
 
 class MetadataProtobuf(_PartialObjectMetadata):
@@ -233,7 +233,7 @@ class MetadataProtobuf(_PartialObjectMetadata):
         return wire.envelope_head(self.type_meta, len(inner) + len(om)) + inner + om + wire.envelope_tail()
 
     def object_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
-        return (self._envelope(metadata_protobuf(obj)),)
+        return (self._envelope(metadata_protobuf(obj, resource)),)
 
     def list_parts(
         self,
@@ -246,7 +246,7 @@ class MetadataProtobuf(_PartialObjectMetadata):
         lm = wire.list_meta(str(rv), continue_token or "", remaining if continue_token is not None else None)
         body: list[bytes] = [wire.delimited(1, len(lm)), lm]
         for obj in items:
-            om = metadata_protobuf(obj)
+            om = metadata_protobuf(obj, resource)
             inner = wire.delimited(1, len(om))
             # items (field 2) of PartialObjectMetadataList: PartialObjectMetadata{metadata (1): om}
             body.append(wire.delimited(2, len(inner) + len(om)) + inner)
@@ -258,10 +258,10 @@ class MetadataProtobuf(_PartialObjectMetadata):
         return event.encoded(self, as_type)
 
     def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
-        return wire.watch_frame(as_type.encode(), self._envelope(metadata_protobuf(source)))
+        return wire.watch_frame(as_type.encode(), self._envelope(metadata_protobuf(source, resource)))
 
     def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
-        return (wire.watch_frame(b"ADDED", self._envelope(metadata_protobuf(obj))),)
+        return (wire.watch_frame(b"ADDED", self._envelope(metadata_protobuf(obj, resource))),)
 
     def bookmark_frame(
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None

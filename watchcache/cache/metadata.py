@@ -15,6 +15,12 @@ on the ``CachedObject``, so every later LIST item, GET and watch frame reuses th
 Deriving parses the object's JSON once (``orjson.loads``): paid per object on first use,
 never per watcher or per request, and never by deployments without metadata clients
 (invariant 5).
+
+kube makes a PartialObjectMetadata from its *internal* object, and two conversions to the
+internal types move an annotation into a field: a DaemonSet's
+``deprecated.daemonset.template.generation`` and a Deployment's (non-empty)
+``deprecated.deployment.rollback.to``. Their metadata is written without them, as kube writes it
+(the full objects keep them: converting back to apps/v1 restores them).
 """
 
 from __future__ import annotations
@@ -25,21 +31,44 @@ import orjson
 
 from watchcache.cache.object import CachedObject
 from watchcache.kubeproto import wire
+from watchcache.resources import ResourceType
 
 _LEADING = b'"metadata":'
 _START = len(_LEADING)
 
 
-def _metadata_of(obj: CachedObject) -> dict[str, Any]:
+# (group, kind) -> the annotation its conversion to kube's internal type moves into a field, and
+# whether an empty value stays (a Deployment's rollback annotation moves only when non-empty).
+_INTERNAL_ONLY = {
+    ("apps", "DaemonSet"): ("deprecated.daemonset.template.generation", False),
+    ("apps", "Deployment"): ("deprecated.deployment.rollback.to", True),
+}
+
+
+def _metadata_of(obj: CachedObject, resource: ResourceType | None) -> dict[str, Any]:
     meta = orjson.loads(b"{" + obj.body).get("metadata")
-    return meta if isinstance(meta, dict) else {}
+    if not isinstance(meta, dict):
+        return {}
+    moved = _INTERNAL_ONLY.get((resource.group, resource.kind)) if resource is not None else None
+    annotations = meta.get("annotations")
+    if moved is not None and isinstance(annotations, dict) and moved[0] in annotations:
+        key, keeps_empty = moved
+        if not (keeps_empty and annotations[key] == ""):
+            rest = {k: v for k, v in annotations.items() if k != key}
+            if rest:
+                meta["annotations"] = rest
+            else:
+                del meta["annotations"]
+    return meta
 
 
-def metadata_json(obj: CachedObject) -> bytes:
-    """The JSON of ``obj``'s metadata (an ObjectMeta), as kube writes it in a PartialObjectMetadata."""
+def metadata_json(obj: CachedObject, resource: ResourceType | None = None) -> bytes:
+    """The JSON of ``obj``'s metadata (an ObjectMeta), as kube writes it in a PartialObjectMetadata.
+
+    ``resource``: the object's (None only where it is known to be neither of the kinds above)."""
     derived = obj.meta_json
     if derived is None:
-        encoded = orjson.dumps(_metadata_of(obj))
+        encoded = orjson.dumps(_metadata_of(obj, resource))
         end = _START + len(encoded)
         body = obj.body
         if body.startswith(_LEADING) and body[_START:end] == encoded:
@@ -52,9 +81,9 @@ def metadata_json(obj: CachedObject) -> bytes:
     return derived
 
 
-def metadata_protobuf(obj: CachedObject) -> bytes:
+def metadata_protobuf(obj: CachedObject, resource: ResourceType | None = None) -> bytes:
     """``obj``'s ObjectMeta in protobuf."""
     derived = obj.meta_pb
     if derived is None:
-        derived = obj.meta_pb = wire.object_meta(_metadata_of(obj))
+        derived = obj.meta_pb = wire.object_meta(_metadata_of(obj, resource))
     return derived
