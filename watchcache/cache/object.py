@@ -25,7 +25,7 @@ class CachedObject:
     buffers, never joined.
     """
 
-    __slots__ = ("body", "fields", "key", "labels", "meta_json", "meta_pb", "name", "namespace", "rv")
+    __slots__ = ("body", "fields", "key", "labels", "meta_json", "meta_pb", "name", "namespace", "rv", "table_row")
 
     def __init__(
         self,
@@ -48,6 +48,8 @@ class CachedObject:
         # ``body`` (or its own JSON, if it is not body's first field), and its protobuf ObjectMeta.
         self.meta_json: int | bytes | None = None
         self.meta_pb: bytes | None = None
+        # Derived on first use by printers/row.py: (printer, its row of this object) for Tables.
+        self.table_row: tuple[object, Any] | None = None
 
     def __repr__(self) -> str:
         return f"CachedObject({self.key!r}, rv={self.rv})"

@@ -118,6 +118,7 @@ class Watcher:
     # pending_bytes counts the droppable (live) items only; ``reported`` of them are counted in
     # the budget, and ``_mark`` is where _enqueue leaves its fast path (the cap, or the next step).
     __slots__ = (
+        "_lead",
         "_mark",
         "_next_bookmark",
         "allow_bookmarks",
@@ -166,6 +167,8 @@ class Watcher:
         self.resource = resource
         # How frames are written for this client: full JSON, or PartialObjectMetadata (JSON/protobuf).
         self.encoding = encoding
+        # Applied once, to the first frame written (a Table watch's column definitions).
+        self._lead = encoding.lead
         self.predicate = predicate
         # Events at or before start_rv are never delivered (the client has them).
         self.start_rv = start_rv
@@ -360,6 +363,9 @@ class Watcher:
         pending = self.pending
         if not pending:
             return [], 0
+        if self._lead is not None:
+            pending[0] = self._lead(pending[0])
+            self._lead = None
         if not self.protected and (not max_bytes or self.pending_bytes <= max_bytes):
             # The live path (once per watcher per flush): everything, no slicing.
             counts = self.pending_n

@@ -1,0 +1,191 @@
+"""``meta.k8s.io`` Tables (kubectl's default output) written from cached objects.
+
+One ``TableEncoding`` per (printer, Table version, ``includeObject``), shared by every request
+and watcher that asks for it, so watchers of one Table form one group and share frames. A
+body is written as other encodings write theirs, in pieces, nothing re-encoded:
+
+- the envelope: ``{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{ListMeta}``, the
+  column definitions (constant per printer), ``"rows":[``;
+- per object, its ``Row`` (derived once, ``row.py``) with the ages written at the request's
+  time (``clock``: ns since the epoch, read once per body or frame), then the row's object:
+  ``null`` (None), the PartialObjectMetadata (Metadata, the default: its metadata derived once,
+  ``cache/metadata.py``) or the object itself (Object).
+
+Watch events are one-row Tables (``kubectl get -w``), built once per event and Table (as kube's
+cacher caches one serialization per event and encoder: the ages are those of the first
+encoding), with ``"columnDefinitions":null``; kube puts the columns in a watch's *first* event
+only, which ``lead`` does for each watcher when its first frame is written. A bookmark is, as in
+kube, the Table of an empty object carrying the rv. An object kube's printer would fail on
+raises ``Unprintable`` for GET/LIST (the request is passed through); in a watch, the frame
+carries the object itself, as kube's watch does when the conversion fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+
+import orjson
+
+from watchcache.cache.encoding import FULL_JSON, JSON, Encoding, bookmark_meta, json_list_meta
+from watchcache.cache.events import WatchEvent, json_frame_ends
+from watchcache.cache.metadata import metadata_json
+from watchcache.cache.object import CachedObject
+from watchcache.printers.row import Printer, Unprintable, columns_json, row_of
+from watchcache.resources import ResourceType
+
+log = logging.getLogger("watchcache.printers")
+
+
+def frame_head(event_type: str) -> bytes:
+    return json_frame_ends(event_type)[0]
+
+
+def frame_tail() -> bytes:
+    return json_frame_ends("ADDED")[1]
+
+
+INCLUDE_OBJECT = ("None", "Metadata", "Object")
+_EVENT_TAIL = frame_tail()
+# The head of a watch frame this module writes, up to the column definitions a watcher's first frame gets.
+_HEADLESS = re.compile(
+    rb'\{"type":"[A-Z]+","object":\{"kind":"Table","apiVersion":"meta\.k8s\.io/v1(?:beta1)?",'
+    rb'"metadata":\{"resourceVersion":"[0-9]*"\},"columnDefinitions":null'
+)
+
+
+class TableEncoding(Encoding):
+    """Tables of one printer, in one version of ``meta.k8s.io``, with one ``includeObject``."""
+
+    content_type = JSON
+    watch_content_type = JSON
+
+    def __init__(self, printer: Printer, version: str, include: str, clock: Callable[[], int]) -> None:
+        if include not in INCLUDE_OBJECT:
+            raise ValueError(f"includeObject {include!r}")
+        self.printer = printer
+        self.version = version
+        self.include = include
+        self.clock = clock
+        self.name = f"table-{version}-{include.lower()}"
+        api_version = f"meta.k8s.io/{version}".encode()
+        self.head = b'{"kind":"Table","apiVersion":"' + api_version + b'","metadata":'
+        self.columns = columns_json(printer.columns)
+        self.with_columns = b',"columnDefinitions":' + self.columns + b',"rows":['
+        self.metadata_head = (
+            b',"object":{"kind":"PartialObjectMetadata","apiVersion":"' + api_version + b'","metadata":'
+        )
+        self.lead = self._lead
+
+    def __repr__(self) -> str:
+        return f"TableEncoding({self.printer!r}, {self.name})"
+
+    # ------------------------------------------------------------------------ rows
+
+    def _rows(self, resource: ResourceType, items: Sequence[CachedObject], out: list[bytes]) -> None:
+        printer = self.printer
+        now = self.clock()
+        memo: dict[int, bytes] = {}
+        include = self.include
+        metadata_head = self.metadata_head
+        object_head = b',"object":' + resource.typed_prefix
+        sep = b""
+        for obj in items:
+            if sep:
+                out.append(sep)
+            sep = b","
+            row_of(printer, obj).write(out, now, memo)
+            if include == "Metadata":
+                out.append(metadata_head)
+                out.append(metadata_json(obj, resource))
+                out.append(b"}}")
+            elif include == "Object":
+                out.append(object_head)
+                out.append(obj.body)
+                out.append(b"}")
+            else:
+                out.append(b',"object":null}')
+
+    def object_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
+        out = [self.head + b'{"resourceVersion":"' + str(obj.rv).encode() + b'"}' + self.with_columns]
+        self._rows(resource, (obj,), out)
+        out.append(b"]}")
+        return out
+
+    def list_parts(
+        self,
+        resource: ResourceType,
+        items: Sequence[CachedObject],
+        rv: int,
+        continue_token: str | None,
+        remaining: int | None,
+    ) -> list[bytes]:
+        out = [self.head + json_list_meta(rv, continue_token, remaining) + self.with_columns]
+        if not items and self.printer.null_when_empty:
+            out[0] = out[0][: -len(b"[")] + b"null}"
+            return out
+        self._rows(resource, items, out)
+        out.append(b"]}")
+        return out
+
+    # ----------------------------------------------------------------------- watch
+
+    def event_frame(self, event: WatchEvent, as_type: str) -> bytes:
+        return event.encoded(self, as_type)
+
+    def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
+        head = (
+            frame_head(as_type)
+            + self.head
+            + b'{"resourceVersion":"'
+            + str(source.rv).encode()
+            + b'"},"columnDefinitions":null,"rows":['
+        )
+        out = [head]
+        try:
+            self._rows(resource, (source,), out)
+        except Unprintable as e:
+            log.warning("no Table row for %s %s (%s): the watch event carries the object", resource.qualified,
+                        source.key, e)  # fmt: skip
+            return FULL_JSON.build_frame(resource, source, as_type)
+        out.append(b"]}}\n")
+        return b"".join(out)
+
+    def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
+        return (self.build_frame(resource, obj, "ADDED"),)
+
+    def bookmark_frame(
+        self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
+    ) -> bytes:
+        meta = bookmark_meta(rv, initial_events_end, relist_diff_end)  # '"metadata":{...}'
+        try:
+            row = self.printer.row(orjson.loads(b"{" + meta + b"}"))
+        except Unprintable:
+            return FULL_JSON.bookmark_frame(
+                resource, rv, initial_events_end=initial_events_end, relist_diff_end=relist_diff_end
+            )
+        out = [
+            frame_head("BOOKMARK")
+            + self.head
+            + b'{"resourceVersion":"'
+            + str(rv).encode()
+            + b'"},"columnDefinitions":null,"rows":['
+        ]
+        row.write(out, self.clock(), {})
+        if self.include == "Metadata" or (self.include == "Object" and initial_events_end):
+            # kube: the initial-events-end bookmark's row object is PartialObjectMetadata whatever was asked
+            out.append(self.metadata_head + meta[len(b'"metadata":') :] + b"}}")
+        elif self.include == "Object":
+            out.append(b',"object":' + resource.typed_prefix + meta + b"}}")
+        else:
+            out.append(b',"object":null}')
+        out.append(b"]}" + _EVENT_TAIL)
+        return b"".join(out)
+
+    def _lead(self, frame: bytes) -> bytes:
+        """A watcher's first frame: with the column definitions (kube omits them from later events)."""
+        m = _HEADLESS.match(frame)
+        if m is None:
+            return frame
+        return frame[: m.end() - 4] + self.columns + frame[m.end() :]
