@@ -91,11 +91,10 @@ def test_a_read_that_passes_through_builds_no_follower() -> None:
 
 async def _read_that_passes_through_builds_no_follower() -> None:
     h, followers = handler()
-    table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-    await send(h, "/api/v1/namespaces/ns-1/configmaps", "alice-token", Accept=table)
+    await send(h, "/api/v1/namespaces/ns-1/configmaps", "alice-token", Accept="application/yaml")
     await send(h, "/api/v1/namespaces/ns-1/configmaps", "alice-token", Accept="application/vnd.kubernetes.protobuf")
     assert followers.built == []
-    assert h.passed_through == {"table": 1, "protobuf": 1}
+    assert h.passed_through == {"media-type": 1, "protobuf": 1}
 
 
 @pytest.mark.parametrize("path", ["/metrics", "/debug/cache", "/debug/shards"])

@@ -18,6 +18,7 @@ from watchcache.server.negotiation import (
     Negotiated,
     NotAcceptable,
     PassReason,
+    TableRequest,
     choose,
     error_encoding,
     negotiate,
@@ -158,7 +159,9 @@ def test_a_protobuf_client_gets_its_errors_in_protobuf():
         (META, "get", METADATA_PROTOBUF["v1"]),
         (META.split(",", 1)[1], "watch", METADATA_JSON["v1"]),
         ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1", "list", METADATA_JSON["v1beta1"]),
-        (KUBECTL, "list", PassReason.TABLE),
+        (KUBECTL, "list", TableRequest("v1")),
+        ("application/json;as=Table;v=v1beta1;g=meta.k8s.io", "watch", TableRequest("v1beta1")),
+        ("application/yaml;as=Table;v=v1;g=meta.k8s.io", "list", PassReason.MEDIA_TYPE),
         ("application/yaml", "get", PassReason.MEDIA_TYPE),
         ("application/vnd.kubernetes.protobuf", "list", PassReason.PROTOBUF),
         (META_LIST, "get", PassReason.MEDIA_TYPE),  # kube's answer comes after reading: let it give it
@@ -171,7 +174,7 @@ def test_choose_in_front_of_kube(accept, verb, expected):
 
 
 def test_the_sim_negotiates_only_what_it_writes():
-    assert choose(KUBECTL, SIM, "list", CONFIGMAPS) is FULL_JSON  # no Table: the next range
+    assert choose(KUBECTL, SIM, "list", CONFIGMAPS) == TableRequest("v1")  # the proxy's printers
     assert choose(TYPED, SIM, "list", CONFIGMAPS) is FULL_JSON
     with pytest.raises(NotAcceptable) as caught:
         choose("application/vnd.kubernetes.protobuf", SIM, "list", CONFIGMAPS)

@@ -2,10 +2,11 @@
 
 A request is served from the cache when it is a get/list/watch of a cached resource
 (no subresource) and the representation kube-apiserver would choose for its Accept header
-is one the cache writes (``server/negotiation.py``): full objects in JSON, or
-PartialObjectMetadata(List) in JSON or protobuf. Anything else — writes, discovery,
-subresources, uncached resources, Table output for kubectl, YAML, full objects only in
-protobuf, consistent reads the cache cannot prove fresh — goes to ``ctx.upstream.forward``,
+is one the cache writes (``server/negotiation.py``): full objects in JSON,
+PartialObjectMetadata(List) in JSON or protobuf, or Tables for kubectl (``server/tables.py``).
+Anything else — writes, discovery, subresources, uncached resources, Tables of kinds without a
+printer here, YAML, full objects only in protobuf, consistent reads the cache cannot prove
+fresh — goes to ``ctx.upstream.forward``,
 counted by reason (``PassReason``). An Accept header kube would refuse gets kube's 406 here.
 """
 
@@ -27,10 +28,20 @@ from watchcache.http.response import Response
 from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext, PassThrough
-from watchcache.server.negotiation import JSON, KUBE, SIM, NotAcceptable, PassReason, choose, render_error
+from watchcache.server.negotiation import (
+    JSON,
+    KUBE,
+    SIM,
+    NotAcceptable,
+    PassReason,
+    TableRequest,
+    choose,
+    render_error,
+)
 from watchcache.server.options import parse_bool, parse_list_options
 from watchcache.server.reads import serve_get, serve_list
 from watchcache.server.status import local_status, merge, readiness_lines
+from watchcache.server.tables import Tables, serve_table
 from watchcache.server.watch import serve_watch
 
 log = logging.getLogger("watchcache.server")
@@ -105,7 +116,9 @@ class ApiHandler:
         # write (Table, YAML, full protobuf); the simulated cluster negotiates only what it writes.
         self.endpoint = KUBE if forward_tables else SIM
         # Accept headers are few and repeated: (accept, verb, group) -> decision, memoized.
-        self._negotiated: dict[tuple[str | None, str, str], Encoding | PassReason] = {}
+        self._negotiated: dict[tuple[str | None, str, str], Encoding | TableRequest | PassReason] = {}
+        # Printers and Table encodings (kubectl's default output), shared by the requests that ask.
+        self.tables = Tables(ctx, passes_through=self.endpoint.passes_through)
         # True in front of a real apiserver: every upgrade request is the upstream's to answer
         # (a tunnel, or kube's own answer), even on a path the cache serves.
         self.forward_upgrades = forward_upgrades
@@ -296,14 +309,14 @@ class ApiHandler:
             if decision.media in (None, JSON) or not self.endpoint.passes_through:
                 raise decision
             decision = PassReason.MEDIA_TYPE  # kube writes this 406 in YAML or protobuf: let it
-        if isinstance(decision, Encoding):
+        if isinstance(decision, (Encoding, TableRequest)):
             if self.ctx.gate is not None:
                 # Before any cached byte, and before a follower replica is built for it: 401/403
                 # as the upstream would answer (once per watch).
                 await self._authorize(request, info)
             if not self._cache_for(resource):
                 decision = PassReason.UNCACHED_RESOURCE
-        if isinstance(decision, Encoding):
+        if isinstance(decision, (Encoding, TableRequest)):
             if info.verb == "watch":
                 if self.watchers() >= self.ctx.config.max_watchers:
                     self._reject("watchers", "too many watches open on this server, please try again later")
@@ -354,7 +367,7 @@ class ApiHandler:
         except apierrors.StatusError as e:
             raise render_error(e, request.headers.get("accept"), self.endpoint) from None
 
-    def _decide(self, request: Request, info: RequestInfo) -> Encoding | PassReason | NotAcceptable:
+    def _decide(self, request: Request, info: RequestInfo) -> Encoding | TableRequest | PassReason | NotAcceptable:
         """How the cache answers this request (an encoding), why it does not, or kube's 406 for it."""
         if request.upgrade is not None and self.forward_upgrades:
             return PassReason.UPGRADE
@@ -400,7 +413,12 @@ class ApiHandler:
         )
 
     async def _serve_cached(
-        self, request: Request, response: Response, info: RequestInfo, encoding: Encoding, slot: _Slot | None
+        self,
+        request: Request,
+        response: Response,
+        info: RequestInfo,
+        encoding: Encoding | TableRequest,
+        slot: _Slot | None,
     ) -> None:
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
         assert resource is not None
@@ -409,7 +427,11 @@ class ApiHandler:
         cacher = self.ctx.cachers[resource]
         cacher.last_used = cacher.clock()
         opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
-        if info.verb == "watch":
+        if isinstance(encoding, TableRequest):
+            started = slot.release if slot else None
+            await serve_table(self.ctx, self.tables, cacher, info, opts, request, response, encoding.version,
+                              started=started)  # fmt: skip
+        elif info.verb == "watch":
             await serve_watch(self.ctx, cacher, info, opts, response, encoding, started=slot.release if slot else None)
         elif info.verb == "get":
             await serve_get(self.ctx, cacher, info, opts, response, encoding)

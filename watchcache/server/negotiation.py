@@ -54,7 +54,8 @@ class PassReason(enum.StrEnum):
     WRITE = "write"
     SUBRESOURCE = "subresource"
     UNCACHED_RESOURCE = "uncached-resource"
-    TABLE = "table"
+    TABLE = "table"  # a kind without a printer here, or an object its printer cannot print as kube
+    TABLE_CRD = "table-crd"  # a custom resource whose CRD (printer columns) this server does not hold
     PROTOBUF = "protobuf"
     MEDIA_TYPE = "media-type"
     CONSISTENT_READ = "consistent-read"
@@ -69,7 +70,7 @@ class Endpoint:
     """What the server behind this handler negotiates: its serializers, in preference order."""
 
     media_types: tuple[str, ...]
-    # A TableConvertor: kube-apiserver has one for every resource; the simulated cluster none.
+    # A TableConvertor: kube-apiserver has one for every resource (and so do the proxy's printers).
     table: bool
     # Full objects in protobuf (the simulated cluster has no schemas: metadata only).
     full_protobuf: bool
@@ -80,7 +81,7 @@ class Endpoint:
 # A kube-apiserver: the proxy negotiates as it would, then serves what the cache can produce.
 KUBE = Endpoint((JSON, YAML, PROTOBUF), table=True, full_protobuf=True, passes_through=True)
 # The simulated cluster (and the proxy on its embedded one): only what the cache can produce.
-SIM = Endpoint((JSON, PROTOBUF), table=False, full_protobuf=False, passes_through=False)
+SIM = Endpoint((JSON, PROTOBUF), table=True, full_protobuf=False, passes_through=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,13 @@ def _before(a: MediaRange, b: MediaRange) -> bool:
     if a.type != "*" and b.type == "*":
         return True
     return a.subtype != "*" and b.subtype == "*"
+
+
+@dataclass(frozen=True, slots=True)
+class TableRequest:
+    """kube would answer with a Table of ``meta.k8s.io/<version>`` (``server/tables.py`` prints it)."""
+
+    version: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,8 +295,10 @@ def _go_type(resource: ResourceType, is_list: bool) -> str:
     return f"*{package}.{resource.kind}{'List' if is_list else ''}"
 
 
-def choose(header: str | None, endpoint: Endpoint, verb: str, resource: ResourceType) -> Encoding | PassReason:
-    """How a cached read (``verb`` get, list or watch) is answered: an encoding, or why it goes upstream.
+def choose(
+    header: str | None, endpoint: Endpoint, verb: str, resource: ResourceType
+) -> Encoding | TableRequest | PassReason:
+    """How a cached read (``verb`` get, list or watch) is answered: an encoding, a Table, or why it goes upstream.
 
     Raises ``NotAcceptable`` where kube would answer 406 itself, before reading anything.
     """
@@ -308,7 +318,7 @@ def choose(header: str | None, endpoint: Endpoint, verb: str, resource: Resource
     if chosen.media_type == YAML:
         return PassReason.MEDIA_TYPE
     if chosen.kind == TABLE:
-        return PassReason.TABLE
+        return TableRequest(chosen.version)
     if not chosen.kind:
         return FULL_JSON
     wanted = METADATA_LIST if verb == "list" else METADATA

@@ -12,10 +12,11 @@ from watchcache.auth.authn import CertAuthenticator
 from watchcache.auth.gate import Gate
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
-from watchcache.resources import ResourceRegistry, ResourceType
+from watchcache.resources import BUILTIN_GROUPS, ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext
 from watchcache.server.proxy import ProxyUpstream
+from watchcache.server.tables import CRDS_ID
 from watchcache.server.tunnel import TunnelCollector, Tunnels
 from watchcache.service.lifecycle import Wiring, api_context, run
 from watchcache.service.options import RunOptions, owns
@@ -23,7 +24,7 @@ from watchcache.service.shard import wire_shard
 from watchcache.upstream.backfill import UpstreamBackfill
 from watchcache.upstream.client import UpstreamClient, UpstreamError
 from watchcache.upstream.consistency import ConsistentReads
-from watchcache.upstream.discovery import DEFAULT_RESOURCES, resolve
+from watchcache.upstream.discovery import DEFAULT_RESOURCES, ResourceResolutionError, parse_resource_id, resolve
 from watchcache.upstream.failures import LastFailures
 from watchcache.upstream.identity import PassthroughIdentity
 from watchcache.upstream.metrics import IdentityCollector
@@ -58,7 +59,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
         )
     if client_ca:
         log.info("client-certificate users' pass-through requests: %s", identity.mode)
-    ids = options.resources or DEFAULT_RESOURCES
+    ids = with_printer_columns(options.resources or DEFAULT_RESOURCES)
     known = ResourceRegistry()
     provisional = [t for t in (known.by_id(i) for i in ids) if t is not None]
     registry = ResourceRegistry(tuple(provisional))
@@ -171,6 +172,21 @@ async def _discover_and_reflect(
     finally:
         for r in reflectors:
             r.cancel()
+
+
+def with_printer_columns(ids: Sequence[str]) -> Sequence[str]:
+    """``ids``, and the CRDs if a custom resource is among them: kubectl's Tables of a custom resource
+    are printed with its CRD's columns (``server/tables.py``), which the cache of CRDs follows."""
+    custom = False
+    for i in ids:
+        try:
+            custom |= parse_resource_id(i)[0] not in BUILTIN_GROUPS
+        except ResourceResolutionError:
+            continue  # reported where the ids are resolved
+    if custom and CRDS_ID not in ids:
+        log.info("caching %s too: the printer columns of the custom resources' Tables", CRDS_ID)
+        return [*ids, CRDS_ID]
+    return ids
 
 
 def run_proxy(options: RunOptions) -> None:
