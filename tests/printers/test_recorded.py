@@ -222,3 +222,27 @@ def test_an_object_kube_cannot_print_is_sent_whole_in_a_watch() -> None:
     bad = CachedObject("ns/x", "ns", "x", 5, {}, {}, b'"metadata":{"name":"x","creationTimestamp":"never"}}')
     encoding = TableEncoding(printer_for(CONFIGMAPS), "v1", "Metadata", lambda: 0)
     assert encoding.build_frame(CONFIGMAPS, bad, "ADDED") == FULL_JSON.build_frame(CONFIGMAPS, bad, "ADDED")
+
+
+@pytest.mark.parametrize(
+    ("include", "row_object"),
+    [
+        # as kube-apiserver answers (asTable: Object is checked before the initial-events-end annotation)
+        ("None", {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}),
+        ("Metadata", {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}),
+        ("Object", {"kind": "ConfigMap", "apiVersion": "v1"}),
+    ],
+)
+def test_the_initial_events_end_bookmark_is_the_table_of_an_empty_object(include: str, row_object: dict) -> None:
+    encoding = TableEncoding(printer_for(CONFIGMAPS), "v1", include, lambda: 0)
+    frame = json.loads(encoding.bookmark_frame(CONFIGMAPS, 42, initial_events_end=True))
+    assert frame["type"] == "BOOKMARK"
+    table = frame["object"]
+    assert table["metadata"] == {"resourceVersion": "42"} and table["columnDefinitions"] is None
+    (row,) = table["rows"]
+    assert row["cells"] == ["", 0, "<unknown>"]
+    meta = {"resourceVersion": "42", "annotations": {"k8s.io/initial-events-end": "true"}}
+    assert row["object"] == {**row_object, "metadata": meta}
+    # a periodic bookmark: the row object as asked
+    plain = json.loads(encoding.bookmark_frame(CONFIGMAPS, 43))["object"]["rows"][0]["object"]
+    assert plain == (None if include == "None" else {**row_object, "metadata": {"resourceVersion": "43"}})

@@ -173,11 +173,11 @@ class TableEncoding(Encoding):
             + b'"},"columnDefinitions":null,"rows":['
         ]
         row.write(out, self.clock(), {})
-        if self.include == "Metadata" or (self.include == "Object" and initial_events_end):
-            # kube: the initial-events-end bookmark's row object is PartialObjectMetadata whatever was asked
-            out.append(self.metadata_head + meta[len(b'"metadata":') :] + b"}}")
-        elif self.include == "Object":
+        if self.include == "Object":
             out.append(b',"object":' + resource.typed_prefix + meta + b"}}")
+        elif self.include == "Metadata" or initial_events_end:
+            # kube: the initial-events-end bookmark's row object is PartialObjectMetadata even for None
+            out.append(self.metadata_head + meta[len(b'"metadata":') :] + b"}}")
         else:
             out.append(b',"object":null}')
         out.append(b"]}" + _EVENT_TAIL)
