@@ -45,8 +45,10 @@ _INTERNAL_ONLY = {
 }
 
 
-def _metadata_of(obj: CachedObject, resource: ResourceType | None) -> dict[str, Any]:
-    meta = orjson.loads(b"{" + obj.body).get("metadata")
+def _metadata_of(
+    obj: CachedObject, resource: ResourceType | None, decoded: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    meta = (decoded if decoded is not None else orjson.loads(b"{" + obj.body)).get("metadata")
     if not isinstance(meta, dict):
         return {}
     moved = _INTERNAL_ONLY.get((resource.group, resource.kind)) if resource is not None else None
@@ -54,6 +56,7 @@ def _metadata_of(obj: CachedObject, resource: ResourceType | None) -> dict[str, 
     if moved is not None and isinstance(annotations, dict) and moved[0] in annotations:
         key, keeps_empty = moved
         if not (keeps_empty and annotations[key] == ""):
+            meta = dict(meta)  # ``decoded`` may be the caller's
             rest = {k: v for k, v in annotations.items() if k != key}
             if rest:
                 meta["annotations"] = rest
@@ -68,17 +71,25 @@ def metadata_json(obj: CachedObject, resource: ResourceType | None = None) -> by
     ``resource``: the object's (None only where it is known to be neither of the kinds above)."""
     derived = obj.meta_json
     if derived is None:
-        encoded = orjson.dumps(_metadata_of(obj, resource))
-        end = _START + len(encoded)
-        body = obj.body
-        if body.startswith(_LEADING) and body[_START:end] == encoded:
-            obj.meta_json = end
-            return encoded
-        obj.meta_json = encoded
-        return encoded
+        return derive_metadata_json(obj, resource)
     if isinstance(derived, int):
         return obj.body[_START:derived]
     return derived
+
+
+def derive_metadata_json(
+    obj: CachedObject, resource: ResourceType | None, decoded: dict[str, Any] | None = None
+) -> bytes:
+    """Derive (and keep) ``metadata_json``; ``decoded``: the object already parsed by the caller (a
+    Table's row is derived from the same parse), else it is parsed here."""
+    encoded = orjson.dumps(_metadata_of(obj, resource, decoded))
+    end = _START + len(encoded)
+    body = obj.body
+    if body.startswith(_LEADING) and body[_START:end] == encoded:
+        obj.meta_json = end
+        return encoded
+    obj.meta_json = encoded
+    return encoded
 
 
 def metadata_protobuf(obj: CachedObject, resource: ResourceType | None = None) -> bytes:
