@@ -76,7 +76,9 @@ def test_metadata_is_derived_once_per_object(monkeypatch):
 
     calls = []
     real = m._metadata_of
-    monkeypatch.setattr(m, "_metadata_of", lambda obj, resource: calls.append(obj) or real(obj, resource))
+    monkeypatch.setattr(
+        m, "_metadata_of", lambda obj, resource, decoded=None: calls.append(obj) or real(obj, resource, decoded)
+    )
     obj = pod("a", "ns")
     for _ in range(3):
         metadata_json(obj)
