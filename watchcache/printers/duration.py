@@ -7,6 +7,7 @@ table cell is ``human_duration(now - created)`` with ``now`` the request's wall 
 
 from __future__ import annotations
 
+import functools
 import re
 
 SECOND = 1_000_000_000
@@ -55,13 +56,20 @@ def human_duration(d: int) -> str:
 
 
 def parse_time(value: object) -> int | None:
+    """A ``metav1.Time`` as kube decodes it, in ns since the epoch (see ``_parse_time``)."""
+    if not isinstance(value, str):
+        return None
+    # Objects share their times (made in the same second, restarted at the same moment): memoized,
+    # for strings no longer than a time usually is (the cache stays small whatever objects hold).
+    return _cached_parse(value) if len(value) <= 40 else _parse_time(value)
+
+
+def _parse_time(value: str) -> int | None:
     """A ``metav1.Time`` as kube decodes it (``time.Parse(time.RFC3339, ...)``), in ns since the epoch.
 
     None for a value that is not an RFC 3339 string (kube: a decoding error); ``ZERO_TIME`` for
     Go's zero time. Absent or null: the caller's zero.
     """
-    if not isinstance(value, str):
-        return None
     m = _RFC3339.fullmatch(value)
     if m is None:
         return None
@@ -101,3 +109,6 @@ def _month_days(year: int, month: int) -> int:
 
 # Go's zero time.Time (0001-01-01T00:00:00Z) in nanoseconds since the epoch: ``IsZero``.
 ZERO_TIME = _days_from_civil(1, 1, 1) * 86400 * SECOND
+
+
+_cached_parse = functools.lru_cache(maxsize=8192)(_parse_time)
