@@ -151,8 +151,10 @@ class Churn:
         if choice < 0.3 and statuses:
             # A container restart: the status write kubelets make.
             container = self._rng.choice(statuses)
+            now = _now(self.cluster)
             container["restartCount"] = int(container.get("restartCount", 0)) + 1
-            container["state"] = {"running": {"startedAt": _now(self.cluster)}}
+            container["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now}}
+            container["state"] = {"running": {"startedAt": now}}
         elif choice < 0.5:
             labels = meta.setdefault("labels", {})
             labels["version"] = f"v{self._rng.randint(1, 5)}-{self.cluster.rv}"

@@ -21,6 +21,7 @@ TIERS = ("web", "backend", "cache", "worker")
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 _HASH_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _STARTED = "2024-05-01T12:00:00Z"
+_LAST_EXIT = {"exitCode": 137, "reason": "OOMKilled", "startedAt": "2024-05-01T11:00:00Z", "finishedAt": _STARTED}
 
 
 def random_suffix(rng: random.Random, n: int = 5) -> str:
@@ -132,6 +133,10 @@ def make_pod(name: str, namespace: str, node: str, rng: random.Random, *, app: s
         }
         for c in containers
     ]
+    for status in statuses:
+        if status["restartCount"]:
+            # what a kubelet records of the last restart: kubectl shows it as RESTARTS "2 (5m ago)"
+            status["lastState"] = {"terminated": _LAST_EXIT}
     return {
         "metadata": {
             "name": name,
