@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import subprocess
 import threading
 import time
@@ -200,6 +201,22 @@ def test_watch_sees_added_modified_deleted(api: Proc, kubectl: Kubectl, tmp_path
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_get_prints_the_servers_tables_with_kubes_columns(api: Proc, kubectl: Kubectl) -> None:
+    """kubectl prints what the server's Table holds: kube's columns, -o wide's, a node's roles."""
+    lines = kubectl.run("get", "pods", "-n", "ns-0").stdout.splitlines()
+    assert lines[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    rows = [line.split() for line in lines[1:]]
+    assert rows and all(r[1].count("/") == 1 and r[2] == "Running" for r in rows)
+    # restarted containers: "N (5m ago)", from the last termination the pod records
+    assert any(re.fullmatch(r"\d+ \(\S+ ago\)", " ".join(r[3:-1])) for r in rows), rows
+    wide = kubectl.run("get", "pods", "-n", "ns-0", "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[5:] == ["IP", "NODE", "NOMINATED", "NODE", "READINESS", "GATES"]
+    nodes = kubectl.run("get", "nodes").stdout.splitlines()
+    assert nodes[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    labelled = kubectl.run("get", "configmaps", "-n", "ns-1", "--show-labels", "-L", "app").stdout.splitlines()
+    assert labelled[0].split() == ["NAME", "DATA", "AGE", "APP", "LABELS"]
 
 
 @pytest.mark.xfail(
