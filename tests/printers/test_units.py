@@ -155,3 +155,23 @@ def test_crd_columns_default_to_age_and_refuse_what_kube_would_print_at_random()
         CustomPrinter.from_crd(crd, "v2")
     with pytest.raises(UnsupportedColumns):
         CustomPrinter.from_crd(crd, "v3")
+
+
+def test_a_printers_bug_is_contained_to_its_watch_frame() -> None:
+    """Raising would end every watcher of the resource (the dispatcher's last resort): the frame carries
+    the object instead, as kube's watch does when a conversion fails."""
+    from tests.factories import pod
+    from watchcache.cache.encoding import FULL_JSON
+    from watchcache.resources import PODS
+
+    class Broken:
+        columns = kube.POD.columns
+        null_when_empty = False
+
+        def row(self, obj: dict) -> None:  # type: ignore[type-arg]
+            raise ZeroDivisionError
+
+    encoding = TableEncoding(Broken(), "v1", "Metadata", lambda: 0)  # type: ignore[arg-type]
+    obj = pod("p", rv=3)
+    assert encoding.build_frame(PODS, obj, "ADDED") == FULL_JSON.build_frame(PODS, obj, "ADDED")
+    assert encoding.bookmark_frame(PODS, 4) == FULL_JSON.bookmark_frame(PODS, 4)

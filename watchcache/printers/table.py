@@ -166,6 +166,10 @@ class TableEncoding(Encoding):
             log.warning("no Table row for %s %s (%s): the watch event carries the object", resource.qualified,
                         source.key, e)  # fmt: skip
             return FULL_JSON.build_frame(resource, source, as_type)
+        except Exception:
+            # A bug in a printer: contained to this frame (raising would end every watcher of the resource).
+            log.exception("printing %s %s failed: the watch event carries the object", resource.qualified, source.key)
+            return FULL_JSON.build_frame(resource, source, as_type)
         out.append(b"]}}\n")
         return b"".join(out)
 
@@ -178,7 +182,7 @@ class TableEncoding(Encoding):
         meta = bookmark_meta(rv, initial_events_end, relist_diff_end)  # '"metadata":{...}'
         try:
             row = self.printer.row(orjson.loads(b"{" + meta + b"}"))
-        except Unprintable:
+        except Exception:  # Unprintable, or a printer's bug: a plain bookmark, as kube's failed conversion
             return FULL_JSON.bookmark_frame(
                 resource, rv, initial_events_end=initial_events_end, relist_diff_end=relist_diff_end
             )
