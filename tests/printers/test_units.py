@@ -162,7 +162,7 @@ def test_crd_columns_default_to_age_and_refuse_what_kube_would_print_at_random()
 def test_a_printers_bug_is_contained_to_its_watch_frame() -> None:
     """Raising would end every watcher of the resource (the dispatcher's last resort): the frame carries
     the object instead, as kube's watch does when a conversion fails."""
-    from tests.factories import pod
+    from tests.support.factories import pod
     from watchcache.cache.encoding import FULL_JSON
     from watchcache.resources import PODS
 

@@ -35,7 +35,6 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Proc
 from tests.printers.scenario import Scenario, Target, targets
 from tests.reference.kit import (
     DEFAULT_RESOURCES,
@@ -48,7 +47,8 @@ from tests.reference.kit import (
     with_query,
     write_kubeconfig,
 )
-from tests.tools import KUBECTL_INSTALL, require
+from tests.support.processes import Proc
+from tests.support.tools import KUBECTL_INSTALL, require
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

@@ -9,7 +9,7 @@ On ``--pods`` simulated pods (``watchcache/sim/fixtures.py``, ~3.2 KB each, as t
   and per 500-row page), best of ``--repeat``;
 - ``memory``: bytes a derived row adds per pod (``tracemalloc``), next to the pod's own JSON.
 
-No kit, no sockets. Run: ``.venv/bin/python loadtest/bench_printers.py``.
+No kit, no sockets. Run: ``.venv/bin/python -m loadtest.bench.printers``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ import random
 import sys
 import time
 import tracemalloc
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from watchcache.cache.object import encode_object
 from watchcache.printers.kube import POD
