@@ -137,6 +137,24 @@ async def test_a_table_watch_has_the_columns_in_its_first_event_only() -> None:
 
 
 @arun
+async def test_a_table_watchs_initial_events_are_one_row_tables() -> None:
+    import asyncio
+
+    s = Stack(kube=False)
+    req, resp = s.request("/api/v1/namespaces/default/pods", watch="true", includeObject="Object")
+    task = asyncio.ensure_future(s.handler(req, resp))
+    await until(lambda: len(b"".join(resp.chunks).splitlines()) == 3)
+    resp.disconnect()
+    await asyncio.wait_for(task, 2)
+    frames = [orjson.loads(line) for line in b"".join(resp.chunks).splitlines()]
+    assert [f["type"] for f in frames] == ["ADDED"] * 3
+    assert {f["object"]["kind"] for f in frames} == {"Table"}
+    assert frames[0]["object"]["columnDefinitions"] and frames[2]["object"]["columnDefinitions"] is None
+    assert [[r["cells"][0] for r in f["object"]["rows"]] for f in frames] == [["p0"], ["p1"], ["p2"]]
+    assert {f["object"]["rows"][0]["object"]["kind"] for f in frames} == {"Pod"}
+
+
+@arun
 async def test_in_front_of_kube_what_cannot_be_printed_here_passes_through_counted() -> None:
     s = Stack(kube=True, crds=False)
     # a built-in kind whose printer the proxy does not have: kube prints it

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import orjson
 
 from watchcache.cache.encoding import FULL_JSON, JSON, Encoding, bookmark_meta, json_list_meta
-from watchcache.cache.events import WatchEvent, json_frame_ends
+from watchcache.cache.events import ADDED, BOOKMARK, WatchEvent, json_frame
 from watchcache.cache.metadata import metadata_json
 from watchcache.cache.object import CachedObject
 from watchcache.printers.duration import human_duration
@@ -38,17 +38,7 @@ from watchcache.resources import ResourceType
 
 log = logging.getLogger("watchcache.printers")
 
-
-def frame_head(event_type: str) -> bytes:
-    return json_frame_ends(event_type)[0]
-
-
-def frame_tail() -> bytes:
-    return json_frame_ends("ADDED")[1]
-
-
 INCLUDE_OBJECT = ("None", "Metadata", "Object")
-_EVENT_TAIL = frame_tail()
 # The head of a watch frame this module writes, up to the column definitions a watcher's first frame gets.
 _HEADLESS = re.compile(
     rb'\{"type":"[A-Z]+","object":\{"kind":"Table","apiVersion":"meta\.k8s\.io/v1(?:beta1)?",'
@@ -152,14 +142,7 @@ class TableEncoding(Encoding):
         return event.encoded(self, as_type)
 
     def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
-        head = (
-            frame_head(as_type)
-            + self.head
-            + b'{"resourceVersion":"'
-            + str(source.rv).encode()
-            + b'"},"columnDefinitions":null,"rows":['
-        )
-        out = [head]
+        out = [self.head + b'{"resourceVersion":"' + str(source.rv).encode() + b'"},"columnDefinitions":null,"rows":[']
         try:
             self._rows(resource, (source,), out)
         except Unprintable as e:
@@ -170,11 +153,19 @@ class TableEncoding(Encoding):
             # A bug in a printer: contained to this frame (raising would end every watcher of the resource).
             log.exception("printing %s %s failed: the watch event carries the object", resource.qualified, source.key)
             return FULL_JSON.build_frame(resource, source, as_type)
-        out.append(b"]}}\n")
-        return b"".join(out)
+        out.append(b"]}")
+        return json_frame(as_type, *out)
 
     def initial_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
-        return (self.build_frame(resource, obj, "ADDED"),)
+        return (self.build_frame(resource, obj, ADDED),)
+
+    def initial_events(
+        self, resource: ResourceType, objects: Iterable[CachedObject], matches: Callable[[CachedObject], bool]
+    ) -> tuple[list[bytes], int]:
+        """One one-row Table frame per matching object (its row derived once, its ages written now)."""
+        build = self.build_frame
+        frames = [build(resource, obj, ADDED) for obj in objects if matches(obj)]
+        return frames, len(frames)
 
     def bookmark_frame(
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
@@ -186,13 +177,7 @@ class TableEncoding(Encoding):
             return FULL_JSON.bookmark_frame(
                 resource, rv, initial_events_end=initial_events_end, relist_diff_end=relist_diff_end
             )
-        out = [
-            frame_head("BOOKMARK")
-            + self.head
-            + b'{"resourceVersion":"'
-            + str(rv).encode()
-            + b'"},"columnDefinitions":null,"rows":['
-        ]
+        out = [self.head + b'{"resourceVersion":"' + str(rv).encode() + b'"},"columnDefinitions":null,"rows":[']
         row.write(out, self.clock(), {})
         if self.include == "Object":
             out.append(b',"object":' + resource.typed_prefix + meta + b"}}")
@@ -201,8 +186,8 @@ class TableEncoding(Encoding):
             out.append(self.metadata_head + meta[len(b'"metadata":') :] + b"}}")
         else:
             out.append(b',"object":null}')
-        out.append(b"]}" + _EVENT_TAIL)
-        return b"".join(out)
+        out.append(b"]}")
+        return json_frame(BOOKMARK, *out)
 
     def _lead(self, frame: bytes) -> bytes:
         """A watcher's first frame: with the column definitions (kube omits them from later events)."""
