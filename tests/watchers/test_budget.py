@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.harness import arun
-from watchcache.cache.encoding import FULL_JSON
+from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.resources import PODS
 from watchcache.watchers.budget import WatchBudget
@@ -137,3 +137,24 @@ async def test_enforced_after_the_flush_pass_so_a_burst_readers_take_does_not_co
     assert budget.pending <= 75_000 and budget.shed == 2
     assert [w.lagging for w in stalled] == [False, False, False, True, True]
     assert not any(w.lagging for w in readers)
+
+
+class _Leading(Encoding):
+    """An encoding whose first frame per watcher grows (as a Table watch's gets its column definitions)."""
+
+    @staticmethod
+    def lead(frame: bytes) -> bytes:
+        return b"COLUMNS" + frame
+
+
+def test_a_led_first_frame_keeps_the_pending_bytes_exact() -> None:
+    budget = WatchBudget(64 * 1000)
+    w = Watcher(PODS, ALL, 0, Sink(), max_pending_bytes=1 << 20, budget=budget, encoding=_Leading())
+    feed(w, 100)
+    feed(w, 200)
+    frames, _ = w.take(max_bytes=1)
+    assert frames == [b"COLUMNS" + b"x" * 100]
+    assert w.pending_bytes == 200
+    w.take()
+    assert w.pending_bytes == 0
+    consistent(budget)

@@ -364,7 +364,10 @@ class Watcher:
         if not pending:
             return [], 0
         if self._lead is not None:
-            pending[0] = self._lead(pending[0])
+            led = self._lead(pending[0])
+            if not self.protected:  # a live frame: counted in pending_bytes, which must stay exact
+                self.pending_bytes += len(led) - len(pending[0])
+            pending[0] = led
             self._lead = None
         if not self.protected and (not max_bytes or self.pending_bytes <= max_bytes):
             # The live path (once per watcher per flush): everything, no slicing.
