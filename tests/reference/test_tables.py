@@ -57,8 +57,6 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 PREFIX = f"{os.environ.get('WATCHCACHE_REFERENCE_PREFIX', 'reference-tables')}-{_WORKER}"
 TABLE = "application/json;as=Table;v={v};g=meta.k8s.io"
 INCLUDES = ("Metadata", "None", "Object")
-# kube's deprecation warning for v1 Endpoints, which the proxy's cached reads do not send (yet).
-ENDPOINTS_WARNING = "Warning: v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice\n"
 
 
 @dataclass
@@ -208,12 +206,44 @@ FLAGS = {"default": [], "wide": ["-o", "wide"], "labels": ["--show-labels"], "co
 def test_kubectl_get_prints_kubes_bytes(env: Env, name: str, flags: str) -> None:
     args = [*get_args(env, env.targets[name]), *FLAGS[flags]]
 
-    def direct() -> tuple[str, str]:
-        out, err = kubectl(env, "direct", *args)
-        return out, err.replace(ENDPOINTS_WARNING, "")
-
-    kube, ours = agreed(lambda: kubectl(env, "proxy", *args), direct, " ".join(args))
+    # stderr too: kube's deprecation warning of v1 Endpoints, printed by kubectl, comes from the proxy's cache
+    kube, ours = agreed(lambda: kubectl(env, "proxy", *args), lambda: kubectl(env, "direct", *args), " ".join(args))
     assert ours == kube
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "resourceVersion=0",
+        "resourceVersion=0&limit=2",
+        "resourceVersion=0&labelSelector=a+b",
+        "watch=1&resourceVersion=0&timeoutSeconds=1",
+    ],
+)
+@pytest.mark.parametrize("kind", ["endpoints", "endpointslices", "pods"])
+def test_deprecation_warnings_are_kubes(env: Env, kind: str, query: str) -> None:
+    """The Warning header of cached reads (v1 Endpoints: deprecated in v1.33) equals kube's, errors included."""
+    group = "discovery.k8s.io" if kind == "endpointslices" else ""
+    collection = env.scenario.path(kind, group)
+    before = _passed_through(env)
+    for path in (
+        f"{collection}?{query}",
+        f"{collection}/many?resourceVersion=0",
+        f"{collection}/nope?resourceVersion=0",
+    ):
+        if "watch" in query and path != f"{collection}?{query}":
+            continue
+        kube = env.api.raw("GET", path)
+        ours = env.proxy.raw("GET", path)
+        assert (ours[0], ours[1].get("warning")) == (kube[0], kube[1].get("warning")), path
+    assert _passed_through(env) == before  # the proxy's own answers
+
+
+def _passed_through(env: Env) -> float:
+    status, _, body = env.proxy.raw("GET", "/metrics", accept=None)
+    assert status == 200
+    pattern = r"^watchcache_passthrough_requests_total\{[^}]*\} (\S+)$"
+    return sum(float(m.group(1)) for m in re.finditer(pattern, body.decode(), re.M))
 
 
 _AGE = re.compile(r"^(?:(\d+)y)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

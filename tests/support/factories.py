@@ -83,6 +83,7 @@ class FakeResponse:
         assert not self.started
         self.started = True
         self.status = status
+        self.headers = list(headers)
         self.chunked = True
 
     def write_chunk(self, parts: Sequence[bytes]) -> int:

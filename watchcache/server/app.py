@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
 import orjson
@@ -28,6 +28,7 @@ from watchcache.http.response import Response
 from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext, PassThrough
+from watchcache.server.deprecation import warning_headers
 from watchcache.server.negotiation import (
     JSON,
     KUBE,
@@ -321,14 +322,21 @@ class ApiHandler:
                 if self.watchers() >= self.ctx.config.max_watchers:
                     self._reject("watchers", "too many watches open on this server, please try again later")
                 deadline.reschedule(None)  # long-running: its own timeout, lag and budget rules
+            # kube's deprecation Warning: on what its resource handler answers, errors included.
+            warnings = warning_headers(resource) if self.endpoint is KUBE else ()
             self.inflight += 1
             try:
-                await self._serve_cached(request, response, info, decision, slot)
+                await self._serve_cached(request, response, info, decision, slot, warnings)
                 return verb, resource
             except PassThrough as p:
                 decision = p.reason
             except apierrors.StatusError as e:
-                raise render_error(e, request.headers.get("accept"), self.endpoint) from None
+                error = render_error(e, request.headers.get("accept"), self.endpoint)
+                if not warnings or response.started:
+                    raise error from None
+                retry = () if error.retry_after is None else (("Retry-After", str(error.retry_after)),)
+                response.send(error.code, error.body(), content_type=error.content_type, headers=(*warnings, *retry))
+                return verb, resource
             finally:
                 self.inflight -= 1
         reason = decision.value
@@ -419,6 +427,7 @@ class ApiHandler:
         info: RequestInfo,
         encoding: Encoding | TableRequest,
         slot: _Slot | None,
+        headers: Sequence[tuple[str, str]] = (),
     ) -> None:
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
         assert resource is not None
@@ -427,13 +436,13 @@ class ApiHandler:
         cacher = self.ctx.cachers[resource]
         cacher.last_used = cacher.clock()
         opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
+        started = slot.release if slot else None
         if isinstance(encoding, TableRequest):
-            started = slot.release if slot else None
             await serve_table(self.ctx, self.tables, cacher, info, opts, request, response, encoding.version,
-                              started=started)  # fmt: skip
+                              started=started, headers=headers)  # fmt: skip
         elif info.verb == "watch":
-            await serve_watch(self.ctx, cacher, info, opts, response, encoding, started=slot.release if slot else None)
+            await serve_watch(self.ctx, cacher, info, opts, response, encoding, started=started, headers=headers)
         elif info.verb == "get":
-            await serve_get(self.ctx, cacher, info, opts, response, encoding)
+            await serve_get(self.ctx, cacher, info, opts, response, encoding, headers=headers)
         else:
-            await serve_list(self.ctx, cacher, info, opts, response, encoding)
+            await serve_list(self.ctx, cacher, info, opts, response, encoding, headers=headers)

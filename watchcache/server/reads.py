@@ -6,6 +6,8 @@ item's cached bytes, handed to the transport as a list of buffers (``writelines`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from watchcache import apierrors
 from watchcache.cache.continuetoken import UnverifiedContinueToken
 from watchcache.cache.encoding import FULL_JSON, Encoding
@@ -149,6 +151,8 @@ async def serve_get(
     opts: ListOptions,
     response: Response,
     encoding: Encoding = FULL_JSON,
+    *,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> None:
     plan = plan_get(opts.resource_version)
     await ensure_ready(ctx, cacher)
@@ -157,7 +161,7 @@ async def serve_get(
     obj = cacher.cache.get(object_key(info.namespace if resource.namespaced else "", info.name))
     if obj is None:
         raise apierrors.not_found(resource.group, resource.resource, info.name)
-    response.send(200, encoding.object_parts(resource, obj), content_type=encoding.content_type)
+    response.send(200, encoding.object_parts(resource, obj), content_type=encoding.content_type, headers=headers)
 
 
 async def serve_list(
@@ -167,6 +171,8 @@ async def serve_list(
     opts: ListOptions,
     response: Response,
     encoding: Encoding = FULL_JSON,
+    *,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> None:
     try:
         plan = plan_list(opts, ctx.codec)
@@ -233,4 +239,4 @@ async def serve_list(
         token = ctx.codec.encode(snapshot.rv, next_start, cacher.cache.group_size(snapshot.rv))
     parts = encoding.list_parts(resource, page_items, snapshot.rv, token, remaining)
     # The parts are immutable cached bytes: the snapshot stays consistent while they are written.
-    await response.send_stream(200, parts, content_type=encoding.content_type)
+    await response.send_stream(200, parts, content_type=encoding.content_type, headers=headers)

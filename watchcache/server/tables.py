@@ -167,6 +167,7 @@ async def serve_table(
     version: str,
     *,
     started: Callable[[], None] | None = None,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> None:
     """A GET, LIST or WATCH answered with Tables of ``meta.k8s.io/<version>``."""
     if cacher.resource.custom:
@@ -191,11 +192,11 @@ async def serve_table(
         encoding = tables.encoding(printer, version, include)
     try:
         if info.verb == "watch":
-            await serve_watch(ctx, cacher, info, opts, response, encoding, started=started)
+            await serve_watch(ctx, cacher, info, opts, response, encoding, started=started, headers=headers)
         elif info.verb == "get":
-            await serve_get(ctx, cacher, info, opts, response, encoding)
+            await serve_get(ctx, cacher, info, opts, response, encoding, headers=headers)
         else:
-            await serve_list(ctx, cacher, info, opts, response, encoding)
+            await serve_list(ctx, cacher, info, opts, response, encoding, headers=headers)
     except Unprintable as e:
         log.warning("a %s Table passes through: %s", cacher.resource.qualified, e)
         raise PassThrough(PassReason.TABLE) from None

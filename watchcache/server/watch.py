@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from watchcache import apierrors
@@ -138,8 +138,11 @@ async def serve_watch(
     encoding: Encoding = FULL_JSON,
     *,
     started: Callable[[], None] | None = None,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> None:
-    """Serve one watch; ``started()`` is called once it is a registered watcher (not while it waits)."""
+    """Serve one watch; ``started()`` is called once it is a registered watcher (not while it waits).
+
+    ``headers``: more response headers (a deprecation ``Warning``)."""
     cacher.watch_requests += 1
     plan = plan_watch(opts)
     namespace = info.namespace
@@ -150,7 +153,7 @@ async def serve_watch(
     predicate = parse_predicate(cacher, namespace, opts)
     if opts.timeout_seconds is not None and opts.timeout_seconds < 0:
         # kube: the watch's context is past its deadline before it starts.
-        response.start_chunked(200, content_type=encoding.watch_content_type)
+        response.start_chunked(200, content_type=encoding.watch_content_type, headers=headers)
         response.write_chunk([encoding.error_frame(apierrors.internal_error("context deadline exceeded"))])
         response.end_chunked()
         return
@@ -165,7 +168,7 @@ async def serve_watch(
         # already has. As kube-apiserver: wait (bounded), else 504 Too large resource version.
         error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
-    response.start_chunked(200, content_type=encoding.watch_content_type)
+    response.start_chunked(200, content_type=encoding.watch_content_type, headers=headers)
     stream = HttpWatchStream(response, ctx.flusher, cacher, ctx.metrics)
     timeout = _watch_timeout(ctx, opts)
     if error is None:
