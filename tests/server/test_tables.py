@@ -102,6 +102,24 @@ async def test_a_list_is_a_table_with_the_rows_object_as_asked() -> None:
 
 
 @arun
+async def test_identical_table_lists_at_one_snapshot_each_print_ages_from_their_own_clock() -> None:
+    """Identical LISTs at one snapshot share a built body (a relist storm), but a Table's ages are the request's."""
+    s = Stack(kube=False)
+    now = [1_800_000_000 * 10**9]
+    s.handler.tables.clock = lambda: now[0]
+    aged = encode_object(PODS, {"metadata": {"name": "aged", "namespace": "default", "resourceVersion": "11",
+                                             "creationTimestamp": "2027-01-15T08:00:00Z"}})  # fmt: skip
+    s.cachers[PODS].apply([("ADDED", aged)])
+    s.upstream.rv = 11
+    ages = []
+    for _ in range(2):
+        table = body(await s.get("/api/v1/namespaces/default/pods", includeObject="None"))
+        ages.append([row["cells"][4] for row in table["rows"] if row["cells"][0] == "aged"])
+        now[0] += 3 * 3600 * 10**9
+    assert ages[0] != ages[1], ages
+
+
+@arun
 async def test_a_bad_include_object_is_kubes_400_after_the_read() -> None:
     s = Stack(kube=False)
     message = (

@@ -71,6 +71,9 @@ class Encoding:
     watch_content_type = JSON
     # Applied to a watcher's first frame when it is written (a Table's column definitions), or None.
     lead: Callable[[bytes], bytes] | None = None
+    # A body that depends only on the snapshot, so identical LISTs at one snapshot may share it. A
+    # Table's ages come from each request's clock, as kube's do: never shared.
+    timeless = True
 
     def __repr__(self) -> str:
         return f"Encoding({self.name})"

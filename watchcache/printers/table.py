@@ -51,6 +51,7 @@ class TableEncoding(Encoding):
 
     content_type = JSON
     watch_content_type = JSON
+    timeless = False  # ages are the request's: identical LISTs at one snapshot do not share a Table
 
     def __init__(self, printer: Printer, version: str, include: str, clock: Callable[[], int]) -> None:
         if include not in INCLUDE_OBJECT:

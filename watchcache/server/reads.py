@@ -210,7 +210,7 @@ async def serve_list(
             bodies = ctx.list_bodies[resource] = ListBodies()
         key = (info.namespace, opts.label_selector, opts.field_selector, limit, plan.start, encoding)
         version = (snapshot.rv, cacher.cache.group_size(snapshot.rv))
-        built = bodies.get(version, key)
+        built = bodies.get(version, key) if encoding.timeless else None
         if built is None:
             filter_fn = None if predicate.empty else predicate.selector_matches
             indexed = predicate.exact_field(snapshot.index_field)  # a kubelet's spec.nodeName=<node>
@@ -223,7 +223,8 @@ async def serve_list(
                 len(page.items),
                 page.scanned,
             )
-            bodies.put(version, key, built)
+            if encoding.timeless:
+                bodies.put(version, key, built)
         parts, returned, scanned = built
         cacher.lists += 1
         cacher.list_fetched += scanned
