@@ -230,7 +230,7 @@ async def serve_list(
         cacher.list_fetched += scanned
         cacher.list_returned += returned
         # The parts are immutable cached bytes: the snapshot stays consistent while they are written.
-        await response.send_stream(200, parts, content_type=encoding.content_type)
+        await response.send_stream(200, parts, content_type=encoding.content_type, headers=headers)
         return
     cacher.lists += 1
     cacher.list_fetched += scanned
