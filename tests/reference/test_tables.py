@@ -308,7 +308,7 @@ def test_kubectl_get_watch_prints_kubes_lines(env: Env) -> None:
     for kind, least in (("pods", 25), ("configmaps", 12)):
         direct, ours = outs["direct", kind][0].splitlines(), outs["proxy", kind][0].splitlines()
         assert len(direct) >= least, (kind, outs["direct", kind][1])
-        assert len(ours) == len(direct), (kind, direct, ours)
+        assert len(ours) == len(direct), (kind, outs["proxy", kind][1], ours, len(direct))
         for a, b in zip(direct, ours, strict=True):
             assert same_line_but_ages(a, b, slack=3), (a, b)
 
