@@ -565,9 +565,13 @@ class Cacher:
 
 
 def _expired(error: ResourceVersionTooOld, backfill: Exception | None) -> str:
-    """The 410's message: kube's, and why the older history could not be had (when it was tried)."""
-    reason = str(backfill) if backfill is not None else ""
-    return f"{error}: {reason}" if reason else str(error)
+    """The 410's message: kube's, and why the older history could not be had (when it was tried).
+
+    When the upstream itself answered 410 (``outcome`` "gone": compacted), the proxy says exactly what
+    kube-apiserver says to the same watch; the upstream's words are in the backfill's log line and metric."""
+    if backfill is None or getattr(backfill, "outcome", None) == "gone":
+        return str(error)
+    return f"{error}: {backfill}"
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:
