@@ -137,6 +137,9 @@ class ResourceType:
     getters: Mapping[str, FieldGetter] = field(init=False, repr=False, compare=False)
     extract_fields: FieldsExtractor = field(init=False, repr=False, compare=False)
     typed_prefix: bytes = field(init=False, repr=False, compare=False)
+    # How an encoded object of this type starts, TypeMeta first: kube's order (built-in types), and
+    # the sorted one (unstructured objects: custom resources). See cache/object.py body_in_event.
+    object_prefixes: tuple[bytes, bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # A cluster-scoped custom resource cannot select on metadata.namespace (kube's crConverter).
@@ -148,6 +151,8 @@ class ResourceType:
         # back into a typed object for GET and watch frames at the cost of a writelines.
         prefix = b'{"kind":"' + self.kind.encode() + b'","apiVersion":"' + self.api_version.encode() + b'",'
         object.__setattr__(self, "typed_prefix", prefix)
+        sorted_prefix = b'{"apiVersion":"' + self.api_version.encode() + b'","kind":"' + self.kind.encode() + b'",'
+        object.__setattr__(self, "object_prefixes", (prefix, sorted_prefix))
 
     @property
     def api_version(self) -> str:

@@ -292,7 +292,9 @@ class ResourceCache:
             prev = old.get(key)
             if prev is None:
                 changed.append(WatchEvent(self.resource, ADDED, obj, None, rv, now))
-            elif prev.rv != obj.rv or prev.body != obj.body:
+            elif prev.rv != obj.rv or (prev.body != obj.body and prev.decode() != obj.decode()):
+                # Same rv, other bytes: the same object encoded twice (a watch event's bytes are the
+                # upstream's, a list item's orjson's) is no change; other contents at one rv are.
                 changed.append(WatchEvent(self.resource, MODIFIED, obj, prev, rv, now))
         gone = [prev for key, prev in old.items() if key not in fresh]
         events = self._order_diff(changed, gone, rv, now)

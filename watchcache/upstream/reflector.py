@@ -32,7 +32,7 @@ import orjson
 from watchcache.backoff import Backoff
 from watchcache.cache.encoding import RELIST_DIFF_ANNOTATION
 from watchcache.cache.events import BOOKMARK, DELETED, ERROR
-from watchcache.cache.object import CachedObject, ObjectError, encode_object, parse_resource_version
+from watchcache.cache.object import CachedObject, ObjectError, body_in_event, encode_object, parse_resource_version
 from watchcache.dispatch.cacher import Cacher
 from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled, collection_path
 from watchcache.upstream.failures import LastFailures
@@ -264,7 +264,7 @@ class Reflector:
                     self._diff_end, self._diff, self._diff_reads = parse_resource_version(end), [], 1
                 continue
             try:
-                obj = encode_object(self.resource, raw)
+                obj = encode_object(self.resource, raw, body_in_event(self.resource, line, kind, len(event)))
             except ObjectError as e:
                 log.warning("%s: dropping malformed %s event: %s", self.resource.qualified, kind, e)
                 continue
