@@ -127,16 +127,26 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
         if cert is not None and options.http2 is not None
         else None
     )
-    server = await start_server(
-        wiring.handler,
-        options.host,
-        options.port,
-        reuse_port=shard is not None,
-        limits=options.http,
-        ssl=cert.context if cert else None,
-        admission=admission,
-        h2=h2,
-    )
+    try:
+        server = await start_server(
+            wiring.handler,
+            options.host,
+            options.port,
+            reuse_port=shard is not None,
+            limits=options.http,
+            ssl=cert.context if cert else None,
+            admission=admission,
+            h2=h2,
+        )
+    except BaseException:
+        # Nothing will serve (the address is taken): stop what wire() started, so that the error
+        # is the last word, not "Unclosed client session" from the upstream's sessions after it.
+        for task in wiring.tasks:
+            task.cancel()
+        for cleanup in wiring.cleanup:
+            with contextlib.suppress(Exception):
+                await cleanup()
+        raise
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     who = name if shard is None else f"{name} worker {shard.worker_id}"
     log.info(
