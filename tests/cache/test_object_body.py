@@ -26,7 +26,9 @@ KUBE_LINE = (
 def encode(resource: ResourceType, line: bytes) -> tuple[CachedObject, CachedObject]:
     """(from the line's bytes, encoded from the parse) for one event line."""
     event = orjson.loads(line)
-    sliced = encode_object(resource, orjson.loads(line)["object"], body_in_event(resource, line, event["type"], len(event)))
+    sliced = encode_object(
+        resource, orjson.loads(line)["object"], body_in_event(resource, line, event["type"], len(event))
+    )
     return sliced, encode_object(resource, event["object"])
 
 
@@ -35,7 +37,12 @@ def test_a_kube_event_keeps_the_upstreams_bytes_and_means_the_same_object():
     assert sliced.body == KUBE_LINE[len(b'{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1",') : -1]
     assert b"\\u0026" in sliced.body and b"\\u0026" not in parsed.body
     assert sliced.decode() == parsed.decode()
-    assert (sliced.key, sliced.rv, sliced.labels, sliced.fields) == (parsed.key, parsed.rv, parsed.labels, parsed.fields)
+    assert (sliced.key, sliced.rv, sliced.labels, sliced.fields) == (
+        parsed.key,
+        parsed.rv,
+        parsed.labels,
+        parsed.fields,
+    )
     assert orjson.loads(sliced.typed_json(PODS)) == orjson.loads(KUBE_LINE)["object"]
 
 
@@ -92,7 +99,12 @@ def test_cut_or_encoded_the_cached_object_is_the_same(labels: Any, spec: Any, st
     sliced, parsed = encode(PODS, line)
     assert body_in_event(PODS, line, kind, 2) is not None
     assert sliced.body == parsed.body  # orjson wrote the line: the same bytes
-    assert (sliced.key, sliced.rv, sliced.labels, sliced.fields) == (parsed.key, parsed.rv, parsed.labels, parsed.fields)
+    assert (sliced.key, sliced.rv, sliced.labels, sliced.fields) == (
+        parsed.key,
+        parsed.rv,
+        parsed.labels,
+        parsed.fields,
+    )
 
 
 def test_a_relist_finding_the_same_object_in_other_bytes_at_its_rv_sends_nothing():
