@@ -21,6 +21,11 @@ simulated cluster with ``--upstream sim``), in one run:
    received, every event); events missing, misrouted or repeated (the writer's stamps per node
    against the ones each node's pod watch received).
 
+``floor``: ``loadtest.bench.relay_floor``, the cheapest Python relay of pod events by node (one
+upstream watch, ``orjson.loads`` and one write per event; LISTs answered empty, nothing else), in
+the proxy's place with its certificate and upstream credentials, measured alike: proxy − floor is
+the proxy's own code, the floor what any Python relay pays at that rate on that machine.
+
 Kube-apiserver's own fan-out cost is the difference between its CPU when the kubelets watch it
 and its CPU at the same rate while they watch the proxy (it then serves the writes and one watch
 per resource): both are in the same run.
@@ -112,29 +117,55 @@ async def wait_nodes_quiet(up: kc.Upstream, layout: kc.Layout, created_at: float
 
 
 class Server:
-    """The process(es) whose CPU and RSS are the target's: the proxy's tree, or the upstream's server."""
+    """The process(es) whose CPU and RSS are the target's: the proxy's tree, the floor, or the upstream's server."""
 
-    def __init__(self, name: str, up: kc.Upstream, proxy: bl.Proc | None) -> None:
+    def __init__(self, name: str, up: kc.Upstream, proc: bl.Proc | None) -> None:
         self.name = name
         self.up = up
-        self.proxy = proxy
+        self.proc = proc  # the proxy or the floor; None: the upstream itself
 
     def cpu(self) -> dict[str, float]:
         out = self.up.cpu()
-        if self.proxy is not None:
-            out["proxy"] = self.proxy.cpu()
+        if self.proc is not None:
+            out[self.name] = self.proc.cpu()
             # Of which in the kernel (on loopback a send also runs the receiver's TCP path).
-            out["proxy-system"] = sum(_system_seconds(pid) for pid in self.proxy.pids())
+            out[f"{self.name}-system"] = sum(_system_seconds(pid) for pid in self.proc.pids())
         return out
 
     def rss(self) -> int:
-        if self.proxy is not None:
-            return self.proxy.rss()
+        if self.proc is not None:
+            return self.proc.rss()
         return self.up.rss().get(self.up.server, 0)
 
     @property
     def key(self) -> str:
-        return "proxy" if self.proxy is not None else self.up.server
+        return self.name if self.proc is not None else self.up.server
+
+
+def start_floor(up: kc.Upstream, files: bl.ProductionFiles) -> bl.Proc:
+    """``relay_floor`` in front of ``up``, with the proxy's serving certificate and upstream credentials."""
+    assert files.cert is not None
+    if up.kind == "kube":
+        upstream = ["--kubeconfig", os.environ["KUBE_REFERENCE_KUBECONFIG"]]
+    else:
+        upstream = ["--upstream", up.url, "--insecure-skip-tls-verify", "--token-file", str(files.token_file)]
+    cmd = bl.python_m(
+        "loadtest.bench.relay_floor",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert-file",
+        str(files.cert[0]),
+        "--tls-private-key-file",
+        str(files.cert[1]),
+        *upstream,
+    )
+    proc = bl.start_process("floor", cmd)
+    try:
+        bl.wait_ready(proc, 60)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
 
 
 def _system_seconds(pid: int) -> float:
@@ -159,16 +190,20 @@ async def measure_target(
     writer: bl.Helper,
     rows: list[dict[str, Any]],
 ) -> None:
-    proxy = None
+    proc = None  # the proxy or the floor
     if target_name == "proxy":
         prod = bl.Production(tls=True, authentication=args.authentication, workers=args.workers)
         extra = shlex.split(args.proxy_args) + (["--http2"] if args.h2 else [])
         bl.log(f"K={k}: starting the proxy ({prod.label} {' '.join(extra)})")
-        proxy = kc.start_proxy(up, files, prod, extra)
-        url = proxy.url
+        proc = kc.start_proxy(up, files, prod, extra)
+        url = proc.url
+    elif target_name == "floor":
+        bl.log(f"K={k}: starting the relay floor (loadtest.bench.relay_floor)")
+        proc = start_floor(up, files)
+        url = proc.url
     else:
         url = up.url
-    server = Server(target_name, up, proxy)
+    server = Server(target_name, up, proc)
     clients: list[bl.Helper] = []
     base: dict[str, Any] = {"K": k, "target": target_name, "server": server.key}
     try:
@@ -183,7 +218,7 @@ async def measure_target(
                     "--token",
                     up.token,
                     "--ca",
-                    up.ca if server.proxy is None else "",
+                    up.ca if server.proc is None else "",
                     "--accept",
                     args.accept,
                     "--lo",
@@ -263,11 +298,11 @@ async def measure_target(
                 s0 = await bl.ask_all(clients, "snap")
                 c0, m0, t_0 = server.cpu(), bl.machine_busy()[0], time.monotonic()
                 profiling = None
-                if args.profile and proxy is not None:
+                if args.profile and proc is not None:
                     from loadtest.bench.fanout import run_profile
 
                     args.profile_seconds = args.window
-                    profiling = asyncio.ensure_future(run_profile(proxy, args, f"kubelets-K{k}-R{rate}-{select}"))
+                    profiling = asyncio.ensure_future(run_profile(proc, args, f"kubelets-K{k}-R{rate}-{select}"))
                 w = await writer.ask(
                     "run",
                     timeout=args.window * 4 + 120,
@@ -327,8 +362,8 @@ async def measure_target(
     finally:
         for helper in clients:
             await helper.close()
-        if proxy is not None:
-            proxy.stop()
+        if proc is not None:
+            proc.stop()
 
 
 def summarize_window(
@@ -506,6 +541,18 @@ def report(rows: list[dict[str, Any]], up: kc.Upstream) -> dict[str, Any]:
     for (k, target, rate, select), r in by.items():
         if target == "proxy":
             summary["proxy_marginal_us_per_written"][f"K={k} R={rate} {select}"] = r["us_marginal_per_written"]
+    # The floor (relay_floor): what the cheapest Python relay costs in the same regime, and the proxy's excess.
+    for (k, target, rate, select), r in by.items():
+        if target != "floor":
+            continue
+        summary.setdefault("floor_marginal_us_per_written", {})[f"K={k} R={rate} {select}"] = r[
+            "us_marginal_per_written"
+        ]
+        p = by.get((k, "proxy", rate, select))
+        if p is not None and p["us_marginal_per_written"] is not None and r["us_marginal_per_written"] is not None:
+            summary.setdefault("proxy_minus_floor_us_per_written", {})[f"K={k} R={rate} {select}"] = round(
+                p["us_marginal_per_written"] - r["us_marginal_per_written"], 1
+            )
     ks = sorted({r["K"] for r in writes if r["target"] == "proxy"})
     if len(ks) >= 2:
         flat = {}
@@ -599,7 +646,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cm-per-kubelet", type=int, default=5)
     p.add_argument("--rates", default="100,500", help="pod updates per second (comma-separated)")
     p.add_argument("--select", default="watched,unwatched", help="which pods the writer updates")
-    p.add_argument("--targets", default="proxy,upstream", help="proxy, upstream, or both (in this order)")
+    p.add_argument(
+        "--targets",
+        default="proxy,upstream",
+        help="comma-separated, measured in this order: proxy, upstream, floor (loadtest.bench.relay_floor)",
+    )
     p.add_argument("--window", type=float, default=20.0, help="seconds of writing per rate")
     p.add_argument("--idle", type=float, default=10.0, help="seconds of idle measurement after connecting")
     p.add_argument("--drain", type=float, default=2.0, help="seconds after the writes before counting")
@@ -619,7 +670,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--authentication", choices=bl.AUTH_MODES, default="delegated")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--proxy-args", default="", help="extra flags for watchcache serve")
-    p.add_argument("--profile", action="store_true", help="py-spy the proxy during each write window")
+    p.add_argument("--profile", action="store_true", help="py-spy the proxy (or the floor) during each write window")
     p.add_argument("--profile-dir", default="/tmp/watchcache-bench")
     p.add_argument("--prefix", default="i25", help="names of this run's objects (the kit is shared)")
     p.add_argument("--keep", action="store_true", help="keep the objects for the next run")
@@ -631,6 +682,11 @@ def main(argv: list[str] | None = None) -> None:
     args.rate_list = [int(x) for x in args.rates.split(",")]
     args.select_list = args.select.split(",")
     args.target_list = args.targets.split(",")
+    unknown = set(args.target_list) - {"proxy", "upstream", "floor"}
+    if unknown:
+        p.error(f"unknown targets: {', '.join(sorted(unknown))}")
+    if args.h2 and "floor" in args.target_list:
+        p.error("the floor serves HTTP/1.1 only: drop --h2 or the floor target")
     bl.raise_nofile()
     import uvloop
 
