@@ -128,8 +128,15 @@ class Server:
         out = self.up.cpu()
         if self.proc is not None:
             out[self.name] = self.proc.cpu()
+            pids = self.proc.pids()
             # Of which in the kernel (on loopback a send also runs the receiver's TCP path).
-            out[f"{self.name}-system"] = sum(_system_seconds(pid) for pid in self.proc.pids())
+            out[f"{self.name}-system"] = sum(_system_seconds(pid) for pid in pids)
+            # The scheduler's own count (ns, every thread), not the tick sampling above; and the
+            # voluntary context switches: how often the server slept and was woken.
+            sched, switches = _sched(pids)
+            out[f"{self.name}-sched"] = sched
+            out[f"{self.name}-switches"] = switches
+            out[f"{self.name}-minflt"] = float(sum(_minor_faults(pid) for pid in pids))
         return out
 
     def rss(self) -> int:
@@ -142,7 +149,7 @@ class Server:
         return self.name if self.proc is not None else self.up.server
 
 
-def start_floor(up: kc.Upstream, files: bl.ProductionFiles) -> bl.Proc:
+def start_floor(up: kc.Upstream, files: bl.ProductionFiles, extra: list[str]) -> bl.Proc:
     """``relay_floor`` in front of ``up``, with the proxy's serving certificate and upstream credentials."""
     assert files.cert is not None
     if up.kind == "kube":
@@ -158,6 +165,7 @@ def start_floor(up: kc.Upstream, files: bl.ProductionFiles) -> bl.Proc:
         "--tls-private-key-file",
         str(files.cert[1]),
         *upstream,
+        *extra,
     )
     proc = bl.start_process("floor", cmd)
     try:
@@ -166,6 +174,33 @@ def start_floor(up: kc.Upstream, files: bl.ProductionFiles) -> bl.Proc:
         proc.stop()
         raise
     return proc
+
+
+def _sched(pids: list[int]) -> tuple[float, float]:
+    """(CPU seconds from /proc/<pid>/task/*/schedstat, voluntary context switches) of the processes."""
+    ns = switches = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError, ValueError):
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        ns += int(f.read().split()[0])
+                    with open(f"/proc/{pid}/task/{tid}/status") as f:
+                        for line in f:
+                            if line.startswith("voluntary_ctxt_switches:"):
+                                switches += int(line.split()[1])
+    return ns / 1e9, float(switches)
+
+
+_COUNTS = ("-switches", "-minflt")  # Server.cpu's counters that are not CPU seconds
+
+
+def _minor_faults(pid: int) -> int:
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(")") + 2 :].split()[7])
+    return 0
 
 
 def _system_seconds(pid: int) -> float:
@@ -199,7 +234,7 @@ async def measure_target(
         url = proc.url
     elif target_name == "floor":
         bl.log(f"K={k}: starting the relay floor (loadtest.bench.relay_floor)")
-        proc = start_floor(up, files)
+        proc = start_floor(up, files, shlex.split(args.floor_args))
         url = proc.url
     else:
         url = up.url
@@ -278,7 +313,12 @@ async def measure_target(
             "rss_after_mb": round(rss1 / 2**20, 1),
             "kb_per_watch": round((rss1 - rss0) / 1024 / max(1, established), 2),
             "mb_per_1000_watches": round((rss1 - rss0) / 2**20 / max(1, established) * 1000, 2),
-            "idle_cores": {name: round(v, 4) for name, v in idle_rates.items()},
+            "idle_cores": {
+                name: round(v, 4) for name, v in idle_rates.items() if not name.endswith(("-switches", "-minflt"))
+            },
+            "idle_per_s": {
+                name: round(v, 1) for name, v in idle_rates.items() if name.endswith(("-switches", "-minflt"))
+            },
             "machine_busy_cores": round((m1 - m0) / idle_s, 2),
             "loadavg": loadavg(),
         }
@@ -401,6 +441,10 @@ def summarize_window(
         repeated += len(rs) - len(rset)
     delivered = sum(len(v) for v in received.values())
     lat.sort()
+    cpu = dict(cpu)
+    switches = cpu.pop(f"{key}-switches", None)
+    faults = cpu.pop(f"{key}-minflt", None)
+    sched = cpu.get(f"{key}-sched")
     server_cpu = cpu.get(key, 0.0)
     marginal = server_cpu - idle_rates.get(key, 0.0) * seconds
     events: dict[str, int] = {}
@@ -431,6 +475,15 @@ def summarize_window(
         "us_per_written": round(server_cpu / n_written * 1e6, 1) if n_written else None,
         "us_marginal_per_written": round(marginal / n_written * 1e6, 1) if n_written else None,
         "us_per_delivered": round(server_cpu / delivered * 1e6, 1) if delivered else None,
+        # Cross-checks of the proxy's and the floor's per-event cost (None for the upstream target).
+        "us_sched_per_written": round(sched / n_written * 1e6, 1) if sched is not None and n_written else None,
+        "us_sched_marginal_per_written": (
+            round((sched - idle_rates.get(f"{key}-sched", 0.0) * seconds) / n_written * 1e6, 1)
+            if sched is not None and n_written
+            else None
+        ),
+        "wakeups_per_written": round(switches / n_written, 2) if switches is not None and n_written else None,
+        "minor_faults_per_written": round(faults / n_written, 2) if faults is not None and n_written else None,
         "machine_busy_cores": round(machine / seconds, 2),
         "loadavg": loadavg(),
     }
@@ -496,6 +549,9 @@ def report(rows: list[dict[str, Any]], up: kc.Upstream) -> dict[str, Any]:
             "µs / written",
             "µs marginal / written",
             "µs / delivered",
+            "µs sched marginal / written",
+            "wakeups / written",
+            "faults / written",
             f"µs {up.server} / written",
             "machine busy",
             "load",
@@ -518,6 +574,9 @@ def report(rows: list[dict[str, Any]], up: kc.Upstream) -> dict[str, Any]:
                 r["us_per_written"],
                 r["us_marginal_per_written"],
                 r["us_per_delivered"],
+                r.get("us_sched_marginal_per_written"),
+                r.get("wakeups_per_written"),
+                r.get("minor_faults_per_written"),
                 r.get(f"us_{up.server}_per_written", r["us_per_written"] if r["server"] == up.server else None),
                 r["machine_busy_cores"],
                 r["loadavg"],
@@ -670,6 +729,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--authentication", choices=bl.AUTH_MODES, default="delegated")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--proxy-args", default="", help="extra flags for watchcache serve")
+    p.add_argument("--floor-args", default="", help="extra flags for relay_floor (e.g. --parse find)")
     p.add_argument("--profile", action="store_true", help="py-spy the proxy (or the floor) during each write window")
     p.add_argument("--profile-dir", default="/tmp/watchcache-bench")
     p.add_argument("--prefix", default="i25", help="names of this run's objects (the kit is shared)")

@@ -32,12 +32,20 @@ Run (prints ``ready: listening on https://…``, as ``watchcache serve``)::
         # or: --kubeconfig FILE
 
 ``loadtest.bench.kubelets --targets proxy,floor`` starts it next to the proxy and measures both alike.
+
+``--warm [N]`` instead measures the same per-event path in one process, hot in the caches: an event
+record TLS-decrypted as from the upstream, its chunk parsed by httptools, ``Relay.on_line``, and
+the frame TLS-encrypted for the kubelet (memory BIOs, as uvloop's TLS; no sockets, no wakeups),
+each step alone and all together, in µs per event. Against what the served floor costs per event,
+it says how much of that is the regime (a wakeup per event, cold caches, the kernel) rather than
+the work.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import ssl
@@ -75,10 +83,15 @@ def _status(code: int, reason: str, message: str) -> bytes:
 # ---------------------------------------------------------------- the relay
 
 
+_NODE = b'"nodeName":"'
+
+
 class Relay:
     """The upstream's current resourceVersion and the pod watches by node; relays each event."""
 
-    def __init__(self) -> None:
+    def __init__(self, parse: str = "orjson") -> None:
+        if parse == "find":
+            self.on_line = self.on_line_find  # type: ignore[method-assign]
         self.rv = ""
         self.pods: dict[str, set[Client]] = {}
         self.ready = False
@@ -99,6 +112,22 @@ class Relay:
         self.rv = obj["metadata"]["resourceVersion"]
         node = obj["spec"].get("nodeName")
         watches = self.pods.get(node) if node else None
+        if watches:
+            frame = b"%x\r\n%b\n\r\n" % (len(line) + 1, line)
+            for client in watches:
+                client.transport.write(frame)
+            self.sent += len(watches)
+
+    def on_line_find(self, line: bytes) -> None:
+        """``--parse find``: the node found by a byte search, no JSON decoding (what the parse costs)."""
+        i = line.find(_NODE)
+        if i < 0:
+            if b'"type":"ERROR"' in line[:32]:
+                raise Expired(line[:300].decode(errors="replace"))
+            return
+        self.events += 1
+        i += len(_NODE)
+        watches = self.pods.get(line[i : line.index(b'"', i)].decode())
         if watches:
             frame = b"%x\r\n%b\n\r\n" % (len(line) + 1, line)
             for client in watches:
@@ -322,6 +351,119 @@ async def follow(up: Upstream, relay: Relay) -> None:
             log.info("upstream watch ended: %s", resp.error)
 
 
+# ---------------------------------------------------------------- the same path, warm
+
+
+def _tls_pair(server_ctx: ssl.SSLContext) -> tuple[ssl.SSLObject, ssl.SSLObject, list[ssl.MemoryBIO]]:
+    """A handshaken (client, server) pair of SSLObjects on memory BIOs: [c_in, c_out, s_in, s_out]."""
+    client_ctx = ssl.create_default_context()
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    client_ctx.set_alpn_protocols(["http/1.1"])
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    c = client_ctx.wrap_bio(bios[0], bios[1], server_side=False)
+    s = server_ctx.wrap_bio(bios[2], bios[3], server_side=True)
+    for _ in range(10):
+        for obj in (c, s):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                obj.do_handshake()
+        bios[2].write(bios[1].read())
+        bios[0].write(bios[3].read())
+    c.do_handshake()
+    s.do_handshake()
+    return c, s, bios
+
+
+class _TlsTransport:
+    """A transport whose write encrypts, as uvloop's TLS transport does before its send."""
+
+    def __init__(self, obj: ssl.SSLObject, out: ssl.MemoryBIO) -> None:
+        self.obj = obj
+        self.out = out
+        self.sent = 0
+
+    def write(self, data: bytes) -> None:
+        self.obj.write(data)
+        self.sent += len(self.out.read())
+
+
+def sample_event() -> bytes:
+    """A pod event as the benchmark's writer makes them on the sim (fixtures' pod, ~3 KB)."""
+    import random
+
+    from loadtest.bench.kubecluster import Layout, _pod
+
+    layout = Layout()
+    pod = _pod(layout, layout.pod(1, 0), layout.namespace, layout.node(1), random.Random(1), layout.cm_prefix + "00001")
+    pod["metadata"].update(resourceVersion="123456", uid="0f6d3a47-5e0e-4a4e-9d0c-3c1a2a0c0b61")
+    pod["metadata"]["annotations"]["bench/written-at"] = "1795780969.342838"
+    return orjson.dumps({"type": "MODIFIED", "object": pod})
+
+
+async def warm(n: int) -> dict[str, float]:
+    """µs per event of each step of the floor's per-event path, and of the whole, in a hot loop."""
+    import tempfile
+    import time
+
+    from loadtest.bench.lib import make_tls_cert
+
+    line = sample_event()
+    chunk = b"%x\r\n%b\n\r\n" % (len(line) + 1, line)
+    with tempfile.TemporaryDirectory() as d:
+        cert, key = make_tls_cert(Path(d))
+        ctx = serving_context(str(cert), str(key))
+        # The upstream leg: the floor is the client (reads), the sim the server (writes).
+        up_c, up_s, up_bios = _tls_pair(ctx)
+        # The kubelet leg: the floor is the server (writes).
+        _, down_s, down_bios = _tls_pair(ctx)
+    relay = Relay()
+    client = Client.__new__(Client)
+    client.transport = _TlsTransport(down_s, down_bios[3])  # type: ignore[assignment]
+    relay.register("i25-node-00001", client)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    stream = UpstreamResponse(b"", relay.on_line)
+    stream.data_received(head)
+    quiet = UpstreamResponse(b"", Relay().on_line)  # no watch of that node: the parse and lookup alone
+    quiet.data_received(head)
+    records: list[bytes] = []
+
+    def encrypt_records() -> None:  # the upstream's side, not timed
+        records.clear()
+        for _ in range(n):
+            up_s.write(chunk)
+            records.append(up_bios[3].read())
+        records.reverse()
+
+    def per_event(fn: Callable[[], object], prepare: Callable[[], None] | None = None) -> float:
+        """CPU µs per call (this thread's, so time the machine gives others is not counted), best of 5 rounds."""
+        best = float("inf")
+        for _ in range(5):
+            if prepare is not None:
+                prepare()
+            t0 = time.thread_time()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.thread_time() - t0) / n * 1e6)
+        return best
+
+    def decrypt() -> None:
+        up_bios[0].write(records.pop())
+        up_c.read(65536)
+
+    def whole() -> None:
+        up_bios[0].write(records.pop())
+        stream.data_received(up_c.read(65536))
+
+    out: dict[str, float] = {}
+    out["orjson.loads of the event"] = per_event(lambda: orjson.loads(line))
+    out["TLS decrypt of its record (upstream)"] = per_event(decrypt, encrypt_records)
+    out["httptools chunk + split + on_line, no watch"] = per_event(lambda: quiet.data_received(chunk))
+    out["TLS encrypt of the frame (kubelet)"] = per_event(lambda: client.transport.write(chunk))
+    out["whole path: decrypt, parse, on_line, encrypt"] = per_event(whole, encrypt_records)
+    assert relay.sent >= n, "the whole path did not relay"
+    return {k: round(v, 2) for k, v in out.items()}
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -356,7 +498,7 @@ def serving_context(cert: str, key: str) -> ssl.SSLContext:
 
 async def amain(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
-    relay = Relay()
+    relay = Relay(args.parse)
     up = upstream_from_args(args)
     host, _, port = args.listen.rpartition(":")
     tls = serving_context(args.tls_cert_file, args.tls_private_key_file) if args.tls_cert_file else None
@@ -393,7 +535,33 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--token-file", default="")
     p.add_argument("--certificate-authority", default="")
     p.add_argument("--insecure-skip-tls-verify", action="store_true")
+    p.add_argument(
+        "--parse",
+        choices=("orjson", "find"),
+        default="orjson",
+        help="find: the node by a byte search, not orjson.loads (what the parse costs; LISTs keep the first rv)",
+    )
+    p.add_argument(
+        "--warm",
+        type=int,
+        nargs="?",
+        const=20000,
+        default=0,
+        metavar="N",
+        help="measure the per-event path in one process, hot, over N events; serve nothing",
+    )
     args = p.parse_args(argv)
+    if args.warm:
+        import json
+
+        from loadtest.bench import lib as bl
+
+        result = asyncio.run(warm(args.warm))
+        line = sample_event()
+        bl.print_table(["step", "µs / event"], list(result.items()), title=f"Warm, one event of {len(line)} bytes")
+        bl.bench_line("relay_floor_warm", {"machine": bl.machine_info(), "event_bytes": len(line), "us": result})
+        print(json.dumps(result))
+        return
     if not (args.upstream or args.kubeconfig):
         p.error("--upstream or --kubeconfig is required")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
