@@ -417,7 +417,7 @@ async def warm(n: int) -> dict[str, float]:
         # The kubelet leg: the floor is the server (writes).
         _, down_s, down_bios = _tls_pair(ctx)
     relay = Relay()
-    client = Client.__new__(Client)
+    client = Client(relay)
     client.transport = _TlsTransport(down_s, down_bios[3])  # type: ignore[assignment]
     relay.register("i25-node-00001", client)
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
