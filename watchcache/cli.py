@@ -14,6 +14,7 @@ from watchcache.http.limits import H2Limits, HttpLimits
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
+from watchcache.service.openfiles import raise_open_files_limit
 from watchcache.service.options import RunOptions, parse_listen, worker_count
 from watchcache.service.proxy import run_proxy
 from watchcache.shard.supervisor import Supervisor
@@ -295,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"), getattr(args, "worker_id", None))
+    raise_open_files_limit()  # every command serves; as Go programs (kube-apiserver) do: service/openfiles.py
     try:
         if args.command == "demo":
             from watchcache.demo import run_demo

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -41,11 +42,20 @@ class Proc:
         return self.process.returncode
 
 
-def start(*args: str, timeout: float = 30.0) -> Proc:
-    """Start ``watchcache ARGS --listen 127.0.0.1:0`` and wait for its ready line."""
+def start(*args: str, timeout: float = 30.0, nofile: tuple[int, int] | None = None) -> Proc:
+    """Start ``watchcache ARGS --listen 127.0.0.1:0`` and wait for its ready line.
+
+    ``nofile``: the (soft, hard) open-files limit it starts with."""
     cmd = [sys.executable, "-m", "watchcache", *args, "--listen", "127.0.0.1:0"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+    def limits() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
+
+    process = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=limits
+    )
     log: list[str] = []
     found: list[str] = []
     ready = threading.Event()

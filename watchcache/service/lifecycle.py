@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
+import resource
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -38,6 +40,7 @@ from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, Upstream
 from watchcache.server.metrics import HandlerCollector, Metrics
+from watchcache.service.openfiles import fit_connections
 from watchcache.service.options import RunOptions, ShardOptions
 from watchcache.shard.follower import Follower
 from watchcache.shard.metrics import FollowerCollector, RestartsCollector
@@ -103,6 +106,8 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     started = time.monotonic()
+    open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # raised by the command (cli.main)
+    options = dataclasses.replace(options, http=fit_connections(options.http, open_files))
     wiring = await wire(options)
     cachers = wiring.ctx.cachers
     shard = options.shard
