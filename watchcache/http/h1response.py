@@ -52,6 +52,10 @@ class H1Connection(Protocol):
     def answered(self) -> None:
         """The answer started: the request's bytes no longer count against the limits."""
 
+    def streaming(self) -> None:
+        """The answer is a stream that lasts as long as its client (a watch): what only an idle
+        connection needs (its parser, its keep-alive timer) can go until the stream ends."""
+
     def finish(self, response: H1Response, keep_alive: bool) -> None:
         """``response`` is complete and its handler returned: the next request (``keep_alive``), or close."""
 
@@ -265,8 +269,10 @@ class H1Response:
             self._keep_alive = False  # no chunked coding in 1.0: the close ends the body
         head = self._head(status, content_type, None, headers)
         self.started = self._chunked = True
-        if not self._conn.closing:
-            self._conn.write(head)
+        conn = self._conn
+        if not conn.closing:
+            conn.write(head)
+            conn.streaming()
 
     def write_chunk(self, parts: Sequence[bytes]) -> int:
         """Write ONE chunk holding all ``parts``: size line, parts and CRLF in a single writelines.
