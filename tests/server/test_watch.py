@@ -5,10 +5,19 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import parse_qs
 
+import pytest
+
 from tests.support.factories import FakeResponse
 from tests.support.harness import MODIFIED, Harness, arun, background, until
 from watchcache.http.request import Request
 from watchcache.watchers.budget import WatchBudget
+
+
+@pytest.fixture(autouse=True, params=["attached", "detached"])
+def _answered(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every watch test as over HTTP/2 (the handler waits for the watch's end) and as over HTTP/1.1
+    (the handler returns once the watch is registered, which goes on without it)."""
+    monkeypatch.setattr(Harness, "detached", request.param == "detached")
 
 
 @arun
@@ -176,7 +185,7 @@ async def test_a_watch_whose_flush_raises_is_ended_alone_and_counted():
         def write_chunk(self, parts):  # type: ignore[no-untyped-def]
             raise RuntimeError("a bug on this watch's write path")
 
-    broken = Broken()
+    broken = Broken(outlives_handler=Harness.detached)
     # The broken watch registers first, so its flush runs first in each pass.
     first = await h.open_watch(broken, resourceVersion="10")
     healthy = await h.open_watch(resourceVersion="10")
@@ -197,10 +206,10 @@ async def test_many_watchers_whose_clients_do_not_read_stay_within_the_budget_th
     budget = h.ctx.watch_budget = WatchBudget(64_000, h.ctx.flusher)
     qs = "watch=true&resourceVersion=10"
     path = "/api/v1/namespaces/default/pods"
-    stalled = [FakeResponse() for _ in range(50)]
+    stalled = [FakeResponse(outlives_handler=Harness.detached) for _ in range(50)]
     for resp in stalled:
         resp.writable = False  # a client that does not read
-    reader = FakeResponse()
+    reader = FakeResponse(outlives_handler=Harness.detached)
     tasks = [
         background(h.handler(Request("GET", f"{path}?{qs}".encode(), path, parse_qs(qs), {}, b"", "1.1", "t"), resp))
         for resp in [*stalled, reader]
@@ -227,3 +236,35 @@ async def test_many_watchers_whose_clients_do_not_read_stay_within_the_budget_th
         resp.disconnect()
     await asyncio.gather(*tasks)
     assert budget.pending == 0 and not budget.watchers
+
+
+@arun
+async def test_a_detached_watch_outlives_its_handler_and_its_end_is_the_requests_end():
+    """HTTP/1.1: once registered, a watch is its stream and watcher; no handler task waits for it
+    (memory per idle watch). Its end still does what the handler's did: the last frames, the end
+    of the body, the in-flight count that shutdown waits for."""
+    h = Harness()
+    resp = FakeResponse(outlives_handler=True)
+    watch = await h.open_watch(resp, resourceVersion="10", timeoutSeconds="1")
+    await until(lambda: watch.task.done())
+    assert watch.task.result() is None  # the handler returned...
+    assert len(h.cacher.dispatcher) == 1 and h.handler.inflight == 1  # ... the watch did not
+    assert resp.chunked and not resp.ended
+    h.write(MODIFIED, "p1")
+    await until(lambda: len(resp.events()) == 1)
+    await until(lambda: resp.ended, timeout=5.0)  # timeoutSeconds: the body ends cleanly
+    await asyncio.sleep(0)
+    assert not resp.closed and h.handler.inflight == 0 and len(h.cacher.dispatcher) == 0
+
+
+@arun
+async def test_a_detached_watch_whose_client_goes_ends_its_request():
+    h = Harness()
+    resp = FakeResponse(outlives_handler=True)
+    watch = await h.open_watch(resp, resourceVersion="10")
+    await until(lambda: watch.task.done())
+    assert h.handler.inflight == 1
+    resp.disconnect()
+    assert len(h.cacher.dispatcher) == 0  # the watcher left at once
+    await until(lambda: h.handler.inflight == 0)
+    assert not resp.ended  # nothing written to a client that is gone

@@ -46,9 +46,13 @@ def decode_typed(resource: ResourceType, obj: CachedObject) -> dict[str, Any]:
 
 
 class FakeResponse:
-    """Records what a handler writes; flow control is driven by the test."""
+    """Records what a handler writes; flow control is driven by the test.
 
-    def __init__(self) -> None:
+    ``outlives_handler``: as HTTP/1.1's answers, a watch's handler returns once it is registered
+    and the watch goes on without it (False: the handler returns when the watch ends, as HTTP/2's)."""
+
+    def __init__(self, *, outlives_handler: bool = False) -> None:
+        self.outlives_handler = outlives_handler
         self.status: int | None = None
         self.headers: list[tuple[str, str]] = []
         self.body = b""

@@ -66,8 +66,12 @@ class Harness:
     """A pods cache at rv 10 with default/p0..p4 (label i=0/1), history window of ``max_events``.
 
     Consistent reads wait for the cache whatever their size (``consistent_passthrough_objects=0``)
-    unless a test says otherwise.
+    unless a test says otherwise. ``detached``: watches are answered as over HTTP/1.1, whose
+    handler returns once the watcher is registered (``Response.outlives_handler``); else as over
+    HTTP/2, whose handler returns when the watch ends.
     """
+
+    detached = False
 
     def __init__(
         self, *, max_events: int = 100, fresh_wait: float = 0.2, bookmark_interval: float = 10.0, **config: Any
@@ -138,7 +142,7 @@ class WatchStream:
 
     def __init__(self, h: Harness, query: dict[str, Any], resp: FakeResponse | None = None) -> None:
         self.h = h
-        self.resp = resp if resp is not None else FakeResponse()
+        self.resp = resp if resp is not None else FakeResponse(outlives_handler=h.detached)
         qs = urlencode({"watch": "true", **query})
         path = "/api/v1/namespaces/default/pods"
         req = Request(
@@ -164,16 +168,29 @@ class WatchStream:
     async def close(self) -> FakeResponse:
         """Let every frame dispatched so far be written, then disconnect; returns what the client got."""
         await until(lambda: self.h.ctx.flusher.idle)
-        if not self.task.done():
+        if not self.task.done() or self._going_on():
             self.resp.disconnect()
         return await self.ended(1.0)
 
+    def _going_on(self) -> bool:
+        """The handler returned and the watch goes on without it (detached)."""
+        resp = self.resp
+        return resp.outlives_handler and resp.chunked and not resp.ended and not resp.closed
+
     async def ended(self, timeout: float) -> FakeResponse:
-        """Until the handler has returned (the server ended the watch, or ``close`` did)."""
+        """Until the handler has returned (the server ended the watch, or ``close`` did), and a
+        detached watch has ended too."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
             await asyncio.wait_for(self.task, timeout)
         except apierrors.StatusError as e:
             self.resp.send(e.code, e.body())
+        while self._going_on():
+            if loop.time() > deadline:
+                raise TimeoutError("the detached watch did not end")
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0)  # its end (scheduled by its watcher's close) has run
         return self.resp
 
 

@@ -139,6 +139,9 @@ class H1Response:
         "status",
     )
 
+    #: The connection waits for both the handler and the answer (``handler_returned``, ``finished``).
+    outlives_handler = True
+
     def __init__(self, conn: H1Connection, keep_alive: bool, head_only: bool, http10: bool) -> None:
         self._conn = conn
         self._keep_alive = keep_alive

@@ -132,6 +132,10 @@ class H2Response:
         "status",
     )
 
+    #: A handler that returned leaves its stream's answer as it is (``handler_done``): its handler
+    #: stays for as long as its answer does.
+    outlives_handler = False
+
     def __init__(self, conn: StreamConnection, sid: int) -> None:
         self._conn = conn
         self.sid = sid

@@ -19,6 +19,10 @@ __all__ = ["Response"]
 class Response(Protocol):
     #: The status code sent (0 until the head is written): for request metrics and logs.
     status: int
+    #: The answer may go on after its handler returned (HTTP/1.1: the connection moves on once it
+    #: is finished too), so a long-running answer (a watch) need not keep a handler waiting.
+    #: False on HTTP/2, whose connection treats a returned handler's unfinished stream as stuck.
+    outlives_handler: bool
 
     def send(
         self,

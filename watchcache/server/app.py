@@ -13,6 +13,7 @@ counted by reason (``PassReason``). An Accept header kube would refuse gets kube
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -43,7 +44,7 @@ from watchcache.server.options import parse_bool, parse_list_options
 from watchcache.server.reads import serve_get, serve_list
 from watchcache.server.status import local_status, merge, readiness_lines
 from watchcache.server.tables import Tables, serve_table
-from watchcache.server.watch import serve_watch
+from watchcache.server.watch import HttpWatchStream, serve_watch
 
 log = logging.getLogger("watchcache.server")
 
@@ -56,6 +57,11 @@ _NEGOTIATED_MAX = 1024
 # kube-apiserver's LongRunningRequestCheck (controlplane/apiserver/config.go): these verbs and subresources.
 _LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
 _LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "log", "portforward", "proxy"})
+
+
+#: What a request was, for its metrics (verb, resource), and the watch that goes on without its
+#: handler, if any (``serve_watch``: its end is the request's end).
+Handled = tuple[str, ResourceType | None, HttpWatchStream | None]
 
 
 def long_running(info: RequestInfo) -> bool:
@@ -231,18 +237,21 @@ class ApiHandler:
         started = time.monotonic()
         verb, resource = request.method, None
         try:
-            verb, resource = await self._within(request, response, slot, deadline)
+            verb, resource, detached = await self._within(request, response, slot, deadline)
         except apierrors.StatusError as e:
             metrics.request(verb, resource, e.code, None)
             raise
         else:
+            if detached is not None:  # counted when it ends, as one the handler waited for
+                detached.on_end(functools.partial(metrics.request, verb, resource, response.status, None))
+                return
             # Watches and tunnels (101) last as long as their clients: no latency to observe.
             long_running = verb == "WATCH" or response.status in (0, 101)
             metrics.request(verb, resource, response.status, None if long_running else time.monotonic() - started)
 
     async def _within(
         self, request: Request, response: Response, slot: _Slot | None, deadline: asyncio.Timeout
-    ) -> tuple[str, ResourceType | None]:
+    ) -> Handled:
         """``_handle`` under the request's deadline: past it, kube's 504, or (answer started) the
         answer is abandoned: the stream reset or the connection closed, as a truncated answer must
         not look complete. Either way the handler is done, and its slot goes back."""
@@ -257,18 +266,18 @@ class ApiHandler:
                 raise request_timed_out() from None
             log.debug("%s %s: answer abandoned at the request timeout", request.method, request.path)
             response.abort()
-            return request.method, None
+            return request.method, None, None
 
     async def _handle(
         self, request: Request, response: Response, slot: _Slot | None, deadline: asyncio.Timeout
-    ) -> tuple[str, ResourceType | None]:
-        """Answer; returns (verb, resource) for the request metrics."""
+    ) -> Handled:
+        """Answer; returns (verb, resource) for the request metrics, and a watch that goes on detached."""
         for admit in self.admission:
             admit(request)
         path = request.path
         if path in ("/healthz", "/livez"):
             response.send(200, b"ok", content_type=_TEXT)
-            return request.method, None
+            return request.method, None, None
         if path == "/readyz":
             ok, lines = self.readiness()
             verbose = "verbose" in request.query
@@ -283,7 +292,7 @@ class ApiHandler:
                 else ("ok" if ok else "not ready")
             )
             response.send(200 if ok else 500, text.encode(), content_type=_TEXT)
-            return request.method, None
+            return request.method, None, None
         route = self.routes.get(path)
         if (route is not None or path == "/debug/cache") and self.ctx.gate is not None:
             # The proxy's own endpoints, as kube-apiserver's: a SubjectAccessReview for the path.
@@ -291,10 +300,10 @@ class ApiHandler:
         if route is not None:
             content_type = "text/plain; version=0.0.4; charset=utf-8" if path == "/metrics" else "application/json"
             response.send(200, await route(), content_type=content_type)
-            return request.method, None
+            return request.method, None, None
         if path == "/debug/cache":
             response.send(200, await self.cache_stats())
-            return request.method, None
+            return request.method, None, None
 
         raw = request.raw_path.split(b"?", 1)[0].decode("latin-1")
         try:
@@ -325,9 +334,10 @@ class ApiHandler:
             # kube's deprecation Warning: on what its resource handler answers, errors included.
             warnings = warning_headers(resource) if self.endpoint is KUBE else ()
             self.inflight += 1
+            detached = None
             try:
-                await self._serve_cached(request, response, info, decision, slot, warnings)
-                return verb, resource
+                detached = await self._serve_cached(request, response, info, decision, slot, warnings)
+                return verb, resource, detached
             except PassThrough as p:
                 decision = p.reason
             except apierrors.StatusError as e:
@@ -336,9 +346,12 @@ class ApiHandler:
                     raise error from None
                 retry = () if error.retry_after is None else (("Retry-After", str(error.retry_after)),)
                 response.send(error.code, error.body(), content_type=error.content_type, headers=(*warnings, *retry))
-                return verb, resource
+                return verb, resource, None
             finally:
-                self.inflight -= 1
+                if detached is None:
+                    self.inflight -= 1
+                else:  # a watch goes on without this handler: counted until it ends
+                    detached.on_end(self._detached_ended)
         reason = decision.value
         self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
         if request.http_version == "2" and self.ctx.gate is not None and not _credentials(request):
@@ -347,7 +360,7 @@ class ApiHandler:
         forwarded = info if info.is_resource_request else None
         if request.upgrade is not None or not long_running(info):
             await self.ctx.upstream.forward(request, response, forwarded)
-            return verb, resource
+            return verb, resource, None
         # A watch or stream passed through: open as long as the upstream keeps it, so it counts as
         # a watch (--max-watchers), not as a request in flight, and has no request deadline.
         if self.watchers() >= self.ctx.config.max_watchers:
@@ -360,7 +373,10 @@ class ApiHandler:
             await self.ctx.upstream.forward(request, response, forwarded)
         finally:
             self.streams -= 1
-        return verb, resource
+        return verb, resource, None
+
+    def _detached_ended(self) -> None:
+        self.inflight -= 1
 
     async def _authorize(self, request: Request, info: RequestInfo | None) -> None:
         """The gate's review of a cached read (``info``) or of one of this server's own paths; its
@@ -428,7 +444,7 @@ class ApiHandler:
         encoding: Encoding | TableRequest,
         slot: _Slot | None,
         headers: Sequence[tuple[str, str]] = (),
-    ) -> None:
+    ) -> HttpWatchStream | None:
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
         assert resource is not None
         if info.namespace and not resource.namespaced:
@@ -438,11 +454,12 @@ class ApiHandler:
         opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
         started = slot.release if slot else None
         if isinstance(encoding, TableRequest):
-            await serve_table(self.ctx, self.tables, cacher, info, opts, request, response, encoding.version,
-                              started=started, headers=headers)  # fmt: skip
-        elif info.verb == "watch":
-            await serve_watch(self.ctx, cacher, info, opts, response, encoding, started=started, headers=headers)
-        elif info.verb == "get":
+            return await serve_table(self.ctx, self.tables, cacher, info, opts, request, response, encoding.version,
+                                     started=started, headers=headers)  # fmt: skip
+        if info.verb == "watch":
+            return await serve_watch(self.ctx, cacher, info, opts, response, encoding, started=started, headers=headers)
+        if info.verb == "get":
             await serve_get(self.ctx, cacher, info, opts, response, encoding, headers=headers)
         else:
             await serve_list(self.ctx, cacher, info, opts, response, encoding, headers=headers)
+        return None

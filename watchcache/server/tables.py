@@ -39,7 +39,7 @@ from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.negotiation import PassReason
 from watchcache.server.reads import serve_get, serve_list
-from watchcache.server.watch import serve_watch
+from watchcache.server.watch import HttpWatchStream, serve_watch
 
 log = logging.getLogger("watchcache.server.tables")
 
@@ -168,8 +168,9 @@ async def serve_table(
     *,
     started: Callable[[], None] | None = None,
     headers: Sequence[tuple[str, str]] = (),
-) -> None:
-    """A GET, LIST or WATCH answered with Tables of ``meta.k8s.io/<version>``."""
+) -> HttpWatchStream | None:
+    """A GET, LIST or WATCH answered with Tables of ``meta.k8s.io/<version>``; a watch that goes on
+    detached from the handler is returned (``serve_watch``)."""
     if cacher.resource.custom:
         crds = tables.crd_cacher()
         if crds is not None and not crds.ready:  # a follower of the CRDs' owner, just made
@@ -192,11 +193,12 @@ async def serve_table(
         encoding = tables.encoding(printer, version, include)
     try:
         if info.verb == "watch":
-            await serve_watch(ctx, cacher, info, opts, response, encoding, started=started, headers=headers)
-        elif info.verb == "get":
+            return await serve_watch(ctx, cacher, info, opts, response, encoding, started=started, headers=headers)
+        if info.verb == "get":
             await serve_get(ctx, cacher, info, opts, response, encoding, headers=headers)
         else:
             await serve_list(ctx, cacher, info, opts, response, encoding, headers=headers)
     except Unprintable as e:
         log.warning("a %s Table passes through: %s", cacher.resource.qualified, e)
         raise PassThrough(PassReason.TABLE) from None
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,8 @@ from watchcache.watchers.watcher import CloseReason, Watcher
 if TYPE_CHECKING:
     from watchcache.server.metrics import Metrics
 
+logger = logging.getLogger("watchcache.server.watch")
+
 # One flush writes at most this much, so a watcher with a large backlog (initial events of
 # a big list) never copies it all into the transport buffer at once.
 FLUSH_BYTES = 1 << 20
@@ -41,11 +44,37 @@ class HttpWatchStream:
 
     A lagging watcher's catch-up (``Cacher.catch_up``) runs from ``flush``, once the client
     has drained what was written: the cacher decides what to replay, or to end it with 410.
+
+    Detached (an answer that outlives its handler: HTTP/1.1), a registered watch is this object
+    and its watcher, and nothing else: no handler task or coroutine chain waits for its end, nor
+    the request they would keep (docs/performance.md, "Memory per idle watch"). Its end
+    (``_end``) then runs from the watcher's ``closed``: the timer cancelled, what is pending
+    written, the body ended, and the handler's own end (``on_end``: its in-flight count, its
+    request metric). Otherwise the handler awaits ``done`` and ends the stream itself.
     """
 
-    __slots__ = ("_drain_task", "cacher", "done", "flusher", "metrics", "pending_since", "response", "watcher")
+    __slots__ = (
+        "_drain_task",
+        "_ends",
+        "cacher",
+        "done",
+        "flusher",
+        "metrics",
+        "pending_since",
+        "response",
+        "timer",
+        "watcher",
+    )
 
-    def __init__(self, response: Response, flusher: FlushScheduler, cacher: Cacher, metrics: Metrics | None) -> None:
+    def __init__(
+        self,
+        response: Response,
+        flusher: FlushScheduler,
+        cacher: Cacher,
+        metrics: Metrics | None,
+        *,
+        detached: bool = False,
+    ) -> None:
         self.response = response
         self.flusher = flusher
         self.cacher = cacher
@@ -53,8 +82,23 @@ class HttpWatchStream:
         # When the watcher's pending frames went from none to some (delivery latency).
         self.pending_since = 0.0
         self.watcher: Watcher | None = None
-        self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        # The handler waits on it, unless detached.
+        self.done: asyncio.Future[str] | None = None if detached else asyncio.get_running_loop().create_future()
+        self.timer: asyncio.TimerHandle | None = None  # the watch's timeout
         self._drain_task: asyncio.Future[None] | None = None
+        # Detached: run once the stream has ended (the handler's own end).
+        self._ends: list[Callable[[], object]] | None = None
+
+    def on_end(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once this detached stream has ended."""
+        if self._ends is None:
+            self._ends = [callback]
+        else:
+            self._ends.append(callback)
+
+    def client_gone(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close(CloseReason.CLIENT_GONE)
 
     # WatchSink
     def wake(self, watcher: Watcher) -> None:
@@ -62,8 +106,13 @@ class HttpWatchStream:
         self.flusher.mark(self)
 
     def closed(self, watcher: Watcher, reason: str) -> None:
-        if not self.done.done():
-            self.done.set_result(reason)
+        done = self.done
+        if done is None:
+            # On the next loop pass, as a handler awaiting ``done`` would resume: never from inside
+            # the fan-out or the flush pass that closed it.
+            asyncio.get_running_loop().call_soon(self._end)
+        elif not done.done():
+            done.set_result(reason)
 
     def lagging(self, watcher: Watcher) -> None:
         # Its buffer is gone: flush once the client can take more, which runs the catch-up.
@@ -110,6 +159,44 @@ class HttpWatchStream:
             self.watcher.close(CloseReason.INTERNAL_ERROR)
         self.response.abort()
 
+    def stop(self) -> None:
+        """Cancel the timeout and close the watcher: whatever ended it, it leaves the budget and
+        its cacher (once registered it must)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.watcher is not None:
+            self.watcher.close(CloseReason.SHUTDOWN)
+
+    def finish(self) -> None:
+        """The watch is over: stop it, write what is pending, end the body."""
+        self.stop()
+        watcher = self.watcher
+        assert watcher is not None
+        response = self.response
+        if not response.closed:
+            if watcher.pending and response.writable:
+                response.write_chunk(watcher.take()[0])
+            response.end_chunked()
+
+    def _end(self) -> None:
+        """A detached stream's end: what its handler would have done after ``done``, then the handler's own end."""
+        if self.watcher is None:
+            return  # closed before it was registered: the handler answers
+        try:
+            self.finish()
+        except Exception:
+            # As a handler failing after its answer started: a truncated stream must not look complete.
+            logger.exception("ending a watch of %s failed", self.cacher.resource.qualified)
+            self.response.abort()
+        finally:
+            ends, self._ends = self._ends, None
+            for end in ends or ():
+                try:
+                    end()
+                except Exception:
+                    logger.exception("a watch's end callback failed")
+
     async def _resume_after_drain(self) -> None:
         try:
             await self.response.drain()
@@ -139,10 +226,12 @@ async def serve_watch(
     *,
     started: Callable[[], None] | None = None,
     headers: Sequence[tuple[str, str]] = (),
-) -> None:
+) -> HttpWatchStream | None:
     """Serve one watch; ``started()`` is called once it is a registered watcher (not while it waits).
 
-    ``headers``: more response headers (a deprecation ``Warning``)."""
+    ``headers``: more response headers (a deprecation ``Warning``). Returns the stream when the
+    watch goes on detached from the handler (``Response.outlives_handler``): the caller's own end
+    of the request goes to its ``on_end``; None when the watch has ended."""
     cacher.watch_requests += 1
     plan = plan_watch(opts)
     namespace = info.namespace
@@ -156,7 +245,7 @@ async def serve_watch(
         response.start_chunked(200, content_type=encoding.watch_content_type, headers=headers)
         response.write_chunk([encoding.error_frame(apierrors.internal_error("context deadline exceeded"))])
         response.end_chunked()
-        return
+        return None
     await ensure_ready(ctx, cacher)
 
     error: apierrors.StatusError | None = None
@@ -169,7 +258,8 @@ async def serve_watch(
         error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
     response.start_chunked(200, content_type=encoding.watch_content_type, headers=headers)
-    stream = HttpWatchStream(response, ctx.flusher, cacher, ctx.metrics)
+    detached = response.outlives_handler
+    stream = HttpWatchStream(response, ctx.flusher, cacher, ctx.metrics, detached=detached)
     timeout = _watch_timeout(ctx, opts)
     if error is None:
         request = WatchRequest(
@@ -190,23 +280,21 @@ async def serve_watch(
         # Once a watch is accepted, kube reports errors as an ERROR event, then ends it.
         response.write_chunk([encoding.error_frame(error)])
         response.end_chunked()
-        return
+        return None
     # Registered in the step that returned it; its first flush comes later in this loop pass.
+    # From here to the return (detached) or the await, no await: nothing can end it unseen.
     stream.watcher = watcher
-    loop = asyncio.get_running_loop()
-    timer: asyncio.TimerHandle | None = None
     try:
         if started is not None:
             started()  # a watcher now: its in-flight slot is given back (--max-watchers counts it)
-        response.add_close_callback(lambda: watcher.close(CloseReason.CLIENT_GONE))
-        timer = loop.call_later(timeout, watcher.close, CloseReason.TIMEOUT)
+        response.add_close_callback(stream.client_gone)
+        stream.timer = asyncio.get_running_loop().call_later(timeout, watcher.close, CloseReason.TIMEOUT)
+        if detached:
+            return stream  # (a watcher already closed has scheduled its ``_end``)
+        assert stream.done is not None
         await stream.done
-    finally:
-        if timer is not None:
-            timer.cancel()
-        # Whatever ended it: closed, it leaves the budget and its cacher (once registered it must).
-        watcher.close(CloseReason.SHUTDOWN)
-    if not response.closed:
-        if watcher.pending and response.writable:
-            response.write_chunk(watcher.take()[0])
-        response.end_chunked()
+    except BaseException:
+        stream.stop()  # and the error goes up: the connection closes, as a cut stream must look cut
+        raise
+    stream.finish()
+    return None
