@@ -242,9 +242,8 @@ class ApiHandler:
             metrics.request(verb, resource, e.code, None)
             raise
         else:
-            if detached is not None:  # counted when it ends, as one the handler waited for
-                detached.on_end(functools.partial(metrics.request, verb, resource, response.status, None))
-                return
+            if detached is not None:
+                return  # counted when it ends (``_detached_ended``), as one the handler waited for
             # Watches and tunnels (101) last as long as their clients: no latency to observe.
             long_running = verb == "WATCH" or response.status in (0, 101)
             metrics.request(verb, resource, response.status, None if long_running else time.monotonic() - started)
@@ -350,8 +349,8 @@ class ApiHandler:
             finally:
                 if detached is None:
                     self.inflight -= 1
-                else:  # a watch goes on without this handler: counted until it ends
-                    detached.on_end(self._detached_ended)
+                else:  # a watch goes on without this handler: in flight until it ends
+                    detached.on_end(functools.partial(self._detached_ended, verb, resource, response.status))
         reason = decision.value
         self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
         if request.http_version == "2" and self.ctx.gate is not None and not _credentials(request):
@@ -375,8 +374,11 @@ class ApiHandler:
             self.streams -= 1
         return verb, resource, None
 
-    def _detached_ended(self) -> None:
+    def _detached_ended(self, verb: str, resource: ResourceType | None, status: int) -> None:
+        """A detached watch ended: what ``_handle`` and ``_measured`` do at a request's end."""
         self.inflight -= 1
+        if self.ctx.metrics is not None:
+            self.ctx.metrics.request(verb, resource, status, None)
 
     async def _authorize(self, request: Request, info: RequestInfo | None) -> None:
         """The gate's review of a cached read (``info``) or of one of this server's own paths; its

@@ -14,6 +14,7 @@ from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.watchers.budget import WatchBudget
+from watchcache.watchers.deadlines import WatchDeadlines
 from watchcache.watchers.flush import FlushScheduler
 
 if TYPE_CHECKING:
@@ -154,3 +155,5 @@ class ApiContext:
     upstream_description: str = ""
     # Per resource: LIST answers shared by identical LISTs at one snapshot (a relist storm).
     list_bodies: dict[ResourceType, ListBodies] = field(default_factory=dict)
+    # Every watch's timeout, on one loop timer.
+    watch_deadlines: WatchDeadlines = field(default_factory=WatchDeadlines)

@@ -26,6 +26,7 @@ from watchcache.http.routing import RequestInfo
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.negotiation import PassReason
 from watchcache.server.reads import ensure_ready, parse_predicate, reach_rv
+from watchcache.watchers.deadlines import WatchDeadlines
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason, Watcher
 
@@ -55,14 +56,14 @@ class HttpWatchStream:
 
     __slots__ = (
         "_drain_task",
-        "_ends",
+        "_end_request",
         "cacher",
+        "deadlines",
         "done",
         "flusher",
         "metrics",
         "pending_since",
         "response",
-        "timer",
         "watcher",
     )
 
@@ -84,17 +85,16 @@ class HttpWatchStream:
         self.watcher: Watcher | None = None
         # The handler waits on it, unless detached.
         self.done: asyncio.Future[str] | None = None if detached else asyncio.get_running_loop().create_future()
-        self.timer: asyncio.TimerHandle | None = None  # the watch's timeout
+        # Where the watch's timeout is kept, once it is registered there.
+        self.deadlines: WatchDeadlines | None = None
         self._drain_task: asyncio.Future[None] | None = None
         # Detached: run once the stream has ended (the handler's own end).
-        self._ends: list[Callable[[], object]] | None = None
+        self._end_request: Callable[[], object] | None = None
 
     def on_end(self, callback: Callable[[], object]) -> None:
-        """Run ``callback`` once this detached stream has ended."""
-        if self._ends is None:
-            self._ends = [callback]
-        else:
-            self._ends.append(callback)
+        """Run ``callback`` once this detached stream has ended (one: the request's end)."""
+        assert self._end_request is None
+        self._end_request = callback
 
     def client_gone(self) -> None:
         if self.watcher is not None:
@@ -160,13 +160,14 @@ class HttpWatchStream:
         self.response.abort()
 
     def stop(self) -> None:
-        """Cancel the timeout and close the watcher: whatever ended it, it leaves the budget and
+        """Close the watcher and drop its timeout: whatever ended it, it leaves the budget and
         its cacher (once registered it must)."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        if self.watcher is not None:
-            self.watcher.close(CloseReason.SHUTDOWN)
+        watcher = self.watcher
+        if watcher is not None:
+            watcher.close(CloseReason.SHUTDOWN)
+            if self.deadlines is not None:
+                self.deadlines.ended(watcher)
+                self.deadlines = None
 
     def finish(self) -> None:
         """The watch is over: stop it, write what is pending, end the body."""
@@ -190,8 +191,8 @@ class HttpWatchStream:
             logger.exception("ending a watch of %s failed", self.cacher.resource.qualified)
             self.response.abort()
         finally:
-            ends, self._ends = self._ends, None
-            for end in ends or ():
+            end, self._end_request = self._end_request, None
+            if end is not None:
                 try:
                     end()
                 except Exception:
@@ -288,7 +289,8 @@ async def serve_watch(
         if started is not None:
             started()  # a watcher now: its in-flight slot is given back (--max-watchers counts it)
         response.add_close_callback(stream.client_gone)
-        stream.timer = asyncio.get_running_loop().call_later(timeout, watcher.close, CloseReason.TIMEOUT)
+        stream.deadlines = ctx.watch_deadlines
+        ctx.watch_deadlines.add(watcher, timeout)
         if detached:
             return stream  # (a watcher already closed has scheduled its ``_end``)
         assert stream.done is not None
