@@ -278,6 +278,43 @@ def test_chunked_streaming_one_chunk_per_write(serve: Serve) -> None:
     assert read_reply(f).status == 200  # the connection is reusable after the last chunk
 
 
+def test_a_streamed_answer_outlives_its_handler_and_the_connection_reads_on(serve: Serve) -> None:
+    """As an HTTP/1.1 watch: the handler returns once its stream is set up and the answer ends later,
+    from a callback. Meanwhile the connection holds no parser; it makes one again for the next
+    request, even one that arrives in pieces, answered once the stream has ended."""
+    streams: list[Response] = []
+
+    async def handler(req: Request, resp: Response) -> None:
+        if req.path == "/watch":
+            assert resp.outlives_handler
+            resp.start_chunked(200)
+            resp.write_chunk([b"first\n"])
+            streams.append(resp)
+            return  # the answer goes on
+        resp.send(200, req.path.encode(), content_type="text/plain")
+
+    srv = serve(handler)
+    sock = srv.connect()
+    f = sock.makefile("rb")
+    sock.sendall(GET % b"/watch")
+    wait_until(lambda: streams)
+    sock.sendall(b"GET /next HTTP/1.1\r\nHo")
+    time.sleep(0.05)
+    sock.sendall(b"st: t\r\n\r\n")
+    time.sleep(0.05)
+
+    def end() -> None:
+        streams[0].write_chunk([b"last\n"])
+        streams[0].end_chunked()
+
+    srv.loop.call_soon_threadsafe(end)
+    reply = read_reply(f)
+    assert reply.chunks == [b"first\n", b"last\n"]
+    assert read_reply(f).body == b"/next"
+    sock.sendall(GET % b"/third")  # and the connection stays usable
+    assert read_reply(f).body == b"/third"
+
+
 def _streamer(state: dict[str, Any], paused: threading.Event, done: threading.Event) -> Callable[..., Any]:
     """Stream 16 KiB chunks until the transport pauses us, then wait in drain()."""
 
