@@ -12,7 +12,8 @@ connection per watch) is mostly TLS state. Three figures, each as RSS growth per
 * the difference is uvloop's per-connection TLS objects and its 256 KiB read buffer (malloc'd;
   only the pages a read touched are resident).
 
-Run: ``.venv/bin/python -m loadtest.bench.tls_floor [-n 2000]``.
+Run: ``.venv/bin/python -m loadtest.bench.tls_floor [-n 2000]``; ``--variants``: the ``openssl`` row under
+the product's serving context and settings one might try on it (tickets, the session cache).
 """
 
 from __future__ import annotations
@@ -133,20 +134,75 @@ def bare(n: int, transport: str, cert: tuple[Path, Path]) -> dict[str, Any]:
         child.wait()
 
 
-def openssl(n: int, cert: tuple[Path, Path], keep_buffers: bool) -> dict[str, Any]:
-    sctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    sctx.load_cert_chain(str(cert[0]), str(cert[1]))
-    if keep_buffers:
-        import _ssl
+def _ssl_ctx_ctrl(ctx: ssl.SSLContext, cmd: int, larg: int) -> int:
+    """``SSL_CTX_ctrl`` on ``ctx`` (settings the ``ssl`` module does not expose)."""
+    import _ssl
 
-        lib = ctypes.CDLL(_ssl.__file__)
-        lib.SSL_CTX_ctrl.restype = ctypes.c_long
-        lib.SSL_CTX_ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
-        # The SSL_CTX* follows the object head in CPython's PySSLContext; SSL_CTRL_CLEAR_MODE (78).
-        lib.SSL_CTX_ctrl(ctypes.c_void_p.from_address(id(sctx) + 16).value, 78, 0x10, None)
+    lib = ctypes.CDLL(_ssl.__file__)
+    lib.SSL_CTX_ctrl.restype = ctypes.c_long
+    lib.SSL_CTX_ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
+    # The SSL_CTX* follows the object head in CPython's PySSLContext.
+    return int(lib.SSL_CTX_ctrl(ctypes.c_void_p.from_address(id(ctx) + 16).value, cmd, larg, None))
+
+
+_SET_SESS_CACHE_MODE, _SESS_NUMBER, _CLEAR_MODE = 44, 20, 78
+
+
+def _product_context(cert: tuple[Path, Path]) -> ssl.SSLContext:
+    """The serving context as ``watchcache.http.tls.ServingCert`` makes it."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["http/1.1"])
+    ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    return ctx
+
+
+def _no_ticket(ctx: ssl.SSLContext) -> None:
+    ctx.options |= ssl.OP_NO_TICKET
+
+
+def _no_tickets_sent(ctx: ssl.SSLContext) -> None:
+    ctx.num_tickets = 0
+
+
+def _session_cache_off(ctx: ssl.SSLContext) -> None:
+    _ssl_ctx_ctrl(ctx, _SET_SESS_CACHE_MODE, 0)
+
+
+#: Server-context settings tried against the product's context (``--variants``).
+VARIANTS = {
+    "product": None,
+    "num_tickets=0": _no_tickets_sent,
+    "session cache off": _session_cache_off,
+    "OP_NO_TICKET": _no_ticket,
+}
+
+
+def openssl(
+    n: int,
+    cert: tuple[Path, Path],
+    keep_buffers: bool,
+    *,
+    variant: str = "",
+    client_max: ssl.TLSVersion | None = None,
+) -> dict[str, Any]:
+    """``variant``: the product's serving context with one of :data:`VARIANTS` (else the stdlib's default
+    server context, as the rows without ``--variants``); ``client_max``: cap the client's TLS version."""
+    if variant:
+        sctx = _product_context(cert)
+        configure = VARIANTS[variant]
+        if configure is not None:
+            configure(sctx)
+    else:
+        sctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        sctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    if keep_buffers:
+        _ssl_ctx_ctrl(sctx, _CLEAR_MODE, 0x10)  # SSL_MODE_RELEASE_BUFFERS
     cctx = ssl.create_default_context()
     cctx.check_hostname = False
     cctx.verify_mode = ssl.CERT_NONE
+    if client_max is not None:
+        cctx.maximum_version = client_max
 
     def pair() -> tuple[Any, ...]:
         si, so, ci, co = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -171,19 +227,32 @@ def openssl(n: int, cert: tuple[Path, Path], keep_buffers: bool) -> dict[str, An
     gc.collect()
     r1, m1 = rss_kb(), malloced_kb()
     assert len(kept) == n
-    return {
+    row = {
         "what": "OpenSSL server connection" + (" without SSL_MODE_RELEASE_BUFFERS" if keep_buffers else ""),
         "connections": n,
         "openssl": ssl.OPENSSL_VERSION,
         "kb_per_connection": round((r1 - r0) / n, 1),
         "malloced_kb_per_connection": round((m1 - m0) / n, 1),
     }
+    if variant:
+        row.update(
+            what=f"OpenSSL server connection, product context: {variant}",
+            version=kept[0][0].version(),
+            sessions_cached=_ssl_ctx_ctrl(sctx, _SESS_NUMBER, 0),
+        )
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", type=int, default=2000, help="connections")
     p.add_argument("--serve", nargs=3, metavar=("TRANSPORT", "CERT", "KEY"), help=argparse.SUPPRESS)
+    p.add_argument(
+        "--variants",
+        action="store_true",
+        help="instead: OpenSSL's state per connection under the product's serving context and each server "
+        "setting of VARIANTS, with TLS 1.3 and TLS 1.2 clients",
+    )
     args = p.parse_args(argv)
     if args.serve:
         _server(args.serve[1], args.serve[2], args.serve[0])
@@ -191,8 +260,15 @@ def main(argv: list[str] | None = None) -> None:
     bl.raise_nofile()
     with tempfile.TemporaryDirectory(prefix="tls-floor-") as d:
         cert = bl.make_tls_cert(Path(d))
-        rows = [bare(args.n, t, cert) for t in ("plain", "tls", "asyncio-tls")]
-        rows += [openssl(args.n, cert, keep) for keep in (False, True)]
+        if args.variants:
+            rows = [
+                openssl(args.n, cert, False, variant=v, client_max=top)
+                for top in (None, ssl.TLSVersion.TLSv1_2)
+                for v in VARIANTS
+            ]
+        else:
+            rows = [bare(args.n, t, cert) for t in ("plain", "tls", "asyncio-tls")]
+            rows += [openssl(args.n, cert, keep) for keep in (False, True)]
     for row in rows:
         bl.log(json.dumps(row))
     print("BENCH " + json.dumps({"bench": "tls_floor", "machine": bl.machine_info(), "rows": rows}))

@@ -26,3 +26,26 @@ def test_tls_floor_measures_every_row() -> None:
     # OpenSSL's own state of a connection after its handshake is kilobytes, more without released buffers.
     kept = rows["OpenSSL server connection without SSL_MODE_RELEASE_BUFFERS"]["malloced_kb_per_connection"]
     assert 1 < rows["OpenSSL server connection"]["malloced_kb_per_connection"] < kept
+
+
+def test_tls_floor_variants_measure_each_server_setting_with_both_client_versions() -> None:
+    env, cwd = bl.child_env()
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.bench.tls_floor", "-n", "40", "--variants"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("BENCH ")]
+    rows = json.loads(line[6:])["rows"]
+    assert {(r["what"].rsplit(": ", 1)[1], r["version"]) for r in rows} == {
+        (v, tls)
+        for v in ("product", "num_tickets=0", "session cache off", "OP_NO_TICKET")
+        for tls in ("TLSv1.3", "TLSv1.2")
+    }
+    cached = {(r["what"].rsplit(": ", 1)[1], r["version"]): r["sessions_cached"] for r in rows}
+    # Tickets leave the server's session cache empty; without them it keeps every session.
+    assert cached[("product", "TLSv1.3")] == 0 and cached[("OP_NO_TICKET", "TLSv1.2")] >= 40
