@@ -235,6 +235,9 @@ def openssl(
         "malloced_kb_per_connection": round((m1 - m0) / n, 1),
     }
     if variant:
+        # Rows run one after another in this process reuse what the previous rows freed: RSS growth
+        # is not comparable between them, malloc'd bytes are.
+        del row["kb_per_connection"]
         row.update(
             what=f"OpenSSL server connection, product context: {variant}",
             version=kept[0][0].version(),
