@@ -24,23 +24,13 @@ import time
 
 import orjson
 
+from loadtest.bench.lib import NullSink
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
 from watchcache.sim import fixtures
 from watchcache.upstream.reflector import Reflector
 from watchcache.watchers.watcher import Watcher
-
-
-class _Sink:
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Watcher) -> None:
-        pass
 
 
 def _pod(i: int, nodes: int, rng: random.Random) -> dict[str, object]:
@@ -64,7 +54,7 @@ async def measure(watchers: int, pods: int, events: int, flush_mb: list[int]) ->
     for k in range(watchers):
         node = f"node-{k:05d}"
         predicate = SelectionPredicate.parse(PODS, None, "", f"spec.nodeName={node}")
-        w = Watcher(PODS, predicate, cacher.rv, _Sink(), max_pending_bytes=1 << 30)
+        w = Watcher(PODS, predicate, cacher.rv, NullSink(), max_pending_bytes=1 << 30)
         cacher.dispatcher.add(w, 0.0)
         by_node[node] = w
     out: dict[str, float] = {}

@@ -18,23 +18,13 @@ import argparse
 import json
 import time
 
+from loadtest.bench.lib import NullSink
 from watchcache.cache.object import CachedObject, encode_object
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig, ResourceCache
 from watchcache.dispatch.dispatcher import Dispatcher
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
-
-
-class _Sink:
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Watcher) -> None:
-        pass
 
 
 def _pod(i: int, rv: int) -> CachedObject:
@@ -56,7 +46,7 @@ def run(watchers: int, batches: int, per_batch: int, kubelet: bool) -> float:
     ws = []
     for k in range(watchers):
         fields = f"spec.nodeName=n{k % 100}" if kubelet else ""
-        w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", fields), 1, _Sink(), max_pending_bytes=1 << 40)
+        w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", fields), 1, NullSink(), max_pending_bytes=1 << 40)
         d.add(w, 0.0)
         ws.append(w)
     rv = 2

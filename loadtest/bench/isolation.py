@@ -17,6 +17,7 @@ import asyncio
 import timeit
 from collections.abc import Callable
 
+from loadtest.bench.lib import NullSink
 from watchcache.cache.events import MODIFIED, WatchEvent
 from watchcache.cache.object import encode_object
 from watchcache.cache.predicate import SelectionPredicate
@@ -37,17 +38,6 @@ class Stream:
         pass
 
     def flush_failed(self, error: Exception) -> None:
-        pass
-
-
-class Sink:
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Watcher) -> None:
         pass
 
 
@@ -97,7 +87,7 @@ def group_deliver() -> tuple[float, float]:
     predicate = SelectionPredicate.parse(PODS, None, "", "")
     group = WatcherGroup(group_key(predicate), predicate)
     for _ in range(N):
-        group.watchers[Watcher(PODS, predicate, 0, Sink(), max_pending_bytes=1 << 40)] = None
+        group.watchers[Watcher(PODS, predicate, 0, NullSink(), max_pending_bytes=1 << 40)] = None
     obj = encode_object(PODS, {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "5"}})
     event = WatchEvent(PODS, MODIFIED, obj, obj, 5, 0.0)
     frame = event.frame(MODIFIED)

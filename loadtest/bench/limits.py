@@ -62,6 +62,7 @@ except ImportError:  # before it: a before/after across the split (PYTHONPATH=/p
 
     from watchcache.http import protocol as h1protocol  # type: ignore[no-redef]
     from watchcache.http.h2protocol import H2Limits  # type: ignore[attr-defined,no-redef]
+from loadtest.bench.lib import NullSink
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
 
@@ -211,17 +212,6 @@ async def h2_pass_loop(passes: int, runs: int, frame_bytes: int, streams: int = 
     return out
 
 
-class Sink:
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Watcher) -> None:
-        pass
-
-
 def fanout_loop(watchers: int, batches: int, runs: int, with_budget: bool) -> list[float]:
     cacher = Cacher(PODS, CacheConfig(history_max_events=1000))
     kwargs: dict[str, Any] = {}
@@ -230,7 +220,7 @@ def fanout_loop(watchers: int, batches: int, runs: int, with_budget: bool) -> li
 
         kwargs["budget"] = WatchBudget(1 << 30)
     everything = SelectionPredicate.parse(PODS, None, "", "")
-    ws = [Watcher(PODS, everything, 0, Sink(), **kwargs) for _ in range(watchers)]
+    ws = [Watcher(PODS, everything, 0, NullSink(), **kwargs) for _ in range(watchers)]
     for w in ws:
         cacher.add_watcher(w)
     rv = 0

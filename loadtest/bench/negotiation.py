@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from loadtest.bench.lib import NullSink
 from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF, Encoding
 from watchcache.cache.metadata import metadata_json, metadata_protobuf
 from watchcache.cache.object import CachedObject, encode_object
@@ -133,17 +134,6 @@ def decode_cost(objs: list[CachedObject]) -> dict[str, Any]:
     }
 
 
-class _Sink:
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Watcher) -> None:
-        pass
-
-
 def dispatch_cost(encoding: Encoding, watchers: int, events: int, batch: int = 5, repeat: int = 5) -> dict[str, float]:
     """ns per delivery and µs per event (fresh events each round: frames and metadata are built)."""
     base = sim_pods(1000)
@@ -154,7 +144,7 @@ def dispatch_cost(encoding: Encoding, watchers: int, events: int, batch: int = 5
         d = Dispatcher(PODS)
         ws = []
         for _ in range(watchers):
-            w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 1000, _Sink(), encoding=encoding)
+            w = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 1000, NullSink(), encoding=encoding)
             w.max_pending_bytes = 1 << 40
             d.add(w, 0.0)
             ws.append(w)

@@ -57,6 +57,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import httptools
 import orjson
 
+from loadtest.bench.lib import make_tls_cert, server_tls
+
 log = logging.getLogger("relay_floor")
 
 KINDS = {"pods": "PodList", "nodes": "NodeList", "configmaps": "ConfigMapList"}
@@ -405,13 +407,11 @@ async def warm(n: int) -> dict[str, float]:
     import tempfile
     import time
 
-    from loadtest.bench.lib import make_tls_cert
-
     line = sample_event()
     chunk = b"%x\r\n%b\n\r\n" % (len(line) + 1, line)
     with tempfile.TemporaryDirectory() as d:
         cert, key = make_tls_cert(Path(d))
-        ctx = serving_context(str(cert), str(key))
+        ctx = server_tls(str(cert), str(key))
         # The upstream leg: the floor is the client (reads), the sim the server (writes).
         up_c, up_s, up_bios = _tls_pair(ctx)
         # The kubelet leg: the floor is the server (writes).
@@ -487,21 +487,12 @@ def upstream_from_args(args: argparse.Namespace) -> Upstream:
     return Upstream(args.upstream, context, token)
 
 
-def serving_context(cert: str, key: str) -> ssl.SSLContext:
-    """As ``watchcache.http.tls.ServingCert`` for HTTP/1.1: TLS >= 1.2, ALPN http/1.1."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.set_alpn_protocols(["http/1.1"])
-    ctx.load_cert_chain(cert, key)
-    return ctx
-
-
 async def amain(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     relay = Relay(args.parse)
     up = upstream_from_args(args)
     host, _, port = args.listen.rpartition(":")
-    tls = serving_context(args.tls_cert_file, args.tls_private_key_file) if args.tls_cert_file else None
+    tls = server_tls(args.tls_cert_file, args.tls_private_key_file) if args.tls_cert_file else None
     server = await loop.create_server(lambda: Client(relay), host, int(port), ssl=tls, backlog=4096)
     bound = server.sockets[0].getsockname()
     following = asyncio.ensure_future(follow(up, relay))

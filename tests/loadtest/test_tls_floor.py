@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 from loadtest.bench import lib as bl
 
 
-def test_tls_floor_measures_every_row() -> None:
+def bench_rows(*args: str) -> list[dict[str, Any]]:
+    """The rows of one ``tls_floor`` run with ``args`` (40 connections)."""
     env, cwd = bl.child_env()
     out = subprocess.run(
-        [sys.executable, "-m", "loadtest.bench.tls_floor", "-n", "40"],
+        [sys.executable, "-m", "loadtest.bench.tls_floor", "-n", "40", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -21,7 +23,12 @@ def test_tls_floor_measures_every_row() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     (line,) = [x for x in out.stdout.splitlines() if x.startswith("BENCH ")]
-    rows = {r["what"]: r for r in json.loads(line[6:])["rows"]}
+    rows: list[dict[str, Any]] = json.loads(line[6:])["rows"]
+    return rows
+
+
+def test_tls_floor_measures_every_row() -> None:
+    rows = {r["what"]: r for r in bench_rows()}
     assert len(rows) == 5
     # OpenSSL's own state of a connection after its handshake is kilobytes, more without released buffers.
     kept = rows["OpenSSL server connection without SSL_MODE_RELEASE_BUFFERS"]["malloced_kb_per_connection"]
@@ -29,18 +36,7 @@ def test_tls_floor_measures_every_row() -> None:
 
 
 def test_tls_floor_variants_measure_each_server_setting_with_both_client_versions() -> None:
-    env, cwd = bl.child_env()
-    out = subprocess.run(
-        [sys.executable, "-m", "loadtest.bench.tls_floor", "-n", "40", "--variants"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    (line,) = [x for x in out.stdout.splitlines() if x.startswith("BENCH ")]
-    rows = json.loads(line[6:])["rows"]
+    rows = bench_rows("--variants")
     assert {(r["what"].rsplit(": ", 1)[1], r["version"]) for r in rows} == {
         (v, tls)
         for v in ("product", "num_tickets=0", "session cache off", "OP_NO_TICKET")
