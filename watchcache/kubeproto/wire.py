@@ -182,3 +182,26 @@ STATUS_TYPE = type_meta("v1", "Status")
 def status_body(doc: Mapping[str, Any]) -> bytes:
     """A Status as a whole protobuf body (an HTTP error, or the object of an ERROR event)."""
     return envelope(STATUS_TYPE, status(doc))
+
+
+#: The Accept of a metadata-only LIST in protobuf (what kube's metadata informers ask for).
+METADATA_LIST_PROTOBUF = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
+def object_versions(body: bytes) -> tuple[int, list[tuple[str, str, int]]]:
+    """A protobuf ``PartialObjectMetadataList``'s rv and each item's (namespace, name, resourceVersion).
+
+    Parsed by the protobuf runtime (upb, in C): ~10x cheaper per item than orjson on the same
+    list in JSON, whose managedFields dominate. Raises ValueError on anything else.
+    """
+    if not body.startswith(MAGIC):
+        raise ValueError("not a protobuf body (no k8s\\0 magic)")
+    try:
+        unknown = pb.Unknown.FromString(body[len(MAGIC) :])
+        if unknown.typeMeta.kind != "PartialObjectMetadataList":
+            raise ValueError(f"expected a PartialObjectMetadataList, got {unknown.typeMeta.kind!r}")
+        items = pb.PartialObjectMetadataList.FromString(unknown.raw)
+    except Exception as e:  # DecodeError, or a message of the wrong shape
+        raise ValueError(f"undecodable PartialObjectMetadataList: {e}") from None
+    versions = [(m.namespace, m.name, int(m.resourceVersion)) for m in (i.metadata for i in items.items)]
+    return int(items.metadata.resourceVersion), versions
