@@ -77,10 +77,9 @@ def _reads(g: Group, *, proxy: bool) -> None:
     _flag(g, "--fresh-wait", s.fresh_wait, "seconds a read waits for a resourceVersion (or for a consistent-read "
           "proof) before 504 or pass-through")
     if proxy:
-        _flag(g, "--consistent-passthrough-objects", s.consistent_passthrough_objects, "a consistent GET, or unpaged "
-              "LIST of at most N cached objects, that the cache's own events do not make provably fresh at once "
-              "(within 50 ms) is passed through instead of waiting up to ~1 s for a proof (0: never; "
-              "docs/consistency.md)")
+        g.add_argument("--consistent-passthrough-objects", type=int, default=None, help="deprecated, ignored: a "
+                       "consistent GET goes to the upstream and a consistent LIST waits for its scope's proof, one "
+                       "round trip (docs/consistency.md)")
     _flag(g, "--min-request-timeout", s.min_request_timeout, "watches without timeoutSeconds end after [N, 2N) seconds")
     g.add_argument("--max-limit", type=int, default=s.max_limit, help="clamp LIST page sizes to this many items "
                    "(default: no clamp)")
@@ -107,7 +106,10 @@ def _delivery(g: Group) -> None:
 def _limits(g: Group) -> None:
     s, h = _SERVE, _HTTP
     _flag(g, "--max-requests-inflight", s.max_requests_inflight, "requests handled at once per worker (a watch "
-          "until it is registered, a read while it waits for its resourceVersion); more get 429 with Retry-After")
+          "until it is registered); more get 429 with Retry-After. A request waiting (for a review, a proof of "
+          "freshness, the upstream) holds no seat")
+    _flag(g, "--max-requests-waiting", s.max_requests_waiting, "requests waiting without a seat at once per worker "
+          "(for a review, a proof of freshness, the upstream); past it a waiting request keeps its seat")
     _flag(g, "--request-timeout", s.request_timeout, "seconds a request that is not a watch or a tunnel may take, "
           "its answer written included (kube-apiserver's --request-timeout): then 504, or the answer is abandoned and "
           "its slot given back; a connection none of whose waiting bytes a client takes for this long is closed")

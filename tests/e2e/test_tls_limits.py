@@ -213,26 +213,35 @@ def test_connection_limits_per_client_and_total():
         proc.stop()
 
 
-def test_waiting_watches_hold_inflight_slots_and_watch_param_is_not_a_watch():
-    proc = start("serve", "--simulated", "--sim-objects", "5", "--max-requests-inflight", "2", "--fresh-wait", "5")
+def test_waiting_watches_hold_no_seat_until_too_many_wait_and_watch_param_is_not_a_watch():
+    proc = start(
+        "serve", "--simulated", "--sim-objects", "5", "--max-requests-inflight", "1", "--max-requests-waiting", "1",
+        "--fresh-wait", "5",
+    )  # fmt: skip
     waiting: list[http.client.HTTPConnection] = []
     try:
         url = proc.url
         future = int(get(url, "/api/v1/pods").json()["metadata"]["resourceVersion"]) + 1000
-        # Two watches waiting for an rv that will not come: not watchers yet, they hold both slots.
+        # Two watches waiting for an rv that will not come: the first waits without a seat, the second
+        # finds the waiting room full and keeps its seat, the only one.
         for _ in range(2):
             conn = http.client.HTTPConnection(*proc.host_port.split(":"), timeout=10)
             conn.request("GET", path_with("/api/v1/pods", watch=1, resourceVersion=future))
             waiting.append(conn)
         deadline = time.monotonic() + 4
-        while b'apiserver_current_inflight_requests{request_kind="readOnly"} 2.0' not in get(url, "/metrics").body:
-            assert time.monotonic() < deadline, "the waiting watches do not show as in flight"
+        while True:
+            body = get(url, "/metrics").body
+            if b'apiserver_current_inflight_requests{request_kind="readOnly"} 1.0' in body and (
+                b"watchcache_waiting_requests 1.0" in body
+            ):
+                break
+            assert time.monotonic() < deadline, "the waiting watches do not show as waiting and in flight"
             time.sleep(0.05)
         assert get(url, "/api/v1/pods").status == 429
         # ?watch=1 on a write is a write: it takes its turn like any request (kube: verb "create").
         res = request(url, "POST", "/api/v1/namespaces/default/configmaps?watch=1", configmap("x", "default"))
         assert res.status == 429, res
-        # When their wait ends (504 in the stream, after --fresh-wait), the slots are free again.
+        # When their wait ends (504 in the stream, after --fresh-wait), the seats are free again.
         for conn in waiting:
             resp = conn.getresponse()
             assert resp.status == 200

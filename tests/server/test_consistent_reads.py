@@ -1,71 +1,99 @@
-"""Consistent reads in the handler: the one wait (``freshness.reach``), proofs asked for only when the
-cache is behind, and small reads passed through rather than waiting for a proof."""
+"""Consistent reads in the handler: a GET goes to the upstream (as kube's goes to etcd), a LIST or watch
+waits for its scope's proof (``freshness.reach_scope``) and passes through without one; a waiting read
+holds no in-flight seat."""
 
 from __future__ import annotations
 
-import time
+import asyncio
 
 from tests.support.factories import pod
 from tests.support.harness import DELETED, Harness, arun, background
 from tests.support.waiting import until
 
 
-def feed_later(h: Harness, *, proving: bool) -> None:
-    """The upstream committed rv 11 (p0 deleted); the cache sees it once the read waits for it:
-    with a proof under way (``proving``) or, for a read that waits briefly without one, once it
-    has asked the upstream for its rv. A condition, not a delay: the order holds on a busy machine."""
+def feed_later(h: Harness) -> None:
+    """The upstream committed rv 11 (p0 deleted); the cache sees it once the read's proof is under way.
+    A condition, not a delay: the order holds on a busy machine."""
     h.upstream.rv = 11
     up = h.upstream
 
     async def feed() -> None:
-        await until(lambda: up.proving_now > 0 if proving else up.consistent_calls > 0)
+        await until(lambda: up.proving_now > 0)
         h.cacher.apply([(DELETED, pod("p0", rv=11))])
 
     background(feed())
 
 
 @arun
-async def test_a_cache_at_the_target_needs_no_proof() -> None:
-    h = Harness()
-    h.upstream.rv = 10
-    resp = await h.list()
-    assert resp.status == 200
-    assert h.upstream.consistent_calls == 1 and h.upstream.proving_seen == 0
-
-
-@arun
-async def test_a_large_consistent_list_waits_for_proof_and_is_served_from_cache() -> None:
-    h = Harness(fresh_wait=2.0, consistent_passthrough_objects=2)  # 5 pods in scope: more than 2
-    feed_later(h, proving=True)
+async def test_a_consistent_list_is_proven_for_its_namespace_and_served_from_the_cache() -> None:
+    h = Harness(fresh_wait=2.0)
+    feed_later(h)
     resp = await h.list()
     assert resp.status == 200 and "p0" not in [i["metadata"]["name"] for i in resp.json()["items"]]
-    assert h.upstream.proving_seen == 1 and h.upstream.forwarded == []
+    assert h.upstream.scope_proofs == ["default"] and h.upstream.forwarded == []
+    assert h.upstream.consistent_calls == 1  # no limit=1 LIST, no probe: the scope's proof alone
 
 
 @arun
-async def test_a_small_consistent_read_passes_through_rather_than_wait_for_a_proof() -> None:
-    h = Harness(fresh_wait=2.0, consistent_passthrough_objects=500)
-    h.upstream.rv = 20  # the cache will not get there by itself
-    for read in (h.get("p1"), h.list(), h.list(labelSelector="i=1")):
-        started = time.monotonic()
-        resp = await read
-        assert time.monotonic() - started < 0.5
-        assert resp.status == 404  # FakeUpstream.forward: the request went to the upstream
-    assert len(h.upstream.forwarded) == 3 and h.upstream.proving_seen == 0
+async def test_a_consistent_list_of_every_namespace_is_proven_for_all() -> None:
+    h = Harness(fresh_wait=2.0)
+    resp = await h.request("/api/v1/pods")
+    assert resp.status == 200 and h.upstream.scope_proofs == [None]
 
 
 @arun
-async def test_a_small_consistent_read_still_waits_briefly_for_events_on_their_way() -> None:
-    h = Harness(fresh_wait=2.0, consistent_passthrough_objects=500)
-    feed_later(h, proving=False)
-    resp = await h.get("p0")
-    assert resp.status == 404 and resp.json()["message"] == 'pods "p0" not found'  # from the cache, at rv 11
-    assert h.upstream.forwarded == []
-
-
-@arun
-async def test_a_paged_consistent_list_is_never_passed_through_for_its_size() -> None:
-    h = Harness(fresh_wait=2.0, consistent_passthrough_objects=500)
-    feed_later(h, proving=True)
+async def test_a_consistent_list_without_a_proof_passes_through() -> None:
+    h = Harness(fresh_wait=0.1)
+    h.upstream.rv = 20  # the cache will not get there
     resp = await h.list(limit="2")
-    assert resp.status == 200 and h.upstream.forwarded == [] and h.upstream.proving_seen == 1
+    assert resp.status == 404  # FakeUpstream.forward: the request went to the upstream
+    assert h.upstream.forwarded == ["/api/v1/namespaces/default/pods"]
+
+
+@arun
+async def test_a_consistent_watch_is_proven_like_a_list() -> None:
+    h = Harness(fresh_wait=2.0)
+    feed_later(h)
+    resp = await h.watch()
+    assert resp.status == 200 and h.upstream.scope_proofs == ["default"]
+    names = [e["object"]["metadata"]["name"] for e in resp.events()]
+    assert "p0" not in names and len(names) == 4  # the initial state at rv 11
+
+
+@arun
+async def test_a_consistent_get_goes_to_the_upstream_at_once_as_kube_sends_it_to_etcd() -> None:
+    h = Harness(fresh_wait=2.0)
+    h.upstream.delegates_consistent_gets = True
+    resp = await h.get("p1")
+    assert resp.status == 404 and h.upstream.forwarded == ["/api/v1/namespaces/default/pods/p1"]
+    assert h.upstream.scope_proofs == [] and h.upstream.consistent_calls == 0
+    resp = await h.get("p1", resourceVersion="0")  # any rv: from the cache
+    assert resp.status == 200 and resp.json()["metadata"]["name"] == "p1"
+    assert h.handler.passed_through == {"consistent-get": 1}
+
+
+@arun
+async def test_a_read_waiting_for_its_proof_holds_no_seat() -> None:
+    """With one seat, a read waiting for a proof leaves it to a read that can be answered now."""
+    h = Harness(fresh_wait=2.0, max_requests_inflight=1)
+    h.upstream.rv = 11  # the cache is behind until the test feeds it
+    waiting = asyncio.ensure_future(h.list())
+    await until(lambda: h.upstream.proving_now == 1)
+    assert h.handler.active == 0 and h.handler.seats.waiting == 1
+    ready = await h.list(resourceVersion="0")  # would have been 429 while the wait held the seat
+    assert ready.status == 200
+    h.cacher.apply([(DELETED, pod("p0", rv=11))])
+    assert (await waiting).status == 200
+    assert h.handler.active == 0 and h.handler.seats.waiting == 0
+
+
+@arun
+async def test_a_waiting_read_keeps_its_seat_when_too_many_wait() -> None:
+    h = Harness(fresh_wait=2.0, max_requests_inflight=1, max_requests_waiting=0)
+    h.upstream.rv = 11
+    waiting = asyncio.ensure_future(h.list())
+    await until(lambda: h.upstream.proving_now == 1)
+    assert h.handler.active == 1 and h.handler.seats.waiting == 0
+    assert (await h.list(resourceVersion="0")).status == 429
+    h.cacher.apply([(DELETED, pod("p0", rv=11))])
+    assert (await waiting).status == 200 and h.handler.active == 0

@@ -42,7 +42,7 @@ def handler(*, kube: bool) -> tuple[ApiHandler, dict[ResourceType, Cacher]]:
         upstream=upstream,
         codec=ContinueCodec(b"t" * 32),
         flusher=FlushScheduler(asyncio.get_running_loop()),
-        config=ServeConfig(consistent_passthrough_objects=0, fresh_wait=0.2),
+        config=ServeConfig(fresh_wait=0.2),
     )
     return ApiHandler(ctx, forward_tables=kube), cachers
 

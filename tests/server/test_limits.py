@@ -51,8 +51,23 @@ async def finish(task: asyncio.Task[None], resp: FakeResponse) -> None:
 
 
 @arun
-async def test_a_watch_waiting_for_its_rv_holds_an_inflight_slot_until_it_is_a_watcher() -> None:
+async def test_a_watch_waiting_for_its_rv_holds_no_seat_while_it_waits() -> None:
     h = Harness(fresh_wait=3.0, max_requests_inflight=1)
+    watch = start(h, PODS, {"watch": "1", "resourceVersion": "12"})
+    await until(lambda: h.cacher.waiting == 1)
+    assert h.handler.active == 0 and h.handler.seats.waiting == 1
+    assert (await h.list()).status == 200, "a waiting watch kept the only in-flight seat"
+    h.write(MODIFIED, "p1")
+    h.write(MODIFIED, "p2")  # rv 12: the watch starts
+    await until(lambda: len(h.cacher.dispatcher) == 1)
+    assert h.handler.seats.waiting == 0
+    await finish(*watch)
+    assert h.handler.active == 0
+
+
+@arun
+async def test_a_watch_waiting_when_too_many_wait_holds_its_seat_until_it_is_a_watcher() -> None:
+    h = Harness(fresh_wait=3.0, max_requests_inflight=1, max_requests_waiting=0)
     watch = start(h, PODS, {"watch": "1", "resourceVersion": "12"})
     await until(lambda: h.cacher.waiting == 1)
     res = await h.list()
@@ -67,8 +82,8 @@ async def test_a_watch_waiting_for_its_rv_holds_an_inflight_slot_until_it_is_a_w
 
 @arun
 async def test_watch_param_on_a_post_or_a_subresource_is_not_long_running() -> None:
-    h = Harness(fresh_wait=3.0, max_requests_inflight=1)
-    waiting = start(h, PODS, {"resourceVersion": "20"})  # a LIST waiting for rv 20 holds the slot
+    h = Harness(fresh_wait=3.0, max_requests_inflight=1, max_requests_waiting=0)
+    waiting = start(h, PODS, {"resourceVersion": "20"})  # a LIST waiting for rv 20 holds the slot (no room to wait)
     await until(lambda: h.cacher.waiting == 1)
     for method, path in (("POST", PODS), ("GET", PODS + "/p0/log"), ("DELETE", PODS + "/p0")):
         res = await h.request(path, {"watch": "1"}, method=method)

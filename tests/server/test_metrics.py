@@ -24,7 +24,7 @@ def test_the_requests_refused_by_every_limit_the_handlers_and_the_http_servers()
     handler = SimpleNamespace(
         passed_through={"write": 7, "media-type": 1},
         rejected={"inflight": 2, "shutdown": 4},
-        active_by_kind={"readOnly": 3, "mutating": 1},
+        seats=SimpleNamespace(active_by_kind={"readOnly": 3, "mutating": 1}, waiting=5),
         streams=2,
     )
 
@@ -41,6 +41,7 @@ def test_the_requests_refused_by_every_limit_the_handlers_and_the_http_servers()
     assert samples[k("apiserver_current_inflight_requests", request_kind="readOnly")] == 3
     assert samples[k("apiserver_current_inflight_requests", request_kind="mutating")] == 1
     assert samples[k("watchcache_passthrough_streams")] == 2
+    assert samples[k("watchcache_waiting_requests")] == 5
 
 
 def test_request_observations() -> None:
@@ -65,8 +66,8 @@ def test_request_observations() -> None:
     fallbacks = "watchcache_consistent_read_fallbacks_total"
     assert samples[k(fallbacks, **POD, reason="no-target")] == 1
     assert samples[k(fallbacks, **POD, reason="timeout")] == 1
-    assert k(fallbacks, **POD, reason="small-read") not in samples  # none yet
+    assert samples[k(fallbacks, **POD, reason="changing")] == 0  # none yet, but shown from the first read
     assert samples[k("watchcache_consistent_read_target_seconds_count", **POD)] == 2  # none without a target
     assert samples[k("watchcache_consistent_read_probe_seconds_count", **POD)] == 1
-    assert samples[k("watchcache_consistent_read_probe_seconds_sum", **POD)] == pytest.approx(0.2)
+    assert samples[k("watchcache_consistent_read_probe_seconds_sum", **POD)] == pytest.approx(0.3)  # the whole wait
     assert k("watchcache_consistent_read_events_seconds_count", **POD) not in samples  # reached by a probe

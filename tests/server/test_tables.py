@@ -62,7 +62,7 @@ class Stack:
             upstream=self.upstream,
             codec=ContinueCodec(b"t" * 32),
             flusher=FlushScheduler(__import__("asyncio").get_running_loop()),
-            config=ServeConfig(consistent_passthrough_objects=0, fresh_wait=0.2),
+            config=ServeConfig(fresh_wait=0.2),
         )
         self.handler = ApiHandler(ctx, forward_tables=kube)
 

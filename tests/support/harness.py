@@ -16,6 +16,7 @@ from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.freshness import Reached
 from watchcache.http.request import Request
 from watchcache.http.routing import RequestInfo
 from watchcache.resources import PODS, ResourceRegistry
@@ -32,9 +33,15 @@ class FakeUpstream:
     # As the simulated cluster: an rv older than the window is compacted (a proxy's upstream may
     # still have it: tests set this to True to see such reads passed through).
     answers_old_reads = False
+    # As the simulated cluster: GETs without resourceVersion from the cache (tests of the proxy's
+    # delegation set it).
+    delegates_consistent_gets = False
 
     def __init__(self) -> None:
         self.rv = 0
+        # Scope proofs asked for (consistent LISTs and watches), by namespace (None: all).
+        self.scope_proofs: list[str | None] = []
+        # Times the upstream's current state was asked for: a scope proof or its rv (``current_rv``).
         self.consistent_calls = 0
         self.proving_now = 0
         self.proving_seen = 0
@@ -45,6 +52,17 @@ class FakeUpstream:
     async def current_rv(self, cacher: Cacher, timeout: float) -> int:
         self.consistent_calls += 1
         return self.rv
+
+    async def prove_scope(self, cacher: Cacher, namespace: str | None, timeout: float) -> Reached:
+        """The scope is proven once the cache reaches the upstream's rv (by the test's writes), within ``timeout``."""
+        self.scope_proofs.append(namespace)
+        self.consistent_calls += 1
+        self.proving_now += 1
+        self.proving_seen += 1
+        try:
+            return Reached.EVENTS if await cacher.wait_for_rv(self.rv, timeout) else Reached.TIMEOUT
+        finally:
+            self.proving_now -= 1
 
     @contextlib.contextmanager
     def proving(self, cacher: Cacher) -> Iterator[None]:
@@ -65,8 +83,8 @@ class FakeUpstream:
 class Harness:
     """A pods cache at rv 10 with default/p0..p4 (label i=0/1), history window of ``max_events``.
 
-    Consistent reads wait for the cache whatever their size (``consistent_passthrough_objects=0``)
-    unless a test says otherwise. ``detached``: watches are answered as over HTTP/1.1, whose
+    Consistent reads wait for the cache (``FakeUpstream.prove_scope``); GETs too, unless a test
+    sets ``delegates_consistent_gets``. ``detached``: watches are answered as over HTTP/1.1, whose
     handler returns once the watcher is registered (``Response.outlives_handler``); else as over
     HTTP/2, whose handler returns when the watch ends.
     """
@@ -90,7 +108,7 @@ class Harness:
             config=ServeConfig(
                 fresh_wait=fresh_wait,
                 bookmark_interval=bookmark_interval,
-                **{"consistent_passthrough_objects": 0, **config},
+                **config,
             ),
         )
         self.handler = ApiHandler(self.ctx)

@@ -1,7 +1,8 @@
 """A tiny kube-apiserver stand-in on a real socket that counts what the proxy asks of it.
 
 ``FakeApi`` serves one collection (``/api/v1/pods``): a LIST answers ``{"metadata":
-{"resourceVersion": rv}}`` (or ``list_error``); a watch answers ``watch_error`` at once, or
+{"resourceVersion": rv}}`` (or ``list_error``), in metadata only (``PartialObjectMetadataList``,
+protobuf) it lists ``objects``; a watch answers ``watch_error`` at once, or
 streams a BOOKMARK at ``rv`` after ``bookmark_after`` seconds (kube sends a probe's bookmark
 about a second in) and ends at ``timeoutSeconds``. Every request is counted by verb.
 """
@@ -17,6 +18,8 @@ from contextlib import asynccontextmanager
 import orjson
 from aiohttp import web
 
+from watchcache.kubeproto import meta_pb2 as pb
+from watchcache.kubeproto import wire
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import UpstreamConfig
 
@@ -39,6 +42,10 @@ class FakeApi:
         self.open_watches = 0
         self.max_open_watches = 0
         self.watch_starts: list[float] = []
+        # The objects a metadata LIST (PartialObjectMetadataList, protobuf) answers: (namespace, name) -> rv.
+        self.objects: dict[tuple[str, str], int] = {}
+        # Seconds a metadata LIST takes to answer.
+        self.metadata_delay = 0.0
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.query.get("watch") in ("1", "true"):
@@ -46,7 +53,22 @@ class FakeApi:
         self.requests["list"] += 1
         if self.list_error:
             return _status(self.list_error)
+        if "as=PartialObjectMetadataList" in request.headers.get("Accept", ""):
+            return await self._metadata_list(request.match_info.get("namespace"))
         return web.Response(body=orjson.dumps({"kind": "PodList", "metadata": {"resourceVersion": str(self.rv)}}))
+
+    async def _metadata_list(self, namespace: str | None) -> web.Response:
+        self.requests["metadata"] += 1
+        rv = self.rv  # the state at the LIST's start, as a consistent read
+        items = [
+            pb.PartialObjectMetadata(metadata=pb.ObjectMeta(namespace=ns, name=name, resourceVersion=str(obj_rv)))
+            for (ns, name), obj_rv in sorted(self.objects.items())
+            if namespace is None or ns == namespace
+        ]
+        listed = pb.PartialObjectMetadataList(metadata=pb.ListMeta(resourceVersion=str(rv)), items=items)
+        await asyncio.sleep(self.metadata_delay)
+        body = wire.envelope(wire.type_meta("meta.k8s.io/v1", "PartialObjectMetadataList"), listed.SerializeToString())
+        return web.Response(body=body, content_type="application/vnd.kubernetes.protobuf")
 
     async def _watch(self, request: web.Request) -> web.StreamResponse:
         self.requests["watch"] += 1
@@ -80,6 +102,7 @@ async def fake_api() -> AsyncIterator[tuple[FakeApi, UpstreamClient]]:
     """The fake on 127.0.0.1:<free port>, and a started client of it."""
     api = FakeApi()
     app = web.Application()
+    app.router.add_route("GET", "/api/v1/namespaces/{namespace}/pods", api.handle)
     app.router.add_route("GET", "/{tail:.*}", api.handle)
     # Handlers end when their client goes (a probe closes its watch once it has its bookmark).
     runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)

@@ -134,3 +134,109 @@ def test_probes_of_one_resource_are_few_and_staggered_while_reads_wait() -> None
     assert most <= limits.max_concurrent
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert all(g >= limits.stagger * 0.9 for g in gaps), gaps
+
+
+# ---------------------------------------------------------------- scope proofs (consistent LISTs and watches)
+
+
+def cached_pods(rvs: dict[str, int], head: int) -> Cacher:
+    cacher = Cacher(PODS)
+    cacher.replace([pod(name, ns="d", rv=rv) for name, rv in rvs.items()], head)
+    return cacher
+
+
+def test_a_scope_the_cache_holds_as_the_upstream_lists_it_is_proven_in_one_round_trip() -> None:
+    async def go() -> None:
+        async with fake_api() as (api, client):
+            api.rv = 900  # the cluster moved on (Leases, Events), the pods did not
+            api.objects = {("d", "a"): 10, ("d", "b"): 20, ("e", "c"): 30}
+            cacher = cached_pods({"a": 10, "b": 20}, 50)
+            other = Cacher(PODS)
+            other.replace([pod("c", ns="e", rv=30), *cacher.cache.snapshot().iter_range("", None)], 50)
+            reads = ConsistentReads(client, fresh_wait=2.0)
+            assert await reads.prove_scope(cacher, "d", 2.0) is Reached.PROGRESS
+            assert cacher.rv == 50  # one namespace proven: the resource's rv is not
+            assert await reads.prove_scope(other, None, 2.0) is Reached.PROGRESS
+            assert other.rv == 900  # every namespace: the cache is the state at 900
+            assert api.requests["metadata"] == 2 and api.requests["watch"] == 0
+
+    run(go())
+
+
+def test_a_change_the_cache_has_not_seen_fails_the_proof_quickly() -> None:
+    async def go() -> None:
+        async with fake_api() as (api, client):
+            api.rv = 900
+            cacher = cached_pods({"a": 10, "b": 20}, 50)
+            reads = ConsistentReads(client, fresh_wait=2.0)
+            loop = asyncio.get_running_loop()
+            changes = (
+                {("d", "a"): 10, ("d", "b"): 60},
+                {("d", "a"): 10},
+                {("d", "a"): 10, ("d", "b"): 20, ("d", "x"): 70},
+            )
+            for objects in changes:
+                api.objects = objects  # modified, deleted, created upstream: not in the cache
+                started = loop.time()
+                assert await reads.prove_scope(cacher, "d", 2.0) is Reached.IMPATIENT
+                assert loop.time() - started < 0.5
+
+    run(go())
+
+
+def test_a_change_on_its_way_is_waited_for_then_proven() -> None:
+    async def go() -> None:
+        async with fake_api() as (api, client):
+            api.rv = 900
+            api.objects = {("d", "a"): 10, ("d", "b"): 60}
+            cacher = cached_pods({"a": 10, "b": 20}, 50)
+            reads = ConsistentReads(client, fresh_wait=2.0)
+
+            async def deliver() -> None:
+                await until(lambda: api.requests["metadata"] == 1)
+                await asyncio.sleep(0.005)
+                cacher.apply([(ADDED, pod("b", ns="d", rv=60))])
+
+            feeder = asyncio.ensure_future(deliver())
+            assert await reads.prove_scope(cacher, "d", 2.0) is Reached.EVENTS
+            await feeder
+
+    run(go())
+
+
+def test_a_hundred_concurrent_consistent_reads_share_a_few_proofs() -> None:
+    async def go() -> int:
+        async with fake_api() as (api, client):
+            api.rv = 900
+            api.metadata_delay = 0.02
+            api.objects = {("d", "a"): 10}
+            cacher = cached_pods({"a": 10}, 50)
+            reads = ConsistentReads(client, fresh_wait=2.0)
+            results = await asyncio.gather(*(reads.prove_scope(cacher, "d", 2.0) for _ in range(100)))
+            assert set(results) == {Reached.PROGRESS}
+            return api.requests["metadata"]
+
+    lists = run(go())
+    assert lists <= 2, f"100 concurrent reads made {lists} metadata LISTs"
+
+
+def test_a_read_joins_only_a_proof_that_started_after_it_arrived() -> None:
+    """A LIST under way may have read the state before a write the read must see."""
+
+    async def go() -> None:
+        async with fake_api() as (api, client):
+            api.rv = 900
+            api.metadata_delay = 0.1
+            api.objects = {("d", "a"): 10}
+            cacher = cached_pods({"a": 10}, 50)
+            reads = ConsistentReads(client, fresh_wait=2.0)
+            first = asyncio.ensure_future(reads.prove_scope(cacher, "d", 2.0))
+            await until(lambda: api.requests["metadata"] == 1)
+            api.objects = {("d", "a"): 95}  # written after the first LIST read its state
+            api.rv = 950
+            second = asyncio.ensure_future(reads.prove_scope(cacher, "d", 2.0))  # arrives during the first LIST
+            assert await first is Reached.PROGRESS
+            assert await second is Reached.IMPATIENT  # its own LIST saw the write: not the first one's answer
+            assert api.requests["metadata"] == 2
+
+    run(go())

@@ -44,6 +44,10 @@ class Progress(Protocol):
     def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
         """While entered, the upstream works at proving ``cacher``'s progress (bounded, shared)."""
 
+    async def prove_scope(self, cacher: Cacher, namespace: str | None, timeout: float) -> Reached:
+        """Whether the cache's state of ``namespace`` (None: every one) is at least the upstream's as of
+        this call: PROGRESS or EVENTS if it is, IMPATIENT if not; raises NoTarget."""
+
 
 class Reached(enum.Enum):
     """How a wait ended."""
@@ -71,6 +75,21 @@ class Wait:
     @property
     def seconds(self) -> float:
         return self.target_seconds + self.wait_seconds
+
+
+async def reach_scope(cacher: Cacher, namespace: str | None, progress: Progress, timeout: float) -> Wait:
+    """Wait (at most ``timeout``) until the cache's state of one scope is provably the upstream's now or newer.
+
+    The wait of a consistent LIST or watch: one round trip whatever the rest of the cluster
+    writes (``Progress.prove_scope``; docs/consistency.md), where ``reach`` would wait for the
+    upstream's next bookmark when the resource is quiet and the cluster is not.
+    """
+    started = time.monotonic()
+    try:
+        how = await progress.prove_scope(cacher, namespace, timeout)
+    except NoTarget:
+        return Wait(Reached.NO_TARGET, None, time.monotonic() - started)
+    return Wait(how, None, time.monotonic() - started)
 
 
 async def reach(

@@ -28,6 +28,7 @@ from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.resources import ResourceType
+from watchcache.server import seats
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.deprecation import warning_headers
 from watchcache.server.negotiation import (
@@ -42,6 +43,7 @@ from watchcache.server.negotiation import (
 )
 from watchcache.server.options import parse_bool, parse_list_options
 from watchcache.server.reads import serve_get, serve_list
+from watchcache.server.seats import Seat, Seats
 from watchcache.server.status import local_status, merge, readiness_lines
 from watchcache.server.tables import Tables, serve_table
 from watchcache.server.watch import HttpWatchStream, serve_watch
@@ -86,25 +88,6 @@ def _credentials(request: Request) -> bool:
     return request.peercert is not None or bearer_token(request.headers) is not None
 
 
-class _Slot:
-    """One request's share of --max-requests-inflight, given back once (at its end, or when a watch starts)."""
-
-    __slots__ = ("handler", "held", "kind")
-
-    def __init__(self, handler: ApiHandler, kind: str) -> None:
-        self.handler = handler
-        self.kind = kind
-        self.held = True
-        handler.active += 1
-        handler.active_by_kind[kind] += 1
-
-    def release(self) -> None:
-        if self.held:
-            self.held = False
-            self.handler.active -= 1
-            self.handler.active_by_kind[self.kind] -= 1
-
-
 class ApiHandler:
     def __init__(self, ctx: ApiContext, *, forward_tables: bool = False, forward_upgrades: bool = False) -> None:
         self.ctx = ctx
@@ -132,11 +115,11 @@ class ApiHandler:
         self.passed_through: dict[str, int] = {}
         # Cached reads being answered now (watches included until they end); shutdown waits for them.
         self.inflight = 0
-        # Requests holding an in-flight slot (the --max-requests-inflight limit): every request but
-        # health, metrics and upgrades, until it ends or, for a watch, until its watcher is
-        # registered; by kind as kube's apiserver_current_inflight_requests. Rejections by limit.
-        self.active = 0
-        self.active_by_kind = {"readOnly": 0, "mutating": 0}
+        # Requests holding an in-flight seat (the --max-requests-inflight limit): every request but
+        # health, metrics and upgrades, while it works, until it ends or, for a watch, until its
+        # watcher is registered; by kind as kube's apiserver_current_inflight_requests. A request
+        # waiting (for a review, a proof, the upstream) gives its seat up (``server/seats.py``).
+        self.seats = Seats(ctx.config.max_requests_waiting)
         self.rejected: dict[str, int] = {}
         # Long-running requests passed through (watches of uncached resources, log streams):
         # counted with the cache's watchers toward --max-watchers.
@@ -148,6 +131,15 @@ class ApiHandler:
         self.workers = 1
         self.owns: Callable[[ResourceType], bool] = lambda resource: True
         self.peer_statuses: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+
+    @property
+    def active(self) -> int:
+        """Requests holding an in-flight seat now."""
+        return self.seats.active
+
+    @property
+    def active_by_kind(self) -> dict[str, int]:
+        return self.seats.active_by_kind
 
     def readiness(self) -> tuple[bool, list[str]]:
         lines = []
@@ -214,13 +206,15 @@ class ApiHandler:
         if request.path in _EXEMPT or request.upgrade is not None:
             await self._measured(request, response, None, deadline)
             return
-        if self.active >= self.ctx.config.max_requests_inflight:
+        if self.seats.active >= self.ctx.config.max_requests_inflight:
             self._reject("inflight", "too many requests in flight, please try again later")
         kind = "readOnly" if request.method in ("GET", "HEAD", "OPTIONS") else "mutating"
-        slot = _Slot(self, kind)
+        slot = Seat(self.seats, kind)
+        token = seats.current.set(slot)
         try:
             await self._measured(request, response, slot, deadline)
         finally:
+            seats.current.reset(token)
             slot.release()
 
     def _reject(self, limit: str, message: str) -> NoReturn:
@@ -228,7 +222,7 @@ class ApiHandler:
         raise apierrors.too_many_requests(message, 1)
 
     async def _measured(
-        self, request: Request, response: Response, slot: _Slot | None, deadline: asyncio.Timeout
+        self, request: Request, response: Response, slot: Seat | None, deadline: asyncio.Timeout
     ) -> None:
         metrics = self.ctx.metrics
         if metrics is None:
@@ -249,7 +243,7 @@ class ApiHandler:
             metrics.request(verb, resource, response.status, None if long_running else time.monotonic() - started)
 
     async def _within(
-        self, request: Request, response: Response, slot: _Slot | None, deadline: asyncio.Timeout
+        self, request: Request, response: Response, slot: Seat | None, deadline: asyncio.Timeout
     ) -> Handled:
         """``_handle`` under the request's deadline: past it, kube's 504, or (answer started) the
         answer is abandoned: the stream reset or the connection closed, as a truncated answer must
@@ -268,7 +262,7 @@ class ApiHandler:
             return request.method, None, None
 
     async def _handle(
-        self, request: Request, response: Response, slot: _Slot | None, deadline: asyncio.Timeout
+        self, request: Request, response: Response, slot: Seat | None, deadline: asyncio.Timeout
     ) -> Handled:
         """Answer; returns (verb, resource) for the request metrics, and a watch that goes on detached."""
         for admit in self.admission:
@@ -358,7 +352,8 @@ class ApiHandler:
             request.close_connection = True
         forwarded = info if info.is_resource_request else None
         if request.upgrade is not None or not long_running(info):
-            await self.ctx.upstream.forward(request, response, forwarded)
+            with seats.waiting():  # the upstream's work, under the upstream's own flow control
+                await self.ctx.upstream.forward(request, response, forwarded)
             return verb, resource, None
         # A watch or stream passed through: open as long as the upstream keeps it, so it counts as
         # a watch (--max-watchers), not as a request in flight, and has no request deadline.
@@ -386,10 +381,11 @@ class ApiHandler:
         gate = self.ctx.gate
         assert gate is not None
         try:
-            if info is None:
-                await gate.check_path(request, peercert=request.peercert)
-            else:
-                await gate.check(request, info, peercert=request.peercert)
+            with seats.waiting():  # a TokenReview or SubjectAccessReview, unless cached
+                if info is None:
+                    await gate.check_path(request, peercert=request.peercert)
+                else:
+                    await gate.check(request, info, peercert=request.peercert)
         except apierrors.StatusError as e:
             raise render_error(e, request.headers.get("accept"), self.endpoint) from None
 
@@ -444,7 +440,7 @@ class ApiHandler:
         response: Response,
         info: RequestInfo,
         encoding: Encoding | TableRequest,
-        slot: _Slot | None,
+        slot: Seat | None,
         headers: Sequence[tuple[str, str]] = (),
     ) -> HttpWatchStream | None:
         resource = self.ctx.registry.get(info.group, info.version, info.resource)

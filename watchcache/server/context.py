@@ -32,6 +32,8 @@ class Upstream(Progress, Protocol):
     # (kube-apiserver reads it from etcd until etcd compacts it): such a LIST passes through
     # instead of getting our 410. False when the upstream's history is this cache's own (the sim).
     answers_old_reads: bool
+    # True when a GET without resourceVersion goes to the upstream, as kube-apiserver sends it to etcd.
+    delegates_consistent_gets: bool
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         """Answer a request the cache does not serve. Raises StatusError."""
@@ -70,12 +72,11 @@ class ServeConfig:
     watch_flush_interval: float = 0.0
     # Observe delivery latency on one flush in N (0: never).
     delivery_sample: int = 16
-    # A consistent GET, or unpaged LIST whose answer holds at most this many objects, that the cache's
-    # own events do not make provably fresh at once passes through rather than waiting for a proof
-    # (which takes up to the upstream's next bookmark tick, ~1 s). 0: every consistent read waits.
-    consistent_passthrough_objects: int = 500
     # Non-watch requests handled at once per worker before 429 (kube: --max-requests-inflight=400).
     max_requests_inflight: int = 400
+    # Requests waiting without a seat (for a review, a proof, the upstream) per worker; past it a
+    # waiting request keeps its seat. Each holds its head and a task while it waits (server/seats.py).
+    max_requests_waiting: int = 2000
     # A request that is not long-running (not a watch or a tunnel) is ended after this many seconds,
     # its answer written or not, and its in-flight slot given back (kube: --request-timeout=60s).
     request_timeout: float = 60.0

@@ -21,6 +21,7 @@ from watchcache.dispatch.freshness import Reached, Wait
 from watchcache.http.admission import Admission
 from watchcache.resources import ResourceType
 from watchcache.server.negotiation import PassReason
+from watchcache.server.seats import Seats
 
 __all__ = ["HandlerCollector", "HandlerCounters", "Metrics"]
 
@@ -29,7 +30,7 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 _WAIT_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0)
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 # A consistent read passed through (not reached), by why: the reason label of its fallback.
-_FALLBACK_REASONS = {Reached.IMPATIENT: "small-read", Reached.TIMEOUT: "timeout", Reached.NO_TARGET: "no-target"}
+_FALLBACK_REASONS = {Reached.IMPATIENT: "changing", Reached.TIMEOUT: "timeout", Reached.NO_TARGET: "no-target"}
 
 
 class Metrics:
@@ -65,9 +66,10 @@ class Metrics:
             registry=r,
         )
         phase = {
-            "target": "Consistent reads: learning the upstream's rv (a consistent limit=1 LIST, shared)",
-            "events": "Consistent reads reached by the cache's own events: from the target known to reached",
-            "probe": "Consistent reads reached by a proof of progress (probe or bookmark): from the target known",
+            "target": "Consistent LISTs and watches: waiting for the scope's proof (its metadata LIST, shared)",
+            "events": "Consistent reads whose proof ended by the cache's own events (it had reached the upstream's rv, "
+            "or a change on its way arrived): the whole wait",
+            "probe": "Consistent reads proven by the scope's comparison with the upstream's listing: the whole wait",
         }
         self.consistent_phase = {
             name: Histogram(
@@ -81,11 +83,13 @@ class Metrics:
         }
         self.consistent_fallbacks = Counter(
             "watchcache_consistent_read_fallbacks",
-            "Consistent reads passed through, by why: small-read (--consistent-passthrough-objects, by choice), "
-            "timeout (not proven fresh within --fresh-wait), no-target (the upstream's rv could not be read)",
+            "Consistent reads passed through, by why: changing (the scope changed as it was proven, and the change "
+            "had not arrived within the proof's patience: by choice), timeout (not proven fresh within --fresh-wait), "
+            "no-target (the upstream's rv or the scope's state could not be read)",
             ["group", "resource", "reason"],
             registry=r,
         )
+        self._fallbacks_shown: set[ResourceType] = set()
         self.consistent_total = Histogram(
             "watchcache_consistent_read_total_seconds",
             "Consistent reads: the whole wait for freshness, served from cache (fallback=false) or not",
@@ -123,15 +127,19 @@ class Metrics:
             return
         fallback = "false" if wait.reached else "true"
         self.consistent_reads.labels(group, name, "true", fallback).inc()
+        if resource not in self._fallbacks_shown:  # every reason from the first read on, zeros included
+            self._fallbacks_shown.add(resource)
+            for reason in _FALLBACK_REASONS.values():
+                self.consistent_fallbacks.labels(group, name, reason)
         if not wait.reached:
             self.consistent_fallbacks.labels(group, name, _FALLBACK_REASONS[wait.how]).inc()
         self.consistent_total.labels(group, name, fallback).observe(wait.seconds)
         if wait.how is not Reached.NO_TARGET:
             self.consistent_phase["target"].labels(group, name).observe(wait.target_seconds)
         if wait.how in (Reached.AT_ONCE, Reached.EVENTS):
-            self.consistent_phase["events"].labels(group, name).observe(wait.wait_seconds)
+            self.consistent_phase["events"].labels(group, name).observe(wait.seconds)
         elif wait.how is Reached.PROGRESS:
-            self.consistent_phase["probe"].labels(group, name).observe(wait.wait_seconds)
+            self.consistent_phase["probe"].labels(group, name).observe(wait.seconds)
 
     def flushed(self, resource: ResourceType, oldest_pending: float, frame_bytes: int) -> None:
         """Called once per flush; observes one in ``delivery_sample``."""
@@ -151,8 +159,8 @@ class HandlerCounters(Protocol):
     passed_through: dict[str, int]
     #: Requests refused by the handler's own limits (inflight, watchers, tunnels, shutdown: while draining).
     rejected: dict[str, int]
-    #: Requests holding an in-flight slot, by kube's request kind (readOnly, mutating).
-    active_by_kind: dict[str, int]
+    #: Requests holding an in-flight seat (working), and those waiting without one (``server/seats.py``).
+    seats: Seats
     #: Long-running requests being passed through.
     streams: int
 
@@ -187,12 +195,18 @@ class HandlerCollector(Collector):
         yield rejected
         inflight = GaugeMetricFamily(
             "apiserver_current_inflight_requests",
-            "Requests holding an in-flight slot (--max-requests-inflight), watches until registered",
+            "Requests holding an in-flight seat (--max-requests-inflight) while they work, watches until registered",
             labels=["request_kind"],
         )
-        for kind, count in handler.active_by_kind.items():
+        for kind, count in handler.seats.active_by_kind.items():
             inflight.add_metric([kind], count)
         yield inflight
+        yield GaugeMetricFamily(
+            "watchcache_waiting_requests",
+            "Requests waiting without a seat (for a review, a proof of freshness, a backfill, the upstream), "
+            "at most --max-requests-waiting",
+            value=handler.seats.waiting,
+        )
         yield GaugeMetricFamily(
             "watchcache_passthrough_streams",
             "Watches and other long-running requests being passed through (counted toward --max-watchers)",

@@ -58,7 +58,8 @@ class PassReason(enum.StrEnum):
     TABLE_CRD = "table-crd"  # a custom resource whose CRD (printer columns) this server does not hold
     PROTOBUF = "protobuf"
     MEDIA_TYPE = "media-type"
-    CONSISTENT_READ = "consistent-read"
+    CONSISTENT_READ = "consistent-read"  # a consistent LIST or watch whose scope could not be proven fresh
+    CONSISTENT_GET = "consistent-get"  # a GET without resourceVersion: kube-apiserver reads it from etcd too
     UPSTREAM_CONTINUE = "upstream-continue"  # the next page of a list the upstream answered
     FIELD_SELECTOR = "field-selector"  # a custom resource's field only its CRD knows (selectableFields)
     UPGRADE = "upgrade"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 
 from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.freshness import Reached
 from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
@@ -19,6 +20,9 @@ class ProxyUpstream:
     # kube-apiserver answers an Exact LIST older than its watch cache from etcd (200 until etcd
     # compacts that revision, then 410): only it can say which.
     answers_old_reads = True
+    # kube-apiserver reads a consistent GET from etcd (``ShouldDelegateConsistentRead``): one round
+    # trip, which no proof of the cache's freshness beats, and which costs it what it costs anyway.
+    delegates_consistent_gets = True
 
     def __init__(
         self,
@@ -37,6 +41,9 @@ class ProxyUpstream:
 
     def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
         return self.consistent.proving(cacher)
+
+    async def prove_scope(self, cacher: Cacher, namespace: str | None, timeout: float) -> Reached:
+        return await self.consistent.prove_scope(cacher, namespace, timeout)
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         if request.upgrade is not None:

@@ -24,6 +24,7 @@ from watchcache.http.routing import RequestInfo
 from watchcache.selectors import SelectorError
 from watchcache.server.context import ApiContext, ListBodies, PassThrough
 from watchcache.server.negotiation import PassReason
+from watchcache.server.seats import waiting
 
 CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new list "
@@ -43,47 +44,42 @@ async def ensure_ready(ctx: ApiContext, cacher: Cacher) -> None:
     )
 
 
-# How long a small consistent read waits for the cache's own events once the upstream's rv is
-# known, before it passes through (the write a client just made is usually on its way).
-SMALL_READ_PATIENCE = 0.05
+async def wait_fresh(
+    ctx: ApiContext, cacher: Cacher, plan: ReadPlan, namespace: str | None, *, get: bool = False
+) -> None:
+    """Block (at most ``--fresh-wait``) until the cache can serve ``plan`` (``freshness``).
 
-
-async def wait_fresh(ctx: ApiContext, cacher: Cacher, plan: ReadPlan, *, objects: int | None = None) -> None:
-    """Block (at most ``--fresh-wait``) until the cache can serve ``plan`` (``freshness.reach``).
-
-    "Most Recent" that cannot be proven fresh passes through to the upstream; a requested
-    rv the cache does not reach in time is 504 "Too large resource version". ``objects``:
-    at most how many objects the answer holds (None: unknown or paged); a small consistent
-    read passes through rather than wait for a proof (``--consistent-passthrough-objects``).
+    "Most Recent": a GET goes to the upstream, as kube sends it to etcd; a LIST waits for its
+    scope's proof (``freshness.reach_scope``) and passes through without one. A requested rv
+    the cache does not reach in time is 504 "Too large resource version".
     """
     if plan.mode is Mode.MOST_RECENT:
-        limit = ctx.config.consistent_passthrough_objects
-        small = objects is not None and limit > 0 and objects <= limit
-        if not await reach_rv(ctx, cacher, None, small=small):
+        if get and ctx.upstream.delegates_consistent_gets:
+            raise PassThrough(PassReason.CONSISTENT_GET)
+        if not await reach_consistent(ctx, cacher, namespace):
             raise PassThrough(PassReason.CONSISTENT_READ)
         return
     if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE) and not await reach_rv(ctx, cacher, plan.rv):
         raise apierrors.too_large_resource_version(plan.rv, cacher.rv)
 
 
-async def reach_rv(ctx: ApiContext, cacher: Cacher, target: int | None, *, small: bool = False) -> bool:
-    """``freshness.reach`` with this server's ``--fresh-wait``, observed in the metrics.
-
-    ``target=None``: a consistent read (the upstream's rv at the time of this call);
-    ``small``: one to pass through rather than prove (see ``wait_fresh``).
-    """
-    if target is not None and cacher.rv >= target:
-        return True
-    wait = await freshness.reach(
-        cacher,
-        target,
-        ctx.upstream,
-        ctx.config.fresh_wait,
-        prove=not small,
-        patience=SMALL_READ_PATIENCE if small else None,
-    )
+async def reach_consistent(ctx: ApiContext, cacher: Cacher, namespace: str | None) -> bool:
+    """``freshness.reach_scope`` with this server's ``--fresh-wait``, observed in the metrics; no seat held."""
+    with waiting():
+        wait = await freshness.reach_scope(cacher, namespace or None, ctx.upstream, ctx.config.fresh_wait)
     if ctx.metrics is not None:
-        ctx.metrics.waited(cacher.resource, wait, consistent=target is None)
+        ctx.metrics.waited(cacher.resource, wait, consistent=True)
+    return wait.reached
+
+
+async def reach_rv(ctx: ApiContext, cacher: Cacher, target: int) -> bool:
+    """``freshness.reach`` of a requested rv with this server's ``--fresh-wait``, in the metrics; no seat held."""
+    if cacher.rv >= target:
+        return True
+    with waiting():
+        wait = await freshness.reach(cacher, target, ctx.upstream, ctx.config.fresh_wait)
+    if ctx.metrics is not None:
+        ctx.metrics.waited(cacher.resource, wait, consistent=False)
     return wait.reached
 
 
@@ -94,7 +90,8 @@ async def backfill_for(cacher: Cacher, plan: ReadPlan) -> BackfillFailed | None:
     Returns why the window could not reach back (``snapshot_for`` then answers as it would have).
     """
     if plan.mode in (Mode.EXACT, Mode.CONTINUE) and plan.rv < cacher.cache.oldest_rv:
-        return await reach_back(cacher, plan.rv)
+        with waiting():
+            return await reach_back(cacher, plan.rv)
     return None
 
 
@@ -156,7 +153,7 @@ async def serve_get(
 ) -> None:
     plan = plan_get(opts.resource_version)
     await ensure_ready(ctx, cacher)
-    await wait_fresh(ctx, cacher, plan, objects=1)
+    await wait_fresh(ctx, cacher, plan, info.namespace, get=True)
     resource = cacher.resource
     obj = cacher.cache.get(object_key(info.namespace if resource.namespaced else "", info.name))
     if obj is None:
@@ -189,9 +186,7 @@ async def serve_list(
     # As kube's watch cache (computeListLimit): resourceVersion=0 ignores limit. client-go counts on
     # it: a paged answer there tells its reflector the watch cache is off (``paginatedResult``).
     limit = 0 if plan.mode is Mode.ANY else opts.limit
-    # An unpaged list's answer holds at most the objects in its scope.
-    objects = None if limit else cacher.cache.snapshot().count_range(scope.lo, scope.hi)
-    await wait_fresh(ctx, cacher, plan, objects=objects)
+    await wait_fresh(ctx, cacher, plan, info.namespace if resource.namespaced else None)
     backfill = await backfill_for(cacher, plan)
     # From here to send(): synchronous, so the snapshot cannot change under us.
     snapshot = snapshot_for(ctx, cacher, plan, backfill)

@@ -25,7 +25,8 @@ from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.negotiation import PassReason
-from watchcache.server.reads import ensure_ready, parse_predicate, reach_rv
+from watchcache.server.reads import ensure_ready, parse_predicate, reach_consistent, reach_rv
+from watchcache.server.seats import waiting
 from watchcache.watchers.deadlines import WatchDeadlines
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason, Watcher
@@ -250,7 +251,7 @@ async def serve_watch(
     await ensure_ready(ctx, cacher)
 
     error: apierrors.StatusError | None = None
-    if plan.mode is Mode.MOST_RECENT and not await reach_rv(ctx, cacher, None):
+    if plan.mode is Mode.MOST_RECENT and not await reach_consistent(ctx, cacher, namespace or None):
         raise PassThrough(PassReason.CONSISTENT_READ)
     if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT) and not await reach_rv(ctx, cacher, plan.rv):
         # A watch from an rv this cache has not reached (e.g. listed on another worker or replica
@@ -274,7 +275,8 @@ async def serve_watch(
             budget=ctx.watch_budget,
         )
         try:
-            watcher = await cacher.watch(request, stream)
+            with waiting():  # for a backfill of older history, if it starts before the window
+                watcher = await cacher.watch(request, stream)
         except apierrors.StatusError as e:  # its rv is before the window: 410
             error = e
     if error is not None:

@@ -99,15 +99,13 @@ class RunOptions:
             port=port,
             serve=ServeConfig(
                 fresh_wait=args.fresh_wait,
-                consistent_passthrough_objects=g.get(
-                    "consistent_passthrough_objects", ServeConfig.consistent_passthrough_objects
-                ),
                 bookmark_interval=args.bookmark_interval,
                 min_request_timeout=args.min_request_timeout,
                 max_limit=args.max_limit,
                 watch_max_pending_bytes=args.max_watch_buffer_bytes,
                 watch_max_total_bytes=args.max_watch_buffer_total_bytes,
                 max_requests_inflight=args.max_requests_inflight,
+                max_requests_waiting=args.max_requests_waiting,
                 request_timeout=args.request_timeout,
                 delivery_sample=args.delivery_sample,
                 watch_flush_interval=args.watch_flush_interval,

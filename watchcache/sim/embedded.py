@@ -20,6 +20,7 @@ from watchcache.auth.authn import ANONYMOUS
 from watchcache.auth.gate import Gate
 from watchcache.cache.object import CachedObject
 from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.freshness import Reached
 from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
@@ -40,6 +41,8 @@ _WRITES = frozenset({"create", "update", "patch", "delete"})
 class SimUpstream:
     # The cluster's history is its caches' own: an rv older than their window is compacted.
     answers_old_reads = False
+    # A consistent GET is the cluster's own state: served from its cache like any read.
+    delegates_consistent_gets = False
 
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
@@ -60,6 +63,9 @@ class SimUpstream:
 
     def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
         return contextlib.nullcontext()
+
+    async def prove_scope(self, cacher: Cacher, namespace: str | None, timeout: float) -> Reached:
+        return Reached.AT_ONCE
 
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         if request.method == "POST" and request.path in REVIEW_PATHS and self.policy is not None:

@@ -24,12 +24,15 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 
 from watchcache.backoff import Backoff
+from watchcache.cache.listing import ListScope
+from watchcache.cache.scopestate import missing_rv
 from watchcache.dispatch.cacher import Cacher
-from watchcache.dispatch.freshness import NoTarget, reach
+from watchcache.dispatch.freshness import NoTarget, Reached, reach
 from watchcache.ratelimit import TokenBucket
 from watchcache.resources import ResourceType
 from watchcache.upstream.client import UpstreamClient, UpstreamError
@@ -37,32 +40,55 @@ from watchcache.upstream.probes import ProbeLimits, Prober
 
 log = logging.getLogger("watchcache.upstream.consistency")
 
+T = TypeVar("T")
+
+# The least time a scope proof waits for changes the upstream listed and the reflector has not
+# delivered yet (they come within milliseconds of the LIST) before its reads pass through.
+SCOPE_PATIENCE = 0.025
+# Under concurrency, the next proof of a scope starts this long after the last one ended, shared by
+# every read arriving meanwhile: fewer upstream LISTs per read (loadtest/bench/consistent_reads.py).
+SCOPE_COALESCE = 0.01
+# Scope proofs kept per process (one per resource and namespace read consistently).
+_MAX_SCOPES = 4096
+
 _FETCH_ERRORS = (UpstreamError, aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError, TypeError)
 
 
-class _SingleFlight:
-    """The upstream rv, fetched by at most one request at a time per resource.
+class _SingleFlight(Generic[T]):
+    """An upstream answer (an rv, a scope's proof), fetched by at most one request at a time per key.
 
     A caller joins the fetch that starts *after* it arrived: a fetch already in flight
     might have read the rv before the caller's request existed. After a failure, callers
-    get ``NoTarget`` at once until the backoff has passed.
+    get ``NoTarget`` at once until the backoff has passed. ``coalesce``: callers that arrived
+    during a fetch get the next one that much after it ends, joined by every caller arriving
+    meanwhile (only under concurrency: a lone caller never waits for it).
     """
 
-    def __init__(self, fetch: Callable[[], Awaitable[int]], backoff: Backoff | None = None) -> None:
+    def __init__(
+        self, fetch: Callable[[], Awaitable[T]], backoff: Backoff | None = None, *, coalesce: float = 0.0
+    ) -> None:
         self._fetch = fetch
         self._backoff = backoff or Backoff(0.2, 5.0)
-        self._current: asyncio.Future[int] | None = None
-        self._next: asyncio.Future[int] | None = None
+        self._coalesce = coalesce
+        self._current: asyncio.Future[T] | None = None
+        # Callers waiting for the next fetch: it starts when the current one ends (+ ``coalesce``).
+        self._next: asyncio.Future[T] | None = None
+        self._scheduled = False
         self._retry_at = 0.0
         self._error = ""
         # Fetches by outcome ("ok", "failed"): watchcache_consistency_target_fetches_total.
         self.fetches: collections.Counter[str] = collections.Counter()
 
-    async def get(self) -> int:
+    @property
+    def idle(self) -> bool:
+        """No fetch under way or wanted."""
+        return self._current is None and self._next is None
+
+    async def get(self) -> T:
         if time.monotonic() < self._retry_at:
             raise NoTarget(f"backing off after: {self._error}")
-        fut: asyncio.Future[int]
-        if self._current is None:
+        fut: asyncio.Future[T]
+        if self._current is None and not self._scheduled:
             self._current = fut = asyncio.ensure_future(self._run())
             fut.add_done_callback(_retrieve)
         else:
@@ -72,7 +98,7 @@ class _SingleFlight:
             fut = self._next
         return await asyncio.shield(fut)
 
-    async def _run(self) -> int:
+    async def _run(self) -> T:
         failed = False
         try:
             rv = await self._fetch()
@@ -87,24 +113,37 @@ class _SingleFlight:
             self._backoff.reset()
             return rv
         finally:
-            waiting, self._next = self._next, None
             self._current = None
+            waiting = self._next
             if waiting is not None and not waiting.done():
                 if failed:  # they arrived during a failing fetch: no new one until the backoff passed
+                    self._next = None
                     waiting.set_exception(NoTarget(f"backing off after: {self._error}"))
+                elif self._coalesce > 0:
+                    self._scheduled = True  # newcomers join ``waiting`` until it starts
+                    asyncio.get_running_loop().call_later(self._coalesce, self._start_next)
                 else:
-                    self._current = asyncio.ensure_future(self._run())
-                    self._current.add_done_callback(_retrieve)
-                    self._current.add_done_callback(functools.partial(_copy_result, dst=waiting))
+                    self._start_next()
+            else:
+                self._next = None
+
+    def _start_next(self) -> None:
+        self._scheduled = False
+        waiting, self._next = self._next, None
+        if waiting is None or waiting.done():
+            return
+        self._current = asyncio.ensure_future(self._run())
+        self._current.add_done_callback(_retrieve)
+        self._current.add_done_callback(functools.partial(_copy_result, dst=waiting))
 
 
-def _retrieve(fut: asyncio.Future[int]) -> None:
+def _retrieve(fut: asyncio.Future[Any]) -> None:
     """Mark an outcome seen: every caller of a flight may have given up waiting for it."""
     if not fut.cancelled():
         fut.exception()
 
 
-def _copy_result(src: asyncio.Future[int], *, dst: asyncio.Future[int]) -> None:
+def _copy_result(src: asyncio.Future[T], *, dst: asyncio.Future[T]) -> None:
     if dst.done():
         return
     if src.cancelled():
@@ -123,7 +162,9 @@ class ConsistentReads:
         self.fresh_wait = fresh_wait
         self.limits = probes or ProbeLimits()
         self.budget = TokenBucket(self.limits.rate, self.limits.burst, time.monotonic())
-        self._targets: dict[ResourceType, _SingleFlight] = {}
+        self._targets: dict[ResourceType, _SingleFlight[int]] = {}
+        # Per (cacher, namespace or None): the scope proofs of consistent LISTs and watches.
+        self._scopes: dict[tuple[Cacher, str | None], _SingleFlight[Reached]] = {}
         self._probers: dict[Cacher, Prober] = {}
         self._advancing: dict[ResourceType, asyncio.Task[object]] = {}
         # Probes ended, by (resource, outcome): watchcache_consistency_probes_total.
@@ -138,6 +179,15 @@ class ConsistentReads:
             raise NoTarget(f"no upstream rv within {timeout:.1f}s") from None
         except NoTarget as e:
             log.debug("consistent read of %s: no upstream rv (%s)", cacher.resource.qualified, e)
+            raise
+
+    async def prove_scope(self, cacher: Cacher, namespace: str | None, timeout: float) -> Reached:
+        try:
+            return await asyncio.wait_for(self._scope(cacher, namespace).get(), timeout)
+        except TimeoutError:
+            raise NoTarget(f"no proof of the scope within {timeout:.1f}s") from None
+        except NoTarget as e:
+            log.debug("consistent read of %s: no proof of the scope (%s)", cacher.resource.qualified, e)
             raise
 
     @contextlib.contextmanager
@@ -163,7 +213,58 @@ class ConsistentReads:
             for outcome, count in flight.fetches.items():
                 yield resource, outcome, count
 
-    def _target(self, resource: ResourceType) -> _SingleFlight:
+    def scope_fetches(self) -> Iterator[tuple[ResourceType, str, int]]:
+        totals: collections.Counter[tuple[ResourceType, str]] = collections.Counter()
+        for (cacher, _), flight in list(self._scopes.items()):
+            for outcome, count in flight.fetches.items():
+                totals[(cacher.resource, outcome)] += count
+        for (resource, outcome), count in totals.items():
+            yield resource, outcome, count
+
+    def _scope(self, cacher: Cacher, namespace: str | None) -> _SingleFlight[Reached]:
+        key = (cacher, namespace)
+        flight = self._scopes.get(key)
+        if flight is None:
+            if len(self._scopes) >= _MAX_SCOPES:
+                # Bounded whatever namespaces clients name: idle flights go (their counts with them).
+                for idle in [k for k, f in self._scopes.items() if f.idle]:
+                    del self._scopes[idle]
+            flight = self._scopes[key] = _SingleFlight(
+                functools.partial(self._prove_scope, cacher, namespace), coalesce=SCOPE_COALESCE
+            )
+        return flight
+
+    async def _prove_scope(self, cacher: Cacher, namespace: str | None) -> Reached:
+        """One proof of a scope (``cache/scopestate.py``), shared by every read that joined it.
+
+        The upstream's metadata LIST of the scope started after those reads arrived; if the
+        cache holds exactly its objects at their versions, the cache's state of the scope is the
+        upstream's at the LIST's rv, and stays at least that new: the cache only moves forward.
+        A difference is a change the reflector has not delivered yet (a write a moment ago): it
+        is waited for about as long as the LIST took, then the reads pass through, which costs
+        about that again. Covering every namespace, the proof also moves the cache's rv.
+        """
+        started = time.monotonic()
+        state = await self.client.list_versions(cacher.resource, namespace)
+        fetched = time.monotonic()
+        scope = ListScope.of(namespace)
+        until = fetched + max(SCOPE_PATIENCE, fetched - started)
+        how = Reached.PROGRESS
+        while True:
+            if cacher.rv >= state.rv:
+                return Reached.EVENTS
+            needed = missing_rv(cacher.cache.snapshot(), scope, state)
+            if needed is None:
+                if namespace is None:
+                    cacher.progress(state.rv)
+                return how
+            left = until - time.monotonic()
+            if left <= 0:
+                return Reached.IMPATIENT
+            await cacher.wait_for_rv(max(needed, cacher.rv + 1), left)
+            how = Reached.EVENTS
+
+    def _target(self, resource: ResourceType) -> _SingleFlight[int]:
         flight = self._targets.get(resource)
         if flight is None:
             flight = self._targets[resource] = _SingleFlight(lambda: self.client.list_rv(resource))

@@ -103,6 +103,15 @@ class ConsistencyCollector(Collector):
         for resource, outcome, count in self.consistent.target_fetches():
             fetches.add_metric([resource.group, resource.resource, outcome], count)
         yield fetches
+        proofs = CounterMetricFamily(
+            "watchcache_consistency_scope_lists",
+            "Metadata LISTs the proxy sent to prove a scope's state for consistent LISTs and watches, by outcome "
+            "(each shared by every read that joined it)",
+            labels=[*_LABELS, "outcome"],
+        )
+        for resource, outcome, count in self.consistent.scope_fetches():
+            proofs.add_metric([resource.group, resource.resource, outcome], count)
+        yield proofs
 
 
 class IdentityCollector(Collector):
