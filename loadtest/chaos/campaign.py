@@ -8,7 +8,11 @@ loopback only:
 * ``loadtest.chaos.relay`` between the proxy and the sim (the network-slowness toggle);
 * ``watchcache serve --workers 3 --stall-timeout 5`` in front of the relay;
 * ≥ 100 informer-style clients (``tests.reliability.clients``) through the proxy, recording
-  every list, event, bookmark, error and reconnect.
+  every list, event, bookmark, error and reconnect;
+* registers (``loadtest.chaos.registers``): sequential writers and consistent readers (LIST and GET
+  without a resourceVersion) through the proxy, whose history is checked for linearizability
+  (``tests.reliability.linearizability``): no consistent read may miss a write that completed
+  before it began.
 
 Faults, one at a time, each with a duration, then combined (``FAULTS``): the upstream SIGKILLed
 and restarted on its port with its state file, upstream compaction, an upstream stall longer
@@ -46,6 +50,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadtest.chaos.registers import Registers
 from loadtest.chaos.stack import (
     SUPERVISOR_READY,
     Proc,
@@ -59,6 +64,7 @@ from loadtest.chaos.stack import (
     relist_times,
     sim_argv,
 )
+from tests.reliability import linearizability
 from tests.reliability.checker import Report, Upstream, check, read_log
 from tests.reliability.clients import Informer, InformerConfig, Phase, default_mix, new_session
 
@@ -145,6 +151,7 @@ class Campaign:
         self.writer_stop = asyncio.Event()
         self.writes_ok = 0
         self.writes_failed = 0
+        self.registers: Registers | None = None
         self.started = time.monotonic()
         self.timeline: list[str] = []
         # The upstream's window floor over time, per resource: (wall-clock time, oldest rv it serves).
@@ -534,6 +541,8 @@ class Campaign:
             self.tasks.append(asyncio.ensure_future(self.writer()))
             self.tasks.append(asyncio.ensure_future(self.watch_upstream_window()))
             await self.wait_clients_listed(60.0)
+            self.registers = Registers(self.proxy_url)
+            await self.registers.start()
             # Phases end on a fixed timetable; one that overruns (a restart that took long) eats into
             # the next ones, down to their minimum, so the whole stays close to --duration.
             planned_end = time.monotonic()
@@ -563,6 +572,8 @@ class Campaign:
     async def finish(self) -> dict[str, Any]:
         self.begin_phase("converge")
         self.writer_stop.set()
+        if self.registers is not None:
+            await self.registers.stop()
         await asyncio.sleep(0.5)
         assert self.sim is not None
         code = await asyncio.to_thread(self.sim.stop, 30.0)
@@ -600,6 +611,8 @@ class Campaign:
 
     async def teardown(self) -> None:
         self.writer_stop.set()
+        if self.registers is not None:
+            await self.registers.stop()
         for inf in self.informers:
             inf.stop()
         for t in self.tasks:
@@ -624,6 +637,7 @@ class Campaign:
         report = check(
             upstream, [(i.id, i.spec, i.records) for i in self.informers], relists, tolerate_replays=tolerate
         )
+        lin = self.linearizability()
         check_seconds = time.monotonic() - t0
         self.attribute(report)
         totals = {
@@ -634,6 +648,7 @@ class Campaign:
             "relists_proxy": sum(p.relists_proxy for p in self.phases),
             "relists_upstream": sum(p.relists_upstream for p in self.phases),
             "violations": report.total_violations,
+            "linearizability_violations": lin["violations"],
         }
         (self.dir / "timeline.txt").write_text("\n".join(self.timeline) + "\n")
         with open(self.dir / "not-converged.txt", "w") as f:
@@ -669,11 +684,28 @@ class Campaign:
             "wall_seconds": round(time.monotonic() - self.started, 1),
             "totals": totals,
             "violations_by_kind": report.by_kind(),
+            "linearizability": lin,
             "violations": [str(v) for v in report.violations[:50]],
             "phases": [asdict(p) for p in self.phases],
             "workdir": str(self.dir),
         }
         return result
+
+    def linearizability(self) -> dict[str, Any]:
+        """The registers' history checked: operations, consistent reads by kind, and any violation."""
+        if self.registers is None:
+            return {"operations": 0, "violations": 0, "examples": []}
+        h = self.registers.history
+        found = linearizability.check(h)
+        return {
+            "operations": h.operations,
+            "reads": {kind: sum(1 for r in h.reads if r.kind == kind) for kind in ("list", "get")},
+            "writes": sum(len(ws) for ws in h.writes.values()),
+            "failed_reads": self.registers.failed_reads,
+            "retried_writes": self.registers.retried_writes,
+            "violations": len(found),
+            "examples": [f"{v.read.client} [{v.read.start:.3f}, {v.read.end:.3f}] {v.why}" for v in found[:20]],
+        }
 
     def cause_of(self, resource: str, when: float, rv: int, relists: dict[str, list[tuple[float, int]]]) -> str:
         """Who forced a client's 410 at ``when`` while it stood at ``rv``: "upstream" if the upstream
@@ -887,6 +919,13 @@ def summary(result: dict[str, Any]) -> str:
         f"relists caused by the proxy's own faults: {t['relists_proxy']:,}; forced by the upstream (compacted or "
         f"outside its window, or after the proxy's relist on the upstream's 410): {t['relists_upstream']:,}"
     )
+    lin = result["linearizability"]
+    out.append(
+        f"linearizability of consistent reads: {lin['operations']:,} operations ({lin.get('reads')} reads, "
+        f"{lin.get('writes', 0):,} writes; {lin.get('failed_reads', 0)} reads failed, {lin.get('retried_writes', 0)} "
+        f"writes retried), {lin['violations']} violations"
+    )
+    out += [f"  {v}" for v in lin["examples"][:10]]
     out.append(f"violations by kind: {result['violations_by_kind']}; known bugs {result['known_bugs']}")
     for v in result["violations"][:20]:
         out.append(f"  {v}")
@@ -944,6 +983,8 @@ def verdict(result: dict[str, Any], min_events: int, max_proxy_relists: int | No
         problems.append(f"{result['totals']['relists_proxy']} relists caused by the proxy's own faults")
     if result["totals"]["violations"]:
         problems.append(f"{result['totals']['violations']} guarantee violations")
+    if result["totals"]["linearizability_violations"]:
+        problems.append(f"{result['totals']['linearizability_violations']} consistent reads not linearizable")
     if result["not_converged"]:
         problems.append(f"{len(result['not_converged'])} clients did not converge: {result['not_converged'][:10]}")
     if result["totals"]["events"] < min_events:

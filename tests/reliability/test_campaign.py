@@ -13,6 +13,7 @@ import pytest
 
 from loadtest.chaos.campaign import Campaign, Options, summary, verdict
 from loadtest.chaos.stack import relist_points
+from tests.reliability import linearizability
 from tests.reliability.checker import Upstream, check, read_log
 
 MIN_EVENTS = 10_000
@@ -61,3 +62,17 @@ def test_campaign_keeps_every_watch_guarantee_and_the_checker_sees_an_injected_l
     doubled.insert(at + 1, doubled[at])
     report = check(upstream, [(inf.id, inf.spec, doubled)], relists)
     assert [v.kind for v in report.violations][:1] == ["unique"]
+
+    # Consistent reads through the faults: linearizable, and a stale answer in the same history is caught.
+    lin = result["linearizability"]
+    assert lin["violations"] == 0 and lin["reads"]["list"] > 100 and lin["writes"] > 100, lin
+    history = campaign.registers.history if campaign.registers is not None else None
+    assert history is not None
+    read, register = next(
+        (r, k)
+        for r in reversed(history.reads)
+        for k, v in r.values.items()
+        if r.kind == "list" and v >= 1 and history.writes[k][1].end < r.start
+    )
+    read.values = {**read.values, register: 0}  # as if the cache answered before a write it should have had
+    assert any(register in v.why and "stale" in v.why for v in linearizability.check(history))
