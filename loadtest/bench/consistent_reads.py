@@ -1,0 +1,330 @@
+"""Consistent reads of a quiet resource in a busy cluster: through the proxy and direct, in one run.
+
+Most reads in a cluster carry no ``resourceVersion`` (every ``kubectl get``, every client-go ``Get()``),
+and the cluster's rv moves all the time elsewhere (node Leases, Events). This measures what such a
+read costs a client through the proxy against the same read sent to the upstream directly:
+
+* the upstream: kube-apiserver of the reference kit (``--upstream kube``, the default when
+  ``KUBE_REFERENCE_*`` is set: ``eval "$(/work/shared/tools/kube-reference/env.sh)"``) or the
+  simulated cluster (``--upstream sim``);
+* ``--configmaps`` ConfigMaps (~1 KB) in a namespace of their own: the quiet resource read;
+* a writer renewing ``--leases`` Leases of another namespace at each rate of ``--rates`` writes/s
+  (500 nodes renew theirs at 50/s), so the upstream's rv moves and the ConfigMaps get no event;
+* the proxy in the production configuration (TLS, delegated authentication, default workers),
+  caching ConfigMaps only;
+* at each rate, ``--reads`` sequential rounds on one keep-alive connection per target, each a
+  consistent GET and a consistent LIST of the namespace, direct and through the proxy alternately
+  (so drifts of the machine fall on both); p50/p99 of each, and the ratios the goals are stated in;
+* upstream requests per consistent LIST served from the cache (from the proxy's own counters:
+  metadata LISTs, limit=1 LISTs, probe watches, over LISTs served from the cache), sequentially
+  and with ``--concurrent`` clients reading at once.
+
+Run: ``.venv/bin/python -m loadtest.bench.consistent_reads [--upstream kube] [--quick]``.
+The last line is ``BENCH {json}``; docs/consistency.md records a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import re
+import ssl
+import time
+from typing import Any
+
+import aiohttp
+
+from loadtest.bench import lib as bl
+from loadtest.bench.kubecluster import Upstream, kube_upstream, sim_upstream, start_proxy
+
+PREFIX = "bench-consistent"
+NS = f"{PREFIX}-quiet"
+LEASE_NS = f"{PREFIX}-leases"
+
+# The proxy's counters of what it asked the upstream for consistent reads, and the reads it served.
+_UPSTREAM_ASKS = (
+    "watchcache_consistency_scope_lists_total",
+    "watchcache_consistency_target_fetches_total",
+    "watchcache_consistency_probes_total",
+)
+_SERVED = re.compile(r'^apiserver_watch_cache_consistent_read_total\{[^}]*fallback="false"[^}]*\} ([0-9.e+]+)$', re.M)
+_PASSED = re.compile(r'^watchcache_passthrough_requests_total\{reason="(consistent-[a-z]+)"[^}]*\} ([0-9.e+]+)$', re.M)
+
+
+def _ssl(ca: str) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=ca or None)
+    if not ca:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+class Client:
+    """One keep-alive connection to a target, with a bearer token."""
+
+    def __init__(self, url: str, token: str, ca: str, *, connections: int = 1) -> None:
+        self.url = url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=_ssl(ca) if url.startswith("https") else False, limit=connections)
+        )
+
+    async def timed(self, path: str) -> float:
+        started = time.perf_counter()
+        async with self.session.get(self.url + path, headers=self.headers) as resp:
+            await resp.read()
+            if resp.status != 200:
+                raise RuntimeError(f"GET {path}: {resp.status}")
+        return time.perf_counter() - started
+
+    async def send(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> int:
+        headers = {**self.headers, "Content-Type": content_type}
+        async with self.session.request(method, self.url + path, json=body, headers=headers) as resp:
+            await resp.read()
+            return resp.status
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+# When the writer of the current rate started (its writes/s are counted from there).
+WRITER = {"started": 0.0}
+
+# What the writer renews: node Leases on kube-apiserver; Secrets on the simulated cluster, which
+# serves no Leases. Either moves the upstream's rv without an event for the ConfigMaps' cache.
+BUSY = {"resource": "leases"}
+
+
+def _busy_path() -> str:
+    if BUSY["resource"] == "leases":
+        return f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases"
+    return f"/api/v1/namespaces/{LEASE_NS}/secrets"
+
+
+def _busy_object(name: str) -> dict[str, Any]:
+    if BUSY["resource"] == "leases":
+        return {"metadata": {"name": name}, "spec": {"holderIdentity": name}}
+    return {"metadata": {"name": name}, "stringData": {"renewed": ""}}
+
+
+def _busy_patch(now: str) -> dict[str, Any]:
+    if BUSY["resource"] == "leases":
+        return {"spec": {"renewTime": now}}
+    return {"stringData": {"renewed": now}}
+
+
+async def seed(up: Client, configmaps: int, leases: int) -> None:
+    for ns in (NS, LEASE_NS):
+        await up.send("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    sem = asyncio.Semaphore(16)
+
+    async def create(path: str, body: dict[str, Any]) -> None:
+        async with sem:
+            status = await up.send("POST", path, body)
+            if status not in (201, 409):
+                raise RuntimeError(f"POST {path}: {status}")
+
+    data = {"k": "v" * 1000}
+    cms = (
+        create(f"/api/v1/namespaces/{NS}/configmaps", {"metadata": {"name": f"cm-{i:05d}"}, "data": data})
+        for i in range(configmaps)
+    )
+    ls = (create(_busy_path(), _busy_object(f"node-{i:04d}")) for i in range(leases))
+    await asyncio.gather(*cms, *ls)
+
+
+async def write_leases(up: Client, rate: float, leases: int, stop: asyncio.Event) -> int:
+    """Renew Leases round-robin at ``rate`` writes/s until ``stop``: the cluster's rv moves."""
+    if rate <= 0:
+        await stop.wait()
+        return 0
+    written = 0
+    names = itertools.cycle(range(leases))
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    WRITER["started"] = time.monotonic()
+    sem = asyncio.Semaphore(32)
+
+    async def renew(i: int) -> None:
+        nonlocal written
+        async with sem:
+            now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+            path = f"{_busy_path()}/node-{i:04d}"
+            if await up.send("PATCH", path, _busy_patch(now), "application/merge-patch+json") == 200:
+                written += 1
+
+    tasks: set[asyncio.Task[None]] = set()
+    for n in itertools.count():
+        if stop.is_set():
+            break
+        due = start + n / rate
+        delay = due - loop.time()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            if stop.is_set():
+                break
+        task = asyncio.ensure_future(renew(next(names)))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    await asyncio.gather(*tasks)
+    return written
+
+
+async def scrape(proxy: Client) -> dict[str, float]:
+    """The proxy's upstream asks, consistent LISTs served from the cache, and pass-throughs, summed over workers."""
+    async with proxy.session.get(proxy.url + "/metrics", headers=proxy.headers) as resp:
+        text = await resp.text()
+    out = {"asks": 0.0, "served": 0.0, "consistent-read": 0.0, "consistent-get": 0.0}
+    out.update(dict.fromkeys(_UPSTREAM_ASKS, 0.0))
+    for line in text.splitlines():
+        if line.startswith(_UPSTREAM_ASKS) and 'outcome="cancelled"' not in line:
+            value = float(line.rsplit(" ", 1)[1])
+            out["asks"] += value
+            out[line.split("{", 1)[0]] += value
+    out["served"] = sum(float(v) for v in _SERVED.findall(text))
+    for reason, value in _PASSED.findall(text):
+        out[reason] += float(value)
+    return out
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in after}
+
+
+async def sequential(direct: Client, proxy: Client, reads: int) -> dict[str, list[float]]:
+    get = f"/api/v1/namespaces/{NS}/configmaps/cm-00000"
+    lst = f"/api/v1/namespaces/{NS}/configmaps"
+    out: dict[str, list[float]] = {"get-direct": [], "get-proxy": [], "list-direct": [], "list-proxy": []}
+    for i in range(reads):
+        pairs = [("direct", direct), ("proxy", proxy)]
+        if i % 2:
+            pairs.reverse()
+        for name, client in pairs:
+            out[f"get-{name}"].append(await client.timed(get))
+            out[f"list-{name}"].append(await client.timed(lst))
+    return out
+
+
+async def concurrent(proxy: Client, clients: int, seconds: float) -> tuple[list[float], dict[str, float]]:
+    lst = f"/api/v1/namespaces/{NS}/configmaps"
+    before = await scrape(proxy)
+    deadline = time.monotonic() + seconds
+    times: list[float] = []
+
+    async def loop() -> None:
+        while time.monotonic() < deadline:
+            times.append(await proxy.timed(lst))
+
+    await asyncio.gather(*(loop() for _ in range(clients)))
+    return times, _delta(await scrape(proxy), before)
+
+
+async def run(args: argparse.Namespace, up: Upstream, proxy_url: str) -> dict[str, Any]:
+    direct = Client(up.url, up.token, up.ca)
+    proxy = Client(proxy_url, up.token, "")
+    pool = Client(proxy_url, up.token, "", connections=args.concurrent)
+    writer = Client(up.url, up.token, up.ca, connections=32)
+    results: dict[str, Any] = {"rates": {}}
+    try:
+        for _ in range(20):  # the first reads warm connections, reviews and caches
+            await direct.timed(f"/api/v1/namespaces/{NS}/configmaps")
+            await proxy.timed(f"/api/v1/namespaces/{NS}/configmaps")
+        for rate in args.rates:
+            stop = asyncio.Event()
+            writing = asyncio.ensure_future(write_leases(writer, rate, args.leases, stop))
+            await asyncio.sleep(1.0)
+            before = await scrape(proxy)
+            seq = await sequential(direct, proxy, args.reads)
+            seq_counts = _delta(await scrape(proxy), before)
+            conc_times, conc_counts = await concurrent(pool, args.concurrent, args.concurrent_seconds)
+            stop.set()
+            written = await writing
+            elapsed = time.monotonic() - WRITER["started"]
+            row: dict[str, Any] = {k: bl.summarize(v) for k, v in seq.items()}
+            row["writes_per_s"] = round(written / elapsed, 1)
+            row["sequential"] = seq_counts
+            row["concurrent"] = {"lists": bl.summarize(conc_times), **conc_counts}
+            results["rates"][str(rate)] = row
+            bl.log(f"rate {rate}: {row}")
+    finally:
+        for c in (direct, proxy, pool, writer):
+            await c.close()
+    return results
+
+
+def report(results: dict[str, Any], concurrent_clients: int) -> None:
+    rows = []
+    for rate, r in results["rates"].items():
+        for verb in ("get", "list"):
+            d, p = r[f"{verb}-direct"], r[f"{verb}-proxy"]
+            rows.append([rate, r["writes_per_s"], verb.upper(), d["p50"], p["p50"], p["p50"] / d["p50"], d["p99"],
+                         p["p99"], p["p99"] - d["p99"]])  # fmt: skip
+    bl.print_table(
+        ["rate", "writes/s", "read", "direct p50", "proxy p50", "p50 ratio", "direct p99", "proxy p99", "p99 diff"],
+        rows,
+        title="Consistent reads of a quiet namespace (ms), sequential, one connection each",
+    )
+    rows = []
+    for rate, r in results["rates"].items():
+        s, c = r["sequential"], r["concurrent"]
+        rows.append([rate, s["served"], s["asks"] / max(s["served"], 1), s["consistent-read"], s["consistent-get"],
+                     c["served"], c["asks"] / max(c["served"], 1), c["consistent-read"], c["lists"]["p50"],
+                     c["lists"]["p99"]])  # fmt: skip
+    bl.print_table(
+        ["rate", "seq LISTs from cache", "upstream asks/LIST", "LISTs passed", "GETs passed",
+         f"{concurrent_clients}-client LISTs from cache", "upstream asks/LIST", "LISTs passed", "p50 ms", "p99 ms"],
+        rows,
+        title="What the proxy asked of the upstream per consistent LIST it served from the cache",
+    )  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    kit = bool(os.environ.get("KUBE_REFERENCE_URL"))
+    p.add_argument("--upstream", choices=("kube", "sim"), default="kube" if kit else "sim")
+    p.add_argument("--configmaps", type=int, default=200)
+    p.add_argument("--leases", type=int, default=500)
+    p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 10.0, 50.0, 500.0])
+    p.add_argument("--reads", type=int, default=300, help="sequential rounds per rate")
+    p.add_argument("--concurrent", type=int, default=100, help="clients reading at once, after the rounds")
+    p.add_argument("--concurrent-seconds", type=float, default=5.0)
+    p.add_argument("--workers", type=int, default=None, help="proxy workers (default: the product's)")
+    p.add_argument("--quick", action="store_true", help="rates 0,50; 60 rounds; 2 s concurrent")
+    args = p.parse_args()
+    if args.quick:
+        args.rates, args.reads, args.concurrent_seconds = [0.0, 50.0], 60, 2.0
+    bl.raise_nofile()
+    files = bl.ProductionFiles(any_delegated=True, any_tls=True)
+    up = kube_upstream() if args.upstream == "kube" else sim_upstream(files)
+    BUSY["resource"] = "leases" if up.kind == "kube" else "secrets"
+    prod = bl.Production(tls=True, authentication="delegated", workers=args.workers)
+    proxy: bl.Proc | None = None
+    try:
+        asyncio.run(_seed(up, args))
+        proxy = start_proxy(up, files, prod, ["--resources", "configmaps"])
+        results = asyncio.run(run(args, up, proxy.url))
+        results["machine"] = bl.machine_info()
+        results["upstream"] = up.kind
+        results["proxy"] = prod.label
+        report(results, args.concurrent)
+        bl.bench_line("consistent_reads", results)
+    finally:
+        bl.stop_all([proxy])
+        up.stop()
+        files.cleanup()
+
+
+async def _seed(up: Upstream, args: argparse.Namespace) -> None:
+    admin = Client(up.url, up.token, up.ca)
+    try:
+        await seed(admin, args.configmaps, args.leases)
+    finally:
+        await admin.close()
+
+
+if __name__ == "__main__":
+    main()
