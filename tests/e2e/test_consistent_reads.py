@@ -93,3 +93,27 @@ def test_a_thousand_clients_asking_for_far_future_rvs_of_a_healthy_upstream(stac
     assert asked <= 20, f"1,000 waiting reads made {asked:.0f} requests to the upstream"
     proved = counter(stack.proxy.url, "watchcache_consistency_probes_total", resource="configmaps", outcome="proved")
     assert proved >= 1
+
+
+def test_a_consistent_list_never_answers_from_a_cache_whose_stream_lags_a_write(stack: Stack) -> None:
+    """The reflector's stream is stalled (its bytes wait at the upstream) while a write is made directly:
+    the scope's proof lists the new version, the cache does not have it, so the LIST passes through
+    with the write in it, and no stale answer leaves; once the stream flows again, the cache serves."""
+    path = "/api/v1/namespaces/ns-0/configmaps"
+    assert request(stack.proxy.url, "GET", path).status == 200
+    before = counter(stack.proxy.url, "watchcache_passthrough_requests_total", reason="consistent-read")
+    res = request(stack.sim.url, "POST", "/sim/faults", {"kind": "stall", "seconds": 3})
+    assert res.status == 200, res
+    try:
+        name = request(stack.sim.url, "GET", path).json()["items"][0]["metadata"]["name"]
+        for i in range(5):
+            written = request(stack.sim.url, "PATCH", f"{path}/{name}", {"data": {"stalled": str(i)}},
+                              content_type="application/merge-patch+json")  # fmt: skip
+            assert written.status == 200, written
+            listed = request(stack.proxy.url, "GET", path)
+            assert listed.status == 200
+            mine = next(o for o in listed.json()["items"] if o["metadata"]["name"] == name)
+            assert mine["data"].get("stalled") == str(i), "a consistent LIST answered from a cache behind a write"
+    finally:
+        request(stack.sim.url, "DELETE", "/sim/faults")
+    assert counter(stack.proxy.url, "watchcache_passthrough_requests_total", reason="consistent-read") - before >= 5
