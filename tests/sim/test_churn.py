@@ -13,6 +13,7 @@ from watchcache.cache.object import CachedObject
 from watchcache.resources import CONFIGMAPS, NAMESPACES, NODES, PODS, ResourceRegistry, ResourceType
 from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import INITIAL_NAMESPACES, SimCluster
+from watchcache.sim.fixtures import timestamp
 
 WALL = 1_700_000_000.0
 
@@ -84,10 +85,40 @@ def test_updates_change_labels_annotations_and_status(sim: SimCluster) -> None:
         body = obj.decode()
         changed["label"] += "version" in body["metadata"]["labels"]
         changed["annotation"] += "sim.watchcache.io/heartbeat" in body["metadata"].get("annotations", {})
-        changed["restart"] += body["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] != (
-            "2024-05-01T12:00:00Z"
+        changed["restart"] += any(
+            s.get("lastState", {}).get("terminated", {}).get("reason") == "Error"
+            for s in body["status"]["containerStatuses"]
         )
     assert min(changed.values()) > 0 and len(changed) == 3
+
+
+def test_a_kubelets_times_are_the_sims_wall_clock_not_a_fixed_date() -> None:
+    """kubectl shows RESTARTS "2 (7s ago)" beside AGE 7s: nothing a kubelet recorded predates the pod."""
+    clock = [WALL]
+    cluster = SimCluster(clock=lambda: 100.0, wall_clock=lambda: clock[0], seed=1)
+    populate(cluster, objects=40, namespaces=2, nodes=2, seed=3)
+    at_start = timestamp(WALL)
+    pods = [o.decode() for o in cluster.cachers[PODS].cache.snapshot().iter_range("", None)]
+    nodes = [o.decode() for o in cluster.cachers[NODES].cache.snapshot().iter_range("", None)]
+    statuses = [s for p in pods for s in p["status"]["containerStatuses"]]
+    restarted = [s for s in statuses if s["restartCount"]]
+    assert restarted, "no pod has a restart to show"
+    times = {p["metadata"]["creationTimestamp"] for p in pods}
+    times |= {p["status"]["startTime"] for p in pods}
+    times |= {c["lastTransitionTime"] for o in pods + nodes for c in o["status"]["conditions"]}
+    times |= {s["state"]["running"]["startedAt"] for s in statuses}
+    times |= {s["lastState"]["terminated"][k] for s in restarted for k in ("startedAt", "finishedAt")}
+    assert times == {at_start}
+
+    clock[0] = WALL + 3600  # pods the churn creates later: their own creation time
+    churn = Churn(cluster, rate=100, seed=2)
+    created: list[CachedObject] = []
+    cluster.subscribe(lambda r, changes, rv: created.extend(o for t, o in changes if t == ADDED))
+    churn.step(300)
+    assert created
+    for obj in created:
+        body = obj.decode()
+        assert body["status"]["startTime"] == body["metadata"]["creationTimestamp"] == timestamp(WALL + 3600)
 
 
 def test_pod_count_stays_near_target_over_a_long_run(sim: SimCluster) -> None:

@@ -25,6 +25,7 @@ from watchcache.sim.fixtures import (
     make_pod,
     pod_template_hash,
     random_suffix,
+    timestamp,
 )
 
 TICK = 0.01
@@ -46,6 +47,7 @@ def populate(cluster: SimCluster, *, objects: int, namespaces: int, nodes: int =
     within a namespace, so label selectors match realistic fractions of a list.
     """
     rng = random.Random(seed)
+    started = timestamp(cluster.wall_clock())  # what a kubelet records, as of the sim's start
     pods = _type(cluster, "pods")
     node_type = cluster.registry.get("", "v1", "nodes")
     ns_type = cluster.registry.get("", "v1", "namespaces")
@@ -54,7 +56,7 @@ def populate(cluster: SimCluster, *, objects: int, namespaces: int, nodes: int =
     if node_type is not None:
         for name in node_names:
             if cluster.get(node_type, "", name) is None:
-                cluster.create(node_type, "", make_node(name, rng))
+                cluster.create(node_type, "", make_node(name, rng, started=started))
     ns_names = [f"ns-{i}" for i in range(namespaces)] or ["default"]
     for ns in ns_names:
         if ns_type is not None and cluster.get(ns_type, "", ns) is None:
@@ -68,9 +70,8 @@ def populate(cluster: SimCluster, *, objects: int, namespaces: int, nodes: int =
             name = f"{app}-{pod_template_hash(app)}-{random_suffix(rng)}"
             if cluster.get(pods, ns, name) is None:
                 break
-        cluster.create(
-            pods, ns, make_pod(name, ns, node_names[i % len(node_names)] if node_names else "", rng, app=app)
-        )
+        node = node_names[i % len(node_names)] if node_names else ""
+        cluster.create(pods, ns, make_pod(name, ns, node, rng, app=app, started=started))
 
 
 class Churn:
@@ -169,7 +170,8 @@ class Churn:
         name = f"{app}-{pod_template_hash(app)}-{random_suffix(self._rng)}"
         node = self._rng.choice(self._nodes)
         try:
-            self.cluster.create(self.pods, namespace, make_pod(name, namespace, node, self._rng, app=app))
+            body = make_pod(name, namespace, node, self._rng, app=app, started=_now(self.cluster))
+            self.cluster.create(self.pods, namespace, body)
         except StatusError as err:
             if err.code == 404 and self._keys:  # the namespace is gone: forget its pods
                 for key in [k for k in self._keys if k[0] == namespace]:
@@ -221,4 +223,4 @@ class Churn:
 
 
 def _now(cluster: SimCluster) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(cluster.wall_clock()))
+    return timestamp(cluster.wall_clock())

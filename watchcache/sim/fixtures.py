@@ -7,12 +7,18 @@ field mix (labels, owner references, probes, statuses) selectors and encoders me
 production. Everything is drawn from the ``random.Random`` passed in, so a seed
 reproduces a cluster exactly. Server-set fields (uid, resourceVersion,
 creationTimestamp) are left to the sim.
+
+Times a kubelet would record (containers started, the last restart, conditions) are
+``started``: the sim passes its wall clock when it makes the object, so ``kubectl get
+pods`` shows ``RESTARTS 2 (7s ago)`` beside ``AGE 7s``, never a date years before the
+pod. Callers that compare objects (tests, benchmarks) get a fixed default.
 """
 
 from __future__ import annotations
 
 import functools
 import random
+import time
 import uuid
 from typing import Any
 
@@ -20,8 +26,12 @@ APPS = ("frontend", "checkout", "catalog", "payments", "search", "auth", "ledger
 TIERS = ("web", "backend", "cache", "worker")
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 _HASH_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_STARTED = "2024-05-01T12:00:00Z"
-_LAST_EXIT = {"exitCode": 137, "reason": "OOMKilled", "startedAt": "2024-05-01T11:00:00Z", "finishedAt": _STARTED}
+FIXED_START = "2024-05-01T12:00:00Z"
+
+
+def timestamp(wall: float) -> str:
+    """An RFC 3339 time in whole seconds, as kube serialises ``metav1.Time``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
 
 
 def random_suffix(rng: random.Random, n: int = 5) -> str:
@@ -55,19 +65,19 @@ def make_configmap(name: str, namespace: str, rng: random.Random) -> dict[str, A
     }
 
 
-def make_node(name: str, rng: random.Random) -> dict[str, Any]:
+def make_node(name: str, rng: random.Random, *, started: str = FIXED_START) -> dict[str, Any]:
     zone = rng.choice(ZONES)
     cpu, mem = rng.choice(((4, 16), (8, 32), (16, 64)))
     ip = f"10.0.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
     conditions = [
-        _condition(t, "False", r)
+        _condition(t, "False", r, started)
         for t, r in (
             ("MemoryPressure", "KubeletHasSufficientMemory"),
             ("DiskPressure", "KubeletHasNoDiskPressure"),
             ("PIDPressure", "KubeletHasSufficientPID"),
         )
     ]
-    conditions.append(_condition("Ready", "True", "KubeletReady"))
+    conditions.append(_condition("Ready", "True", "KubeletReady", started))
     return {
         "metadata": {
             "name": name,
@@ -110,8 +120,11 @@ def make_node(name: str, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def make_pod(name: str, namespace: str, node: str, rng: random.Random, *, app: str | None = None) -> dict[str, Any]:
-    """A Running pod of ``app`` (drawn from ``rng`` if not given), owned by its app's ReplicaSet."""
+def make_pod(
+    name: str, namespace: str, node: str, rng: random.Random, *, app: str | None = None, started: str = FIXED_START
+) -> dict[str, Any]:
+    """A Running pod of ``app`` (drawn from ``rng`` if not given), owned by its app's ReplicaSet,
+    its containers running since ``started`` (restarted ones: their last exit at ``started`` too)."""
     app = app or rng.choice(APPS)
     rs_hash = pod_template_hash(app)
     tier = TIERS[sum(map(ord, app)) % len(TIERS)]
@@ -123,7 +136,7 @@ def make_pod(name: str, namespace: str, node: str, rng: random.Random, *, app: s
     statuses = [
         {
             "name": c["name"],
-            "state": {"running": {"startedAt": _STARTED}},
+            "state": {"running": {"startedAt": started}},
             "ready": True,
             "restartCount": rng.randint(0, 3),
             "image": c["image"],
@@ -136,7 +149,8 @@ def make_pod(name: str, namespace: str, node: str, rng: random.Random, *, app: s
     for status in statuses:
         if status["restartCount"]:
             # what a kubelet records of the last restart: kubectl shows it as RESTARTS "2 (5m ago)"
-            status["lastState"] = {"terminated": _LAST_EXIT}
+            last_exit = {"exitCode": 137, "reason": "OOMKilled", "startedAt": started, "finishedAt": started}
+            status["lastState"] = {"terminated": last_exit}
     return {
         "metadata": {
             "name": name,
@@ -184,12 +198,13 @@ def make_pod(name: str, namespace: str, node: str, rng: random.Random, *, app: s
         "status": {
             "phase": "Running",
             "conditions": [
-                _condition(t, "True", None) for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+                _condition(t, "True", None, started)
+                for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
             ],
             "hostIP": host_ip,
             "podIP": pod_ip,
             "podIPs": [{"ip": pod_ip}],
-            "startTime": _STARTED,
+            "startTime": started,
             "containerStatuses": statuses,
             "qosClass": "Burstable",
         },
@@ -226,8 +241,8 @@ def _container(name: str, rng: random.Random, *, main: bool) -> dict[str, Any]:
     return container
 
 
-def _condition(kind: str, status: str, reason: str | None) -> dict[str, Any]:
-    condition: dict[str, Any] = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": _STARTED}
+def _condition(kind: str, status: str, reason: str | None, started: str) -> dict[str, Any]:
+    condition: dict[str, Any] = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": started}
     if reason:
         condition["reason"] = reason
     return condition
