@@ -208,3 +208,23 @@ def test_an_upgrade_on_a_cached_path_gets_kubes_plain_answer(stack: Stack) -> No
     up.close()
     after = total(scrape(stack.proxy.url)[1], "watchcache_passthrough_requests_total", reason="upgrade")
     assert after == before + 1
+
+
+def test_kubectl_logs_gets_what_a_cluster_without_kubelets_answers(stack: Stack, target, tmp_path: Path) -> None:
+    """Not a 405: kube-apiserver's pods/log answer when it cannot reach the node's kubelet, passed through."""
+    pod, container = target
+    node = get_ok(stack.sim.url, f"/api/v1/namespaces/ns-0/pods/{pod}")["spec"]["nodeName"]
+    run = both(stack, tmp_path, "logs", pod, "-c", container)
+    assert run.returncode == 1 and run.stdout == b""
+    assert run.stderr.decode().strip() == (
+        f'Error from server: Get "https://{node}:10250/containerLogs/ns-0/{pod}/{container}": '
+        f'the simulated cluster has no kubelets: node "{node}" serves no container logs'
+    )
+    run = both(stack, tmp_path, "logs", pod, "-c", "nope")
+    assert run.returncode == 1 and f"container nope is not valid for pod {pod}".encode() in run.stderr
+    before = total(scrape(stack.proxy.url)[1], "watchcache_passthrough_requests_total", reason="subresource")
+    answer = get(stack.proxy.url, f"/api/v1/namespaces/ns-0/pods/{pod}/log", container=container)
+    assert answer.status == 500 and answer.json()["code"] == 500 and not answer.json()["reason"]
+    after = total(scrape(stack.proxy.url)[1], "watchcache_passthrough_requests_total", reason="subresource")
+    assert after == before + 1
+    assert get(stack.proxy.url, f"/api/v1/namespaces/ns-0/pods/{pod}-gone/log").status == 404

@@ -25,7 +25,7 @@ from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.resources import ResourceType
-from watchcache.sim import streams
+from watchcache.sim import podlogs, streams
 from watchcache.sim.auth import REVIEW_PATHS, SELF_SUBJECT_REVIEW_PATH, handle_review, self_subject_review
 from watchcache.sim.cluster import SimCluster
 from watchcache.sim.commands import PodFiles
@@ -105,6 +105,9 @@ class SimUpstream:
         if resource.group == "" and resource.resource == "pods" and info.subresource in streams.SUBRESOURCES:
             await self._stream(request, response, info, resource)
             return
+        if resource.group == "" and resource.resource == "pods" and info.subresource == "log":
+            await self._log(request, response, info, resource)
+            return
         if info.verb not in _WRITES or info.subresource:
             raise apierrors.method_not_supported(resource.group, resource.resource, info.verb)
         if self.gate is not None:
@@ -125,6 +128,22 @@ class SimUpstream:
         if obj is None:
             raise apierrors.not_found(pods.group, pods.resource, info.name)
         await streams.serve(self.files, request, response, info, orjson.loads(b"{" + obj.body))
+
+    async def _log(self, request: Request, response: Response, info: RequestInfo, pods: ResourceType) -> None:
+        """``kubectl logs``: kube's validation, then what a cluster whose kubelets are unreachable answers."""
+        if info.verb != "get":
+            raise apierrors.method_not_supported(pods.group, "pods/log", info.verb)
+        if self.gate is not None:
+            await self.gate.check(request, info, peercert=request.peercert)
+        obj = self.cluster.get(pods, info.namespace, info.name)
+        if obj is None:
+            raise apierrors.not_found(pods.group, pods.resource, info.name)
+        pod = orjson.loads(b"{" + obj.body)
+        nodes = self.cluster.registry.get("", "v1", "nodes")
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        node = self.cluster.get(nodes, "", node_name) if nodes is not None and node_name else None
+        status = podlogs.answer(pod, request.query_value("container"), orjson.loads(b"{" + node.body) if node else None)
+        response.send(status, b"")
 
     def compact(self) -> int:
         """Compact every resource's history to now and end every watch, as an etcd compaction

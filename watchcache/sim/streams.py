@@ -49,7 +49,7 @@ def _bool(request: Request, name: str) -> bool:
         return False
 
 
-def _container(pod: dict[str, Any], name: str | None) -> str:
+def container_name(pod: dict[str, Any], name: str | None) -> str:
     """kube-apiserver's validateContainer."""
     names = [c.get("name", "") for c in pod.get("spec", {}).get("containers", [])]
     pod_name = pod.get("metadata", {}).get("name", "")
@@ -70,7 +70,7 @@ async def serve(files: PodFiles, request: Request, response: Response, info: Req
     """Validate as kube-apiserver does, then run the session until it ends."""
     meta = pod.get("metadata", {})
     if info.subresource != "portforward":
-        _container(pod, request.query_value("container"))
+        container_name(pod, request.query_value("container"))
     if not pod.get("spec", {}).get("nodeName"):
         raise apierrors.bad_request(f"pod {meta.get('name')} does not have a host assigned")
     if request.upgrade is None:
