@@ -71,13 +71,18 @@ deploy-render: $(BIN)/.installed
 image:
 	DOCKER_BUILDKIT=1 docker build -f deploy/Dockerfile -t $(IMAGE) .
 
-## loadtest: a locust profile against a fresh `watchcache demo` stack; reports in loadtest/reports/
+# LISTEN / SIM_LISTEN given on the command line (or in the environment) put the load test's stack on
+# those ports, as `make run`; otherwise it takes free ports, so it never collides with a `make run`.
+STACK_PORTS = $(if $(filter command line environment,$(origin LISTEN)),--listen $(LISTEN)) \
+	$(if $(filter command line environment,$(origin SIM_LISTEN)),--sim-listen $(SIM_LISTEN))
+
+## loadtest: a locust profile against a fresh `watchcache demo` stack (free ports, or LISTEN= SIM_LISTEN=); reports in loadtest/reports/
 loadtest: $(BIN)/.installed
-	$(BIN)/python -m loadtest.locust.run --start-stack --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
+	$(BIN)/python -m loadtest.locust.run --start-stack $(STACK_PORTS) --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
 
 ## loadtest-ui: locust's web UI (http://127.0.0.1:8089) against a fresh stack; Ctrl-C stops both
 loadtest-ui: $(BIN)/.installed
-	$(BIN)/python -m loadtest.locust.run --start-stack --ui --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
+	$(BIN)/python -m loadtest.locust.run --start-stack $(STACK_PORTS) --ui --profile $(LOADTEST_PROFILE) $(LOADTEST_ARGS)
 
 ## bench-quick: the four hot-path benchmarks in quick mode (< 1 min each)
 bench-quick: $(BIN)/.installed

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,6 +252,23 @@ def _sum_series(series: list[tuple[list[float], list[float]]]) -> tuple[list[flo
     return keys, [total[k] for k in keys]
 
 
+def label_log_axis(axis: Any) -> None:
+    """Label a log y axis at 1, 2 and 5 per decade in plain numbers (0.5, 1, 2, 5, 10, 20 ms ...).
+
+    matplotlib labels a log axis at powers of ten only, so latencies between 1 and 30 ms got two
+    labels ("10^0", "10^1"). Over more than three decades, 1-2-5 would crowd the panel: every decade
+    is labelled instead. Call it once the data are plotted (the span decides).
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    low, high = axis.get_ylim()
+    decades = math.log10(high / low) if low > 0 and high > low else 0.0
+    axis.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= 3.2 else (1.0,)))
+    axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    axis.yaxis.set_minor_locator(LogLocator(base=10, subs=tuple(float(i) for i in range(1, 10))))
+    axis.yaxis.set_minor_formatter(NullFormatter())
+
+
 def plot(prefix: Path, out: Path, title: str) -> Path:
     """Three panels over time: delivery latency percentiles per event type, events delivered per
     second (with the writes sent), LIST/GET requests per second with the user count."""
@@ -276,6 +294,7 @@ def plot(prefix: Path, out: Path, title: str) -> Path:
             ys = [max(0.5, _number(r[pct]) or 0.0) for r in rows]
             lat.plot(xs, ys, style, color=colors[kind], label=f"{kind} p{pct[:-1]}")
     lat.set_yscale("log")
+    label_log_axis(lat)
     lat.set_ylabel("delivery latency (ms, log)\npercentiles of the last ~10 s")
     lat.set_title(title)
     lat.legend(ncol=3, fontsize=8)

@@ -1,13 +1,14 @@
 """Run a locust profile against watchcache and report it: ``python -m loadtest.locust.run --help``.
 
     python -m loadtest.locust.run --profile steady --users 20 --spawn-rate 10 --duration 30s
-        [--target URL] [--token T] [--start-stack]
+        [--target URL] [--token T] [--start-stack [--listen HOST:PORT] [--sim-listen HOST:PORT]]
 
-With ``--start-stack`` it starts ``watchcache demo`` (simulated cluster + proxy) on free ports and
-stops it afterwards; otherwise it targets ``--target`` (default: ``make run``'s proxy). Locust runs
-in a subprocess (headless, or its web UI with ``--ui``) writing ``REPORTS/<profile>_*.csv`` and
-``<profile>.html``; then this writes ``<profile>.png`` (delivery latency and throughput over
-time) and prints a summary (also in ``<profile>_summary.txt``). Exit status: 0 when locust
+With ``--start-stack`` it starts ``watchcache demo`` (simulated cluster + proxy) on free ports (or
+``--listen``/``--sim-listen``) and stops it afterwards; otherwise it targets ``--target`` (default:
+``make run``'s proxy). Locust runs in a subprocess (headless, or its web UI with ``--ui``)
+writing ``REPORTS/<profile>_*.csv`` and ``<profile>.html``; then this writes ``<profile>.png``
+(delivery latency and throughput over time) and prints a summary (also in
+``<profile>_summary.txt``) and the list of the run's reports. Exit status: 0 when locust
 succeeded with no failed request. Arguments after ``--`` go to locust unchanged.
 """
 
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="bearer token (default: $WATCHCACHE_LT_TOKEN); passed to locust in the environment, not argv",
     )
     p.add_argument("--start-stack", action="store_true", help="start `watchcache demo` on free ports and target it")
+    p.add_argument("--listen", default="", help="--start-stack: the proxy's HOST:PORT (default: a free port)")
+    p.add_argument("--sim-listen", default="", help="--start-stack: the simulated cluster's HOST:PORT (default: free)")
     p.add_argument("--upstream-host", default="", help="the proxy's upstream, for its counters (set by --start-stack)")
     p.add_argument("--writes-via", choices=("proxy", "upstream"), default="proxy", help="where ChurnUser writes")
     p.add_argument("--churn-rate", type=float, default=10.0, help="writes/s of the writer (default %(default)s)")
@@ -153,6 +156,26 @@ def _errors(path: Path, lines: int = 20) -> str:
     return "\n".join(ours[:lines] or text[-lines:])
 
 
+# What a run leaves, in the order worth reading: the summary and the plot first, the raw data, the logs.
+REPORT_SUFFIXES = (
+    "_summary.txt",
+    ".png",
+    ".html",
+    "_stats.csv",
+    "_stats_history.csv",
+    "_failures.csv",
+    "_exceptions.csv",
+    "_extras.json",
+    "_locust.log",
+    "_stack.log",
+)
+
+
+def report_files(prefix: Path) -> list[Path]:
+    """Every file of this run's reports that exists (no PNG without matplotlib, no stack log without one)."""
+    return [path for path in (Path(f"{prefix}{suffix}") for suffix in REPORT_SUFFIXES) if path.exists()]
+
+
 class Terminated(Exception):
     """SIGTERM: unwind like Ctrl-C so that locust and the stack are stopped, not orphaned."""
 
@@ -174,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     duration = parse_duration(args.duration)
     args.reports_dir.mkdir(parents=True, exist_ok=True)
     prefix = args.reports_dir / args.profile
-    for old in args.reports_dir.glob(f"{args.profile}_*"):
-        old.unlink()
+    for old in [*args.reports_dir.glob(f"{args.profile}_*"), Path(f"{prefix}.png"), Path(f"{prefix}.html")]:
+        old.unlink(missing_ok=True)  # a previous run's files would be listed as this run's
 
     running: stack.Stack | None = None
     target, upstream = args.target, args.upstream_host
@@ -187,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                 namespaces=args.stack_namespaces,
                 churn=args.stack_churn,
                 log_file=Path(f"{prefix}_stack.log"),
+                listen=args.listen,
+                sim_listen=args.sim_listen,
             )
             target, upstream = running.proxy_url, upstream or running.upstream_url
             print(f"run.py: stack ready in {time.monotonic() - started:.1f} s: proxy {target}, upstream {upstream}")
@@ -216,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report.summary(prefix, f"== {title}")
     Path(f"{prefix}_summary.txt").write_text(text + "\n")
     print(text)
-    print(f"reports: {prefix}_stats.csv, {prefix}_stats_history.csv, {prefix}.html, {prefix}_extras.json")
+    print("reports: " + ", ".join(str(p) for p in report_files(prefix)))
     failures = report.figures(report.read_stats(prefix)).failures
     return code or (1 if failures else 0)
 

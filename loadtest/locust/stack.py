@@ -1,9 +1,10 @@
 """A throwaway stack for a load test: ``watchcache demo`` (the simulated cluster plus the proxy in
 front of it) on free ports, started and stopped by the runner.
 
-``demo`` needs fixed ports (it polls each process's /readyz), so they are picked by binding port 0
-and releasing it; another process can grab one in between, so a start that fails early is
-retried on fresh ports.
+``demo`` needs fixed ports (it polls each process's /readyz): the caller's (``make loadtest
+LISTEN=… SIM_LISTEN=…``), or free ones picked by binding port 0 and releasing it; another
+process can grab one in between, so a start on free ports that fails early is retried on
+fresh ones.
 """
 
 from __future__ import annotations
@@ -56,18 +57,28 @@ def start(
     churn: float = 5.0,
     timeout: float = 90.0,
     log_file: Path | None = None,
+    listen: str = "",
+    sim_listen: str = "",
 ) -> Stack:
+    """Start ``demo`` on ``listen``/``sim_listen``, each a free port when empty.
+
+    Only a start on free ports is retried (on fresh ones): a port the caller chose that is busy
+    would fail the same way again.
+    """
+    attempts = 1 if listen and sim_listen else ATTEMPTS
     last = ""
-    for _ in range(ATTEMPTS):
+    for _ in range(attempts):
+        ports = (listen or f"127.0.0.1:{free_port()}", sim_listen or f"127.0.0.1:{free_port()}")
         try:
-            return _start_once(objects, namespaces, churn, timeout, log_file)
+            return _start_once(objects, namespaces, churn, timeout, log_file, *ports)
         except RuntimeError as e:
             last = str(e)
-    raise RuntimeError(f"watchcache demo did not start in {ATTEMPTS} attempts:\n{last}")
+    raise RuntimeError(f"watchcache demo did not start in {attempts} attempt(s):\n{last}")
 
 
-def _start_once(objects: int, namespaces: int, churn: float, timeout: float, log_file: Path | None) -> Stack:
-    listen, sim_listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+def _start_once(
+    objects: int, namespaces: int, churn: float, timeout: float, log_file: Path | None, listen: str, sim_listen: str
+) -> Stack:
     cmd = [
         sys.executable,
         "-m",

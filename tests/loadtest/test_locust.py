@@ -77,6 +77,12 @@ def test_steady_run_has_traffic_timed_events_and_no_failures(small_stack: stack.
     assert extras["counters"].get("gaps and duplicates", 0) == 0
     upstream = extras["server_counters"]["after"]["upstream"]
     assert upstream is not None and upstream["passed_through"].get("write", 0) > 0  # the writes reached the sim
-    if importlib.util.find_spec("matplotlib") is not None:
+    plotted = importlib.util.find_spec("matplotlib") is not None
+    if plotted:
         assert Path(f"{prefix}.png").stat().st_size > 10_000
     assert Path(f"{prefix}.html").exists()
+    # The list printed at the end names every report, the summary and the plot first.
+    listed = next(line for line in done.stdout.splitlines() if line.startswith("reports: "))[len("reports: ") :]
+    wanted = [f"{prefix}_summary.txt", *([f"{prefix}.png"] if plotted else []), f"{prefix}.html"]
+    assert listed.split(", ")[: len(wanted)] == wanted, listed
+    assert f"{prefix}_stats.csv" in listed and f"{prefix}_extras.json" in listed
