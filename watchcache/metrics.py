@@ -1,7 +1,7 @@
 """Prometheus: a process's exposition, and the merge of every worker's into one.
 
 The hot path never touches prometheus-client: ``Counter.inc`` costs 0.2–0.7 µs and
-``.labels()`` another 0.7 µs, a plain ``int += 1`` 10 ns (docs/performance.md, design figures).
+``.labels()`` another 0.7 µs, a plain ``int += 1`` 10 ns (docs/lab/performance-notebook.md, design figures).
 Components count in integers, and each package turns its components' counters into metric
 families at scrape time, in a ``metrics`` module beside them (as kube's ``cacher/metrics``),
 typed with the components' own classes so that ``mypy`` catches a renamed counter:

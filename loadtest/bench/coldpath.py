@@ -11,7 +11,7 @@ and between two events (uncounted) writes ``--flush-mb`` MB of memory, as anothe
 evict the caches. TLS, sockets and the event loop are left out: what remains is the Python work.
 
 Run: ``.venv/bin/python -m loadtest.bench.coldpath`` (prints µs of CPU per event for each
-``--flush-mb``; figures in docs/performance.md, "Kubelet-shaped scale").
+``--flush-mb``; figures in docs/lab/performance-notebook.md, "Kubelet-shaped scale").
 """
 
 from __future__ import annotations

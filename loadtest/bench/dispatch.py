@@ -8,8 +8,9 @@ same machine, e.g.::
 
     for src in /tmp/wc/OLD /tmp/wc/NEW; do PYTHONPATH=$src:. .venv/bin/python -P -m loadtest.bench.dispatch; done
 
-(``/tmp/wc/X`` from ``git archive X watchcache | tar -x -C /tmp/wc/X``, as in docs/performance.md; ``-P``: the
-working directory does not go first on ``sys.path``, so ``$src``'s ``watchcache`` is the one imported).
+(``/tmp/wc/X`` from ``git archive X watchcache | tar -x -C /tmp/wc/X``, as in
+docs/lab/performance-notebook.md; ``-P``: the working directory does not go first on ``sys.path``, so
+``$src``'s ``watchcache`` is the one imported).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-operation costs the design rests on (docs/performance.md, "Design figures").
+"""The per-operation costs the design rests on (docs/lab/performance-notebook.md, "Design figures").
 
 One process, no server: encoding and decoding a 4 KB pod (orjson vs the stdlib), a LIST body
 joined from cached bytes vs re-encoded, prometheus-client operations vs a plain integer, and

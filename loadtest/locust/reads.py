@@ -1,6 +1,6 @@
 """LIST and GET through the user's FastHttpSession, reported as request types LIST and GET.
 
-Bodies are parsed with orjson (~7 µs per 4 KB object, 2-3x the stdlib: docs/performance.md) so that a
+Bodies are parsed with orjson (~7 µs per 4 KB object, 2-3x the stdlib: docs/lab/performance-notebook.md) so that a
 3 MB LIST costs the load generator milliseconds, not the tens a stdlib parse would.
 """
 

@@ -3,7 +3,7 @@
 kube-apiserver's watch-cache names where the meaning is the same (``apiserver_watch_cache_*``,
 ``apiserver_cache_list_*``, ``apiserver_registered_watchers``), ours under ``watchcache_``.
 The cacher counts in integers on the hot path (a ``Counter.inc`` costs 20-70x an ``int += 1``:
-docs/performance.md); this module is the only reader, so a renamed counter fails ``mypy`` here.
+docs/lab/performance-notebook.md); this module is the only reader, so a renamed counter fails ``mypy`` here.
 """
 
 from __future__ import annotations

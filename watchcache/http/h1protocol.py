@@ -554,7 +554,7 @@ class H1Protocol(asyncio.Protocol):
         item or one comma, and uvloop pops its backlog from the front of a list (quadratic in
         the number of buffers). Joined, one ``SSL_write`` fills 16 KB records; the copy is one
         ``memcpy`` of bytes the TLS layer copies anyway (callers bound a write: ``FLUSH_BYTES``,
-        ``slice_bytes``). Figures: docs/performance.md, "Production configuration".
+        ``slice_bytes``). Figures: docs/lab/performance-notebook.md, "Production configuration".
         """
         if self._tls:
             self._transport.write(b"".join(parts))
@@ -569,7 +569,7 @@ class H1Protocol(asyncio.Protocol):
             self._answered()
 
     def streaming(self) -> None:
-        """Idle watches are most of a kubelet-facing proxy's connections (docs/performance.md, "Memory
+        """Idle watches are most of a kubelet-facing proxy's connections (docs/lab/performance-notebook.md, "Memory
         per idle watch"): the parser (~0.9 KB) goes until the client sends again, unless a pipelined
         message is half-parsed; the keep-alive timer of the spell before this request goes now."""
         if self._ka_timer is not None:

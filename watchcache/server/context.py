@@ -58,7 +58,7 @@ class ServeConfig:
     ready_wait: float = 0.0
     # Periodic bookmarks, for watchers that allow them: kube-apiserver's defaultBookmarkFrequency. Each
     # is a write to its watcher's connection: with thousands of mostly idle watchers (kubelets) they
-    # outnumber the events (docs/performance.md, "Kubelet-shaped scale").
+    # outnumber the events (docs/lab/performance-notebook.md, "Kubelet-shaped scale").
     bookmark_interval: float = 60.0
     # Watches without timeoutSeconds end after [min, 2*min) s (kube: --min-request-timeout=1800).
     min_request_timeout: float = 1800.0
@@ -89,7 +89,7 @@ class ListBodies:
 
     In a relist storm thousands of informers send the same LIST within moments (``resourceVersion=0``
     after a partition, a rollout, an upstream restart): each was scanned and framed again, ~30 ms of
-    a worker's loop for 10,000 pods (docs/performance.md, "Relist storm"). An answer is its snapshot's
+    a worker's loop for 10,000 pods (docs/lab/performance-notebook.md, "Relist storm"). An answer is its snapshot's
     rv plus the request's own terms, so an identical request at the same rv gets the same parts (the
     cached object bytes, immutable). A snapshot is named by its rv and the number of events at it: an
     upstream that is a watch cache sends groups of events sharing one rv, and a read may end inside

@@ -49,7 +49,7 @@ class HttpWatchStream:
 
     Detached (an answer that outlives its handler: HTTP/1.1), a registered watch is this object
     and its watcher, and nothing else: no handler task or coroutine chain waits for its end, nor
-    the request they would keep (docs/performance.md, "Memory per idle watch"). Its end
+    the request they would keep (docs/lab/performance-notebook.md, "Memory per idle watch"). Its end
     (``_end``) then runs from the watcher's ``closed``: its deadline dropped, what is pending
     written, the body ended, and the handler's own end (``on_end``: its in-flight count, its
     request metric). Otherwise the handler awaits ``done`` and ends the stream itself.

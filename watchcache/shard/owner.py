@@ -56,7 +56,7 @@ MAX_BUFFER = 64 << 20
 # is after its flush pass: on a saturated owner (1,000 watchers x 1,000 events/s, passes of 100+
 # events) the default 208 KB took less than one pass's events, and the follower's watchers lagged the
 # owner's by p50 1.9 s against 0.26 s while the follower sat idle 63 % of the time. 4 MB holds ~1,000
-# pod events: the follower gets a pass's events in the step that applies them (docs/performance.md).
+# pod events: the follower gets a pass's events in the step that applies them (docs/lab/performance-notebook.md).
 FOLLOW_SNDBUF = 4 << 20
 
 

@@ -5,7 +5,7 @@ In gunicorn's arbiter's manner: signal handlers only queue the signal; one loop 
 so that workers that died together do not come back in lockstep). Workers are forked from the
 supervisor, which has already imported everything (gunicorn's ``preload_app``): a worker starts,
 or restarts after a crash, without a new interpreter and its imports (0.5–0.7 s of CPU each,
-more than half of a proxy's start-up; docs/performance.md). The supervisor never runs an event
+more than half of a proxy's start-up; docs/lab/performance-notebook.md). The supervisor never runs an event
 loop or a thread, so a fork of it is clean. Workers bind the public
 port themselves with SO_REUSEPORT; the supervisor holds the port reserved (bound, never
 listening, so it takes no connections) so that port 0 resolves once for everyone and a

@@ -4,7 +4,7 @@ A reflector's watch stream has a reader of its own (``watch_into``, ``_WatchStre
 ``asyncio.Protocol`` on httptools that hands each network read's event lines to the reflector in
 the same callback. Through aiohttp each event cost a stream-reader future, a task step and a
 timeout scope: 180–220 µs of CPU per event against 105–125 µs (a 3 KB event over TLS, measured
-as in docs/performance.md, "Kubelet-shaped scale"), the largest part of the proxy's cost per
+as in docs/lab/performance-notebook.md, "Kubelet-shaped scale"), the largest part of the proxy's cost per
 upstream event. Its connection is dialled as the tunnels' are (``dialing.open_connection``: direct,
 or through the http(s)/socks5 proxy), with the same TLS context as aiohttp's (client certificate,
 an exec plugin's included) and the same credential headers (a 401 tells the credentials).

@@ -2,7 +2,7 @@
 
 A watch ends at its deadline with ``CloseReason.TIMEOUT``, as with a ``loop.call_later`` per watch,
 at the same instant. But a timer handle (uvloop's handle, its libuv timer, the context it copies)
-is ~0.7 KB on every idle watch, where a heap entry here is ~0.1 KB (docs/performance.md, "Memory
+is ~0.7 KB on every idle watch, where a heap entry here is ~0.1 KB (docs/lab/performance-notebook.md, "Memory
 per idle watch"): the heap holds ``(deadline, seq, watcher)`` and the loop holds one timer, for
 the earliest.
 

@@ -1,7 +1,7 @@
 """Coalesced delivery: one write per watcher per event-loop pass, whatever the event count.
 
-A ``transport.write`` costs ~5 µs, 90% of it in the kernel (docs/performance.md, design figures), so writing
-each event separately caps fan-out at ~0.2 M deliveries/s per core; joining what is
+A ``transport.write`` costs ~5 µs, 90% of it in the kernel (docs/lab/performance-notebook.md, design
+figures), so writing each event separately caps fan-out at ~0.2 M deliveries/s per core; joining what is
 pending for a watcher into one write reaches 2–3 M/s. Dispatch only appends shared frame
 bytes and marks the watcher dirty; the first mark in a loop pass schedules one
 ``flush`` with ``call_soon``, which runs after the current batch of events.
@@ -41,7 +41,7 @@ class FramesPerWrite:
     """A histogram in plain integers, observed once per flush pass; exported at scrape time.
 
     Buckets are powers of two: 1 frame per write means no coalescing; the ceiling's
-    10 ms ticks reach tens (docs/performance.md).
+    10 ms ticks reach tens (docs/lab/performance-notebook.md).
     """
 
     BOUNDS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
