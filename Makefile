@@ -91,7 +91,7 @@ bench-quick: $(BIN)/.installed
 	$(BIN)/python -m loadtest.bench.memory --quick
 	$(BIN)/python -m loadtest.bench.upstream --quick
 
-## bench: the four hot-path benchmarks in full (~20 min on 2 cores); results: docs/lab/performance-notebook.md
+## bench: the four hot-path benchmarks in full (~20 min on 2 cores); results: docs/performance.md (every run: docs/lab/performance-notebook.md)
 bench: $(BIN)/.installed
 	$(BIN)/python -m loadtest.bench.fanout --profile
 	$(BIN)/python -m loadtest.bench.list
