@@ -56,8 +56,9 @@ class StatusError(Exception):
             "metadata": metadata,
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
+        if self.reason:  # StatusReasonUnknown is "", which kube omits (omitempty)
+            status["reason"] = self.reason
         if self.details is not None:
             status["details"] = self.details
         status["code"] = self.code

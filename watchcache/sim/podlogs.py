@@ -5,8 +5,10 @@ kube-apiserver serves a pod's log by asking the kubelet of the pod's node
 not yet bound to a node, and otherwise dials ``https://<node>:10250/containerLogs/...``.
 The simulated cluster has no kubelets, so every bound pod gets what a cluster whose
 kubelet is down answers — a ``500`` Status with no reason whose message is the failed
-``Get`` — with a message that says why, instead of a ``405`` that suggests kubectl
-asked for something wrong.
+``Get`` (kube-apiserver v1.36, for a Node whose kubelet it cannot reach: ``Get
+"https://NODE:PORT/containerLogs/NS/POD/CONTAINER": dial tcp: lookup NODE ...: no such
+host``) — with a message that says why, instead of a ``405`` that suggests kubectl asked
+for something wrong.
 """
 
 from __future__ import annotations
