@@ -42,6 +42,7 @@ from loadtest.bench.kubecluster import Upstream, kube_upstream, sim_upstream, st
 
 PREFIX = "bench-consistent"
 NS = f"{PREFIX}-quiet"
+LARGE_NS = f"{PREFIX}-large"
 LEASE_NS = f"{PREFIX}-leases"
 
 # The proxy's counters of what it asked the upstream for consistent reads, and the reads it served.
@@ -116,8 +117,8 @@ def _busy_patch(now: str) -> dict[str, Any]:
     return {"stringData": {"renewed": now}}
 
 
-async def seed(up: Client, configmaps: int, leases: int) -> None:
-    for ns in (NS, LEASE_NS):
+async def seed(up: Client, configmaps: int, leases: int, large: int) -> None:
+    for ns in (NS, LEASE_NS, LARGE_NS):
         await up.send("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     sem = asyncio.Semaphore(16)
 
@@ -133,7 +134,11 @@ async def seed(up: Client, configmaps: int, leases: int) -> None:
         for i in range(configmaps)
     )
     ls = (create(_busy_path(), _busy_object(f"node-{i:04d}")) for i in range(leases))
-    await asyncio.gather(*cms, *ls)
+    big = (
+        create(f"/api/v1/namespaces/{LARGE_NS}/configmaps", {"metadata": {"name": f"cm-{i:05d}"}, "data": data})
+        for i in range(large)
+    )
+    await asyncio.gather(*cms, *ls, *big)
 
 
 async def write_leases(up: Client, rate: float, leases: int, stop: asyncio.Event) -> int:
@@ -240,11 +245,16 @@ async def run(args: argparse.Namespace, up: Upstream, proxy_url: str) -> dict[st
             before = await scrape(proxy)
             seq = await sequential(direct, proxy, args.reads)
             seq_counts = _delta(await scrape(proxy), before)
+            large: dict[str, list[float]] = {"large-direct": [], "large-proxy": []}
+            for i in range(args.large_reads if args.large else 0):
+                pairs = [("direct", direct), ("proxy", proxy)]
+                for name, client in pairs if i % 2 else reversed(pairs):
+                    large[f"large-{name}"].append(await client.timed(f"/api/v1/namespaces/{LARGE_NS}/configmaps"))
             conc_times, conc_counts = await concurrent(pool, args.concurrent, args.concurrent_seconds)
             stop.set()
             written = await writing
             elapsed = time.monotonic() - WRITER["started"]
-            row: dict[str, Any] = {k: bl.summarize(v) for k, v in seq.items()}
+            row: dict[str, Any] = {k: bl.summarize(v) for k, v in {**seq, **large}.items() if v}
             row["writes_per_s"] = round(written / elapsed, 1)
             row["sequential"] = seq_counts
             row["concurrent"] = {"lists": bl.summarize(conc_times), **conc_counts}
@@ -259,14 +269,16 @@ async def run(args: argparse.Namespace, up: Upstream, proxy_url: str) -> dict[st
 def report(results: dict[str, Any], concurrent_clients: int) -> None:
     rows = []
     for rate, r in results["rates"].items():
-        for verb in ("get", "list"):
+        for verb in ("get", "list", "large"):
+            if f"{verb}-direct" not in r:
+                continue
             d, p = r[f"{verb}-direct"], r[f"{verb}-proxy"]
             rows.append([rate, r["writes_per_s"], verb.upper(), d["p50"], p["p50"], p["p50"] / d["p50"], d["p99"],
                          p["p99"], p["p99"] - d["p99"]])  # fmt: skip
     bl.print_table(
         ["rate", "writes/s", "read", "direct p50", "proxy p50", "p50 ratio", "direct p99", "proxy p99", "p99 diff"],
         rows,
-        title="Consistent reads of a quiet namespace (ms), sequential, one connection each",
+        title="Consistent reads of a quiet namespace (ms), sequential, one connection each (LARGE: --large ConfigMaps)",
     )
     rows = []
     for rate, r in results["rates"].items():
@@ -290,6 +302,8 @@ def main() -> None:
     p.add_argument("--leases", type=int, default=500)
     p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 10.0, 50.0, 500.0])
     p.add_argument("--reads", type=int, default=300, help="sequential rounds per rate")
+    p.add_argument("--large", type=int, default=0, help="also LIST a namespace of this many ConfigMaps (e.g. 10000)")
+    p.add_argument("--large-reads", type=int, default=20, help="sequential LISTs of the large namespace per rate")
     p.add_argument("--concurrent", type=int, default=100, help="clients reading at once, after the rounds")
     p.add_argument("--concurrent-seconds", type=float, default=5.0)
     p.add_argument("--workers", type=int, default=None, help="proxy workers (default: the product's)")
@@ -321,7 +335,7 @@ def main() -> None:
 async def _seed(up: Upstream, args: argparse.Namespace) -> None:
     admin = Client(up.url, up.token, up.ca)
     try:
-        await seed(admin, args.configmaps, args.leases)
+        await seed(admin, args.configmaps, args.leases, args.large)
     finally:
         await admin.close()
 
