@@ -541,7 +541,11 @@ class Campaign:
             self.tasks.append(asyncio.ensure_future(self.writer()))
             self.tasks.append(asyncio.ensure_future(self.watch_upstream_window()))
             await self.wait_clients_listed(60.0)
-            self.registers = Registers(self.proxy_url)
+            # The long campaign (make chaos) reads and writes its registers harder: 10^5 operations or more.
+            long = self.opts.duration >= 120
+            self.registers = Registers(
+                self.proxy_url, registers=16 if long else 8, readers=24 if long else 6, pause=0.005 if long else 0.02
+            )
             await self.registers.start()
             # Phases end on a fixed timetable; one that overruns (a restart that took long) eats into
             # the next ones, down to their minimum, so the whole stays close to --duration.

@@ -27,7 +27,7 @@ _ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError)
 
 
 class Registers:
-    def __init__(self, proxy_url: str, *, registers: int = REGISTERS, readers: int = 8, pause: float = 0.02) -> None:
+    def __init__(self, proxy_url: str, *, registers: int = REGISTERS, readers: int = 6, pause: float = 0.02) -> None:
         self.proxy_url = proxy_url
         self.names = [f"reg-{i}" for i in range(registers)]
         self.readers = readers
