@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
+from watchcache.argtypes import Count, Number, listen_address, parse_listen
 from watchcache.auth.options import add_auth_flags
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.backfill import BackfillLimits
 from watchcache.http.limits import H2Limits, HttpLimits
+from watchcache.http.listener import bind_listener, inherited_listener
 from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
 from watchcache.service.openfiles import raise_open_files_limit
-from watchcache.service.options import RunOptions, parse_listen, worker_count
+from watchcache.service.options import RunOptions, worker_count
 from watchcache.service.proxy import run_proxy
 from watchcache.shard.supervisor import Supervisor
 from watchcache.sim.options import SimOptions
@@ -33,21 +38,30 @@ _SIM = SimOptions()
 _TUNNELS = TunnelLimits()
 _BACKFILL = BackfillLimits()
 
+# Each flag's range (watchcache.argtypes): 0 is allowed where it has a meaning its help names ("0: no limit").
+_AT_LEAST_0 = Count(0)
+_AT_LEAST_1 = Count(1)
+_NOT_NEGATIVE = Number()
+_POSITIVE = Number(positive=True)
+# HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS is a 31-bit value (RFC 9113, 6.5.2).
+_MAX_HTTP2_STREAMS = 2**31 - 1
+
 
 # argparse names no public type for what add_argument_group returns.
 Group = argparse.ArgumentParser | argparse._ArgumentGroup  # noqa: SLF001
 
 
-def _flag(p: Group, name: str, default: object, text: str) -> None:
-    """A flag whose type and shown default are its option object's default."""
-    p.add_argument(name, type=type(default), default=default, help=f"{text} (default %(default)s)")
+def _flag(p: Group, name: str, kind: Callable[[str], object], default: object, text: str) -> None:
+    """A flag of type ``kind`` (its range, checked as the command line is parsed) whose shown default is its
+    option object's default."""
+    p.add_argument(name, type=kind, default=default, help=f"{text} (default %(default)s)")
 
 
 # One flag per statement, its help wrapped by hand: a table of flags reads better than one argument a line.
 # fmt: off
 def _serving(g: Group, *, proxy: bool) -> None:
-    g.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="address to serve the Kubernetes "
-                   "API on (default %(default)s; port 0 picks a free one)")
+    g.add_argument("--listen", type=listen_address, default="127.0.0.1:8080", metavar="HOST:PORT", help="address to "
+                   "serve the Kubernetes API on (default %(default)s; port 0 picks a free one)")
     g.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM; reloaded when it changes). "
                    "Needed in front of a real cluster: kubectl and client-go send no bearer token or client "
                    "certificate to an http:// server")
@@ -58,6 +72,8 @@ def _serving(g: Group, *, proxy: bool) -> None:
     g.add_argument("--http2", action="store_true", help="offer HTTP/2 (ALPN h2) as well as HTTP/1.1 on the TLS "
                    "listener, as kube-apiserver does: a client-go process then multiplexes its watches on one "
                    "connection (needs --tls-cert-file; docs/deploy.md says when to turn it on; default off)")
+    # The listening socket, open at this descriptor (a supervisor's workers, watchcache demo's parts).
+    g.add_argument("--listen-fd", type=_AT_LEAST_0, help=argparse.SUPPRESS)
     g.add_argument("--continue-token-key-file", type=Path, help="file with the key that signs continue tokens; share "
                    "it between replicas (default: random per process)")
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
@@ -68,84 +84,86 @@ def _serving(g: Group, *, proxy: bool) -> None:
 
 def _reads(g: Group, *, proxy: bool) -> None:
     c, s = _CACHE, _SERVE
-    _flag(g, "--history-max-events", c.history_max_events, "events kept per resource for watch resumption and exact "
-          "reads")
-    g.add_argument("--history-max-age", type=float, default=c.history_max_age, help="seconds of history kept per "
+    _flag(g, "--history-max-events", _AT_LEAST_1, c.history_max_events, "events kept per resource for watch resumption "
+          "and exact reads")
+    g.add_argument("--history-max-age", type=_POSITIVE, default=c.history_max_age, help="seconds of history kept per "
                    "resource (default %(default)s, etcd's compaction interval)")
-    _flag(g, "--bookmark-interval", s.bookmark_interval, "seconds between BOOKMARK events for watchers that allow "
-          "them (kube-apiserver's interval; each is a write per watcher)")
-    _flag(g, "--fresh-wait", s.fresh_wait, "seconds a read waits for a resourceVersion (or for a consistent-read "
-          "proof) before 504 or pass-through")
+    _flag(g, "--bookmark-interval", _POSITIVE, s.bookmark_interval, "seconds between BOOKMARK events for watchers that "
+          "allow them (kube-apiserver's interval; each is a write per watcher)")
+    _flag(g, "--fresh-wait", _NOT_NEGATIVE, s.fresh_wait, "seconds a read waits for a resourceVersion (or for a "
+          "consistent-read proof) before 504 or pass-through")
     if proxy:
-        g.add_argument("--consistent-passthrough-objects", type=int, default=None, help="deprecated, ignored: a "
-                       "consistent GET goes to the upstream and a consistent LIST waits for its scope's proof, one "
+        g.add_argument("--consistent-passthrough-objects", type=_AT_LEAST_0, default=None, help="deprecated, ignored: "
+                       "a consistent GET goes to the upstream and a consistent LIST waits for its scope's proof, one "
                        "round trip (docs/consistency.md)")
-    _flag(g, "--min-request-timeout", s.min_request_timeout, "watches without timeoutSeconds end after [N, 2N) seconds")
-    g.add_argument("--max-limit", type=int, default=s.max_limit, help="clamp LIST page sizes to this many items "
-                   "(default: no clamp)")
+    _flag(g, "--min-request-timeout", _POSITIVE, s.min_request_timeout, "watches without timeoutSeconds end after "
+          "[N, 2N) seconds")
+    g.add_argument("--max-limit", type=_AT_LEAST_0, default=s.max_limit, help="clamp LIST page sizes to this many "
+                   "items (default: no clamp)")
     if proxy:
-        _flag(g, "--stall-timeout", _REFLECTOR.stall_timeout, "seconds of silence (no event, no bookmark) after "
-              "which an upstream watch is re-established")
+        _flag(g, "--stall-timeout", _POSITIVE, _REFLECTOR.stall_timeout, "seconds of silence (no event, no bookmark) "
+              "after which an upstream watch is re-established")
 
 
 def _delivery(g: Group) -> None:
     s = _SERVE
-    _flag(g, "--max-watch-buffer-bytes", s.watch_max_pending_bytes, "unsent event bytes per watcher before it is "
-          "treated as slow: its buffer is dropped and it is caught up from history once it reads again, or ended "
-          "with 410 if history moved on")
-    _flag(g, "--max-watch-buffer-total-bytes", s.watch_max_total_bytes, "unsent event bytes of all watchers of a "
-          "worker; past it the watchers furthest behind are treated as slow first, as with --max-watch-buffer-bytes "
-          "(0: no limit)")
-    g.add_argument("--watch-flush-interval", type=float, default=s.watch_flush_interval, help="write watch streams at "
-                   "most once per this many seconds: events closer together share one write per watcher, at up to "
-                   "this much added latency (0: write on every loop pass; default %(default)s)")
-    _flag(g, "--delivery-sample", s.delivery_sample, "observe watch delivery latency on one flush in N (0: never; "
-          "the only per-flush metric cost)")
+    _flag(g, "--max-watch-buffer-bytes", _AT_LEAST_1, s.watch_max_pending_bytes, "unsent event bytes per watcher "
+          "before it is treated as slow: its buffer is dropped and it is caught up from history once it reads again, "
+          "or ended with 410 if history moved on")
+    _flag(g, "--max-watch-buffer-total-bytes", _AT_LEAST_0, s.watch_max_total_bytes, "unsent event bytes of all "
+          "watchers of a worker; past it the watchers furthest behind are treated as slow first, as with "
+          "--max-watch-buffer-bytes (0: no limit)")
+    g.add_argument("--watch-flush-interval", type=_NOT_NEGATIVE, default=s.watch_flush_interval, help="write watch "
+                   "streams at most once per this many seconds: events closer together share one write per watcher, at "
+                   "up to this much added latency (0: write on every loop pass; default %(default)s)")
+    _flag(g, "--delivery-sample", _AT_LEAST_0, s.delivery_sample, "observe watch delivery latency on one flush in N "
+          "(0: never; the only per-flush metric cost)")
 
 
 def _limits(g: Group) -> None:
     s, h = _SERVE, _HTTP
-    _flag(g, "--max-requests-inflight", s.max_requests_inflight, "requests handled at once per worker (a watch "
-          "until it is registered); more get 429 with Retry-After. A request waiting (for a review, a proof of "
+    _flag(g, "--max-requests-inflight", _AT_LEAST_1, s.max_requests_inflight, "requests handled at once per worker (a "
+          "watch until it is registered); more get 429 with Retry-After. A request waiting (for a review, a proof of "
           "freshness, the upstream) holds no seat")
-    _flag(g, "--max-requests-waiting", s.max_requests_waiting, "requests waiting without a seat at once per worker "
-          "(for a review, a proof of freshness, the upstream); past it a waiting request keeps its seat")
-    _flag(g, "--request-timeout", s.request_timeout, "seconds a request that is not a watch or a tunnel may take, "
-          "its answer written included (kube-apiserver's --request-timeout): then 504, or the answer is abandoned and "
-          "its slot given back; a connection none of whose waiting bytes a client takes for this long is closed")
-    _flag(g, "--max-watchers", s.max_watchers, "watches open at once per worker, cached or passed through; more get "
-          "429 with Retry-After")
-    _flag(g, "--max-header-bytes", h.max_header_bytes, "request line and headers larger than this get 431")
-    g.add_argument("--max-body-bytes", type=int, default=h.max_body_bytes, help="request bodies larger than this get "
-                   "413 (default %(default)s, kube-apiserver's limit)")
-    _flag(g, "--header-timeout", h.header_timeout, "seconds a client has to send a complete request head (slowloris "
-          "defence)")
-    _flag(g, "--body-timeout", h.body_timeout, "seconds a client has to send a request body once its head is in "
-          "(slow bodies); then 408 and the connection is closed (kube-apiserver's request timeout)")
-    _flag(g, "--keepalive-timeout", h.keepalive_timeout, "seconds an idle keep-alive connection is kept")
-    _flag(g, "--max-connections", h.max_connections, "open client connections per worker; more are closed at "
-          "accept, unread (0: no limit)")
-    _flag(g, "--max-connections-per-client", h.max_connections_per_client, "open connections per client IP "
-          "address per worker; the first request on one more gets 429 with Retry-After and the connection is closed "
+    _flag(g, "--max-requests-waiting", _AT_LEAST_0, s.max_requests_waiting, "requests waiting without a seat at once "
+          "per worker (for a review, a proof of freshness, the upstream); past it a waiting request keeps its seat")
+    _flag(g, "--request-timeout", _NOT_NEGATIVE, s.request_timeout, "seconds a request that is not a watch or a tunnel "
+          "may take, its answer written included (kube-apiserver's --request-timeout): then 504, or the answer is "
+          "abandoned and its slot given back; a connection none of whose waiting bytes a client takes for this long "
+          "is closed (0: no deadline)")
+    _flag(g, "--max-watchers", _AT_LEAST_1, s.max_watchers, "watches open at once per worker, cached or passed "
+          "through; more get 429 with Retry-After")
+    _flag(g, "--max-header-bytes", _AT_LEAST_1, h.max_header_bytes, "request line and headers larger than this get 431")
+    g.add_argument("--max-body-bytes", type=_AT_LEAST_0, default=h.max_body_bytes, help="request bodies larger than "
+                   "this get 413 (default %(default)s, kube-apiserver's limit)")
+    _flag(g, "--header-timeout", _POSITIVE, h.header_timeout, "seconds a client has to send a complete request head "
+          "(slowloris defence)")
+    _flag(g, "--body-timeout", _POSITIVE, h.body_timeout, "seconds a client has to send a request body once its head "
+          "is in (slow bodies); then 408 and the connection is closed (kube-apiserver's request timeout)")
+    _flag(g, "--keepalive-timeout", _POSITIVE, h.keepalive_timeout, "seconds an idle keep-alive connection is kept")
+    _flag(g, "--max-connections", _AT_LEAST_0, h.max_connections, "open client connections per worker; more are closed "
+          "at accept, unread (0: no limit)")
+    _flag(g, "--max-connections-per-client", _AT_LEAST_0, h.max_connections_per_client, "open connections per client "
+          "IP address per worker; the first request on one more gets 429 with Retry-After and the connection is closed "
           "(0: no limit, as kube-apiserver; set it only where the proxy sees each client's own address, never "
           "behind a load balancer or NAT that rewrites them: docs/security.md)")
-    _flag(g, "--max-connection-buffer-bytes", h.max_connection_buffer_bytes, "request bytes (heads and bodies) one "
-          "connection may have sent and not yet had answered; past it the connection is not read until earlier "
-          "requests are answered (never below one request of --max-header-bytes + --max-body-bytes)")
-    _flag(g, "--max-request-buffer-bytes", h.max_request_buffer_bytes, "the same over all connections of a worker; "
-          "requests that would exceed it get 429 with Retry-After, health probes excepted (0: no limit)")
-    _flag(g, "--http2-max-streams-per-connection", _H2.max_concurrent_streams, "HTTP/2 streams (each watch holds "
-          "one) a client may open at once on one connection: SETTINGS_MAX_CONCURRENT_STREAMS, kube-apiserver's "
-          "flag and default")
+    _flag(g, "--max-connection-buffer-bytes", _AT_LEAST_1, h.max_connection_buffer_bytes, "request bytes (heads and "
+          "bodies) one connection may have sent and not yet had answered; past it the connection is not read until "
+          "earlier requests are answered (never below one request of --max-header-bytes + --max-body-bytes)")
+    _flag(g, "--max-request-buffer-bytes", _AT_LEAST_0, h.max_request_buffer_bytes, "the same over all connections of "
+          "a worker; requests that would exceed it get 429 with Retry-After, health probes excepted (0: no limit)")
+    _flag(g, "--http2-max-streams-per-connection", Count(1, _MAX_HTTP2_STREAMS), _H2.max_concurrent_streams, "HTTP/2 "
+          "streams (each watch holds one) a client may open at once on one connection: "
+          "SETTINGS_MAX_CONCURRENT_STREAMS, kube-apiserver's flag and default")
 
 
 def _sim_flags(p: Group, prefix: str = "") -> None:
-    _flag(p, f"--{prefix}objects", _SIM.objects, "pods to create at start")
-    _flag(p, f"--{prefix}namespaces", _SIM.namespaces, "namespaces ns-0..ns-N-1 to spread them over")
-    _flag(p, f"--{prefix}nodes", _SIM.nodes, "nodes to schedule pods on")
-    p.add_argument(f"--{prefix}churn", type=float, default=_SIM.churn, metavar="EVENTS_PER_S",
+    _flag(p, f"--{prefix}objects", _AT_LEAST_0, _SIM.objects, "pods to create at start")
+    _flag(p, f"--{prefix}namespaces", _AT_LEAST_1, _SIM.namespaces, "namespaces ns-0..ns-N-1 to spread them over")
+    _flag(p, f"--{prefix}nodes", _AT_LEAST_0, _SIM.nodes, "nodes to schedule pods on")
+    p.add_argument(f"--{prefix}churn", type=_NOT_NEGATIVE, default=_SIM.churn, metavar="EVENTS_PER_S",
                    help="writes per second: pod updates, creates and deletes (default %(default)s)")
-    _flag(p, f"--{prefix}seed", _SIM.seed, "random seed for generated objects")
+    _flag(p, f"--{prefix}seed", _AT_LEAST_0, _SIM.seed, "random seed for generated objects")
     p.add_argument(f"--{prefix}policy-file", help="users, tokens and RBAC-like rules (YAML; see watchcache/sim/"
                    "policy-example.yaml): the simulated cluster answers TokenReview/SubjectAccessReview and enforces "
                    "them (default: no authentication)")
@@ -174,7 +192,7 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resources", default="", help="comma-separated resources to cache, e.g. pods,configmaps,"
                    "apps/v1/deployments (default: pods, nodes, namespaces, services, configmaps, serviceaccounts, "
                    "endpoints, apps workloads, endpointslices; --simulated: all it has)")
-    g.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)
+    g.add_argument("--worker-id", type=_AT_LEAST_0, help=argparse.SUPPRESS)
     g.add_argument("--shard-dir", help=argparse.SUPPRESS)
 
 
@@ -194,20 +212,21 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     _upstream_flags(serve)
     g = serve.add_argument_group("serving")
     _serving(g, proxy=True)
-    g.add_argument("--workers", type=int, help="worker processes sharing the port, each owning part of the cache "
-                   "(default: the CPUs the container may use, from its cgroup CPU limit; 1 with --simulated)")
+    g.add_argument("--workers", type=_AT_LEAST_1, help="worker processes sharing the port, each owning part of the "
+                   "cache (default: the CPUs the container may use, from its cgroup CPU limit; 1 with --simulated)")
     add_auth_flags(serve.add_argument_group("authentication and authorization of cached reads"))
     add_identity_flags(serve.add_argument_group("pass-through of client-certificate users (--client-ca-file)"))
     _reads(serve.add_argument_group("tuning: cache and reads"), proxy=True)
     _delivery(serve.add_argument_group("tuning: watch delivery"))
     _limits(serve.add_argument_group("tuning: limits per worker"))
     t = serve.add_argument_group("tuning: exec, attach, cp, port-forward tunnels")
-    t.add_argument("--tunnel-idle-timeout", type=float, default=_TUNNELS.idle_timeout, help="seconds without a "
+    t.add_argument("--tunnel-idle-timeout", type=_POSITIVE, default=_TUNNELS.idle_timeout, help="seconds without a "
                    "byte either way after which a tunnel is closed (default %(default)s: 4 h, the kubelet's "
                    "--streaming-connection-idle-timeout)")
-    t.add_argument("--tunnel-max-duration", type=float, default=_TUNNELS.max_duration, help="seconds after which a "
+    t.add_argument("--tunnel-max-duration", type=_POSITIVE, default=_TUNNELS.max_duration, help="seconds after which a "
                    "tunnel is closed whatever it does (default %(default)s: 24 h)")
-    _flag(t, "--max-tunnels", _TUNNELS.max_tunnels, "tunnels open at once per worker; more get 429 with Retry-After")
+    _flag(t, "--max-tunnels", _AT_LEAST_1, _TUNNELS.max_tunnels, "tunnels open at once per worker; more get 429 with "
+          "Retry-After")
     _backfill(serve.add_argument_group("tuning: history older than the cache's window (restarts without relists)"))
     _sim_flags(serve.add_argument_group("simulated cluster (with --simulated only)"), "sim-")
 
@@ -219,13 +238,13 @@ def _backfill(g: Group) -> None:
                    "resuming after this proxy, a worker or a follow stream restarted) is served from the upstream's "
                    "history, fetched once for every client that needs it, instead of 410 and a relist "
                    "(docs/reliability.md; default %(default)s)")
-    _flag(g, "--backfill-wait", b.wait, "seconds a request waits for that history before its 410")
-    _flag(g, "--backfill-max-events", b.max_events, "events one fetch may bring (how far back it reaches); more: "
-          "410")
-    _flag(g, "--backfill-max-bytes", b.max_bytes, "object bytes of those events")
-    _flag(g, "--backfill-concurrency", b.concurrency, "fetches from the upstream at once per worker")
-    _flag(g, "--backfill-memory-bytes", b.memory_bytes, "bytes the fetches of a worker may hold at once (the LIST at "
-          "the old resourceVersion included)")
+    _flag(g, "--backfill-wait", _POSITIVE, b.wait, "seconds a request waits for that history before its 410")
+    _flag(g, "--backfill-max-events", _AT_LEAST_1, b.max_events, "events one fetch may bring (how far back it "
+          "reaches); more: 410")
+    _flag(g, "--backfill-max-bytes", _AT_LEAST_1, b.max_bytes, "object bytes of those events")
+    _flag(g, "--backfill-concurrency", _AT_LEAST_1, b.concurrency, "fetches from the upstream at once per worker")
+    _flag(g, "--backfill-memory-bytes", _AT_LEAST_1, b.memory_bytes, "bytes the fetches of a worker may hold at once "
+          "(the LIST at the old resourceVersion included)")
 
 
 def _sim_command_flags(sim: argparse.ArgumentParser) -> None:
@@ -248,10 +267,15 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Says what is wrong with the command line in one line (the flag's name, what it wants) and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="watchcache", description="A sharded, high-throughput watch cache for the Kubernetes API."
-    )
+    parser = _Parser(prog="watchcache", description="A sharded, high-throughput watch cache for the Kubernetes API.")
     parser.add_argument("--version", action="version", version=f"watchcache {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sim = sub.add_parser(
@@ -281,18 +305,33 @@ def build_parser() -> argparse.ArgumentParser:
         "and a kubectl line to try.",
     )
     demo.add_argument(
-        "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="the proxy's address (default %(default)s)"
+        "--listen",
+        type=listen_address,
+        default="127.0.0.1:8080",
+        metavar="HOST:PORT",
+        help="the proxy's address (default %(default)s)",
     )
     demo.add_argument(
         "--sim-listen",
+        type=listen_address,
         default="127.0.0.1:8081",
         metavar="HOST:PORT",
         help="the simulated cluster's (default %(default)s)",
     )
-    demo.add_argument("--objects", type=int, default=1000, help="pods in the simulated cluster (default %(default)s)")
-    demo.add_argument("--namespaces", type=int, default=10, help="namespaces (default %(default)s)")
-    demo.add_argument("--churn", type=float, default=5.0, help="writes per second (default %(default)s)")
+    demo.add_argument(
+        "--objects", type=_AT_LEAST_0, default=1000, help="pods in the simulated cluster (default %(default)s)"
+    )
+    demo.add_argument("--namespaces", type=_AT_LEAST_1, default=10, help="namespaces (default %(default)s)")
+    demo.add_argument("--churn", type=_NOT_NEGATIVE, default=5.0, help="writes per second (default %(default)s)")
     return parser
+
+
+def _listener(args: argparse.Namespace) -> socket.socket:
+    """The public socket: handed down (a worker, or a part of ``watchcache demo``), else bound now, before
+    anything starts, so that an address this process cannot own fails the start."""
+    if args.listen_fd is not None:
+        return inherited_listener(args.listen_fd)
+    return bind_listener(*parse_listen(args.listen))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sim":
             from watchcache.sim.wiring import run_sim
 
-            run_sim(RunOptions.from_args(args), SimOptions.from_args(args))
+            options, sim = RunOptions.from_args(args), SimOptions.from_args(args)
+            run_sim(options, sim, _listener(args))
             return 0
         raw = sys.argv[1:] if argv is None else argv
         sim_flags = sorted({a.split("=", 1)[0] for a in raw if a.startswith("--sim-")})
@@ -315,22 +355,31 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{', '.join(sim_flags)} shape the simulated cluster: add --simulated to run one")
         upstream = upstream_from_args(args)
         workers = worker_count(args.workers, upstream is not None)
+        # Every check of the options, before a worker starts: a mistake is said once, by the supervisor.
+        options = RunOptions.from_args(args, upstream, workers)
         if workers > 1 and args.worker_id is None:
-            host, port = parse_listen(args.listen)
             serve_args = list(sys.argv[2:] if argv is None else argv[1:])
             key = str(args.continue_token_key_file) if args.continue_token_key_file else None
             # A worker's drain: in-flight reads (up to --fresh-wait + 1 s), then its connections close.
             drain = max(10.0, args.fresh_wait + 5.0)
+            inherited = inherited_listener(args.listen_fd) if args.listen_fd is not None else None
             return Supervisor(
-                serve_args, workers, host, port, continue_key_file=key, drain_timeout=drain, run_worker=main
+                serve_args,
+                workers,
+                options.host,
+                options.port,
+                continue_key_file=key,
+                drain_timeout=drain,
+                run_worker=main,
+                listener=inherited,
             ).run()
-        options = RunOptions.from_args(args, upstream, workers)
+        listener = _listener(args)
         if upstream is None:
             from watchcache.sim.wiring import run_embedded
 
-            run_embedded(options, SimOptions.from_args(args, "sim_"))
+            run_embedded(options, SimOptions.from_args(args, "sim_"), listener)
         else:
-            run_proxy(options)
+            run_proxy(options, listener)
     except (ValueError, UpstreamConfigError, OSError) as e:
         print(f"watchcache: {e}", file=sys.stderr)
         return 2

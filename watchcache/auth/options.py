@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from watchcache.argtypes import Number
 from watchcache.auth.gate import AuthOptions
 
 _DEFAULTS = AuthOptions()
+# Cache lifetimes: 0 caches nothing (every request asks the upstream again).
+_SECONDS = Number()
 
 
 def add_auth_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -28,28 +31,28 @@ def add_auth_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) ->
     )
     parser.add_argument(
         "--authentication-token-webhook-cache-ttl",
-        type=float,
+        type=_SECONDS,
         default=_DEFAULTS.token_allow_ttl,
         metavar="SECONDS",
         help="how long an authenticated token is cached (default %(default)s)",
     )
     parser.add_argument(
         "--authentication-token-webhook-cache-unauthorized-ttl",
-        type=float,
+        type=_SECONDS,
         default=_DEFAULTS.token_deny_ttl,
         metavar="SECONDS",
         help="how long a rejected token is cached (default %(default)s)",
     )
     parser.add_argument(
         "--authorization-webhook-cache-authorized-ttl",
-        type=float,
+        type=_SECONDS,
         default=_DEFAULTS.access_allow_ttl,
         metavar="SECONDS",
         help="how long an allow is cached (default %(default)s)",
     )
     parser.add_argument(
         "--authorization-webhook-cache-unauthorized-ttl",
-        type=float,
+        type=_SECONDS,
         default=_DEFAULTS.access_deny_ttl,
         metavar="SECONDS",
         help="how long a deny is cached (default %(default)s)",
@@ -71,14 +74,6 @@ def auth_options(args: argparse.Namespace, upstream_is_tls: bool = True) -> Auth
     """The gate's options from parsed flags; None when authentication is ``none``."""
     if auth_mode(args, upstream_is_tls) == "none":
         return None
-    for flag in (
-        "authentication_token_webhook_cache_ttl",
-        "authentication_token_webhook_cache_unauthorized_ttl",
-        "authorization_webhook_cache_authorized_ttl",
-        "authorization_webhook_cache_unauthorized_ttl",
-    ):
-        if getattr(args, flag) < 0:
-            raise ValueError(f"--{flag.replace('_', '-')} must not be negative")
     return AuthOptions(
         anonymous=args.anonymous_auth,
         token_allow_ttl=args.authentication_token_webhook_cache_ttl,

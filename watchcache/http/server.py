@@ -46,14 +46,13 @@ async def start_server(
     port: int,
     *,
     limits: HttpLimits = HttpLimits(),
-    reuse_port: bool = False,
     sock: socket.socket | None = None,
     server_header: str | None = None,
     ssl: Any = None,
     admission: Admission | None = None,
     h2: Callable[[], asyncio.Protocol] | None = None,
 ) -> asyncio.AbstractServer:
-    """Listen on ``host:port`` (or an already bound ``sock``, e.g. one per worker process); TLS with ``ssl``,
+    """Listen on ``host:port`` (or on ``sock``, already listening: ``http.listener``); TLS with ``ssl``,
     HTTP/2 with ``h2`` (``h2protocol.create_h2_factory``) when the TLS context offers it (ALPN)."""
     loop = asyncio.get_running_loop()
     factory: Callable[[], asyncio.Protocol]
@@ -68,4 +67,4 @@ async def start_server(
             factory = lambda: _ByAlpn(h1, h2)  # noqa: E731
     if sock is not None:
         return await loop.create_server(factory, sock=sock, **kwargs)
-    return await loop.create_server(factory, host, port, reuse_port=reuse_port or None, **kwargs)
+    return await loop.create_server(factory, host, port, **kwargs)

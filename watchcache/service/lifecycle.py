@@ -17,6 +17,7 @@ import os
 import random
 import resource
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.metrics import BackfillCollector, CacherCollector
 from watchcache.http.admission import Admission
 from watchcache.http.h2protocol import create_h2_factory
+from watchcache.http.listener import bind_listener
 from watchcache.http.metrics import AdmissionCollector
 from watchcache.http.server import start_server
 from watchcache.http.tls import ServingCert
@@ -100,7 +102,16 @@ def api_context(
     )
 
 
-async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awaitable[Wiring]]) -> None:
+async def serve(
+    name: str,
+    options: RunOptions,
+    wire: Callable[[RunOptions], Awaitable[Wiring]],
+    listener: socket.socket | None = None,
+) -> None:
+    """Run one mode until SIGTERM on ``listener`` (bound by the command before anything started, or
+    inherited from the supervisor; without one, bound here on ``options.host:port``)."""
+    if listener is None:
+        listener = bind_listener(options.host, options.port)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -137,7 +148,7 @@ async def serve(name: str, options: RunOptions, wire: Callable[[RunOptions], Awa
             wiring.handler,
             options.host,
             options.port,
-            reuse_port=shard is not None,
+            sock=listener,
             limits=options.http,
             ssl=cert.context if cert else None,
             admission=admission,
@@ -254,8 +265,13 @@ async def _tick(
             stop.set()
 
 
-def run(name: str, options: RunOptions, wire: Callable[[RunOptions], Awaitable[Wiring]]) -> None:
+def run(
+    name: str,
+    options: RunOptions,
+    wire: Callable[[RunOptions], Awaitable[Wiring]],
+    listener: socket.socket | None = None,
+) -> None:
     """Run one mode until SIGTERM, on uvloop."""
     import uvloop
 
-    uvloop.run(serve(name, options, wire))
+    uvloop.run(serve(name, options, wire, listener))

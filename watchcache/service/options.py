@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from watchcache.argtypes import parse_listen
 from watchcache.auth.gate import AuthOptions
 from watchcache.auth.options import auth_options
 from watchcache.cache.store import CacheConfig
@@ -90,7 +91,7 @@ class RunOptions:
         """The options of ``watchcache sim`` or ``watchcache serve`` (worker of ``workers``) from their flags."""
         host, port = parse_listen(args.listen)
         g = vars(args)
-        key = args.continue_token_key_file.read_bytes().strip() if args.continue_token_key_file else b""
+        key = _continue_key(args.continue_token_key_file)
         shard = None
         if g.get("worker_id") is not None:
             shard = ShardOptions(args.worker_id, workers, args.shard_dir)
@@ -144,6 +145,15 @@ class RunOptions:
         )
 
 
+def _continue_key(path: Path | None) -> bytes:
+    if path is None:
+        return b""
+    try:
+        return path.read_bytes().strip()
+    except OSError as e:
+        raise ValueError(f"--continue-token-key-file {path}: cannot read it: {e.strerror or e}") from None
+
+
 def _backfill(args: argparse.Namespace) -> BackfillLimits:
     g = vars(args)
     if "backfill" not in g:  # watchcache sim: its history is its own
@@ -166,13 +176,6 @@ def _http2(args: argparse.Namespace) -> H2Limits | None:
     if not args.tls_cert_file:
         raise ValueError("--http2 needs --tls-cert-file: HTTP/2 is offered over TLS only (ALPN h2), as kube does")
     return H2Limits(max_concurrent_streams=args.http2_max_streams_per_connection)
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"--listen wants HOST:PORT, got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def effective_cpus() -> int:

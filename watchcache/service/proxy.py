@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable, Sequence
 
 import aiohttp
@@ -189,5 +190,5 @@ def with_printer_columns(ids: Sequence[str]) -> Sequence[str]:
     return ids
 
 
-def run_proxy(options: RunOptions) -> None:
-    run("watchcache serve", options, wire_proxy)
+def run_proxy(options: RunOptions, listener: socket.socket | None = None) -> None:
+    run("watchcache serve", options, wire_proxy, listener)

@@ -6,12 +6,13 @@ so that workers that died together do not come back in lockstep). Workers are fo
 supervisor, which has already imported everything (gunicorn's ``preload_app``): a worker starts,
 or restarts after a crash, without a new interpreter and its imports (0.5–0.7 s of CPU each,
 more than half of a proxy's start-up; docs/lab/performance-notebook.md). The supervisor never runs an event
-loop or a thread, so a fork of it is clean. Workers bind the public
-port themselves with SO_REUSEPORT; the supervisor holds the port reserved (bound, never
-listening, so it takes no connections) so that port 0 resolves once for everyone and a
-restarting worker can always bind again. Workers are told their id, the worker count, the
-shard directory (their unix sockets and ready files) and the continue-token key file, so a
-token minted by one worker is honoured by all.
+loop or a thread, so a fork of it is clean. As gunicorn's arbiter, the supervisor binds and
+listens on the public port itself, without SO_REUSEPORT, before any worker starts, and every
+worker accepts on that one inherited socket (``--listen-fd``): so the kernel refuses the address
+to a second instance, whatever either's worker count, and a restarting worker finds the port
+still open, its connections waiting in the backlog (``watchcache.http.listener`` says why).
+Workers are told their id, the worker count, the shard directory (their unix sockets and ready
+files) and the continue-token key file, so a token minted by one worker is honoured by all.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchcache.backoff import Backoff
+from watchcache.http.listener import bind_listener
 
 log = logging.getLogger("watchcache.shard.supervisor")
 
 # A worker that exits with this code is misconfigured: restarting it would only loop.
 EXIT_CONFIG = 2
 # Flags the supervisor sets per worker; the ones given to ``serve`` are not passed on.
-PER_WORKER_FLAGS = frozenset({"--listen", "--workers", "--continue-token-key-file"})
+PER_WORKER_FLAGS = frozenset({"--listen", "--listen-fd", "--workers", "--continue-token-key-file"})
 
 
 #: The environment variable that tells a worker its supervisor's pid (``service.lifecycle`` exits
@@ -135,16 +137,19 @@ class Supervisor:
         continue_key_file: str | None = None,
         drain_timeout: float = 10.0,
         run_worker: Callable[[list[str]], int] | None = None,
+        listener: socket.socket | None = None,
     ) -> None:
         """``run_worker(argv)``: a worker's ``watchcache ARGV`` in a forked child (its exit code); without
-        it, each worker is a new ``python -m watchcache`` process."""
+        it, each worker is a new ``python -m watchcache`` process. ``listener``: the public socket, already
+        listening (handed down by ``watchcache demo``); without it, ``run`` binds ``host:port``."""
         self.worker_args = without_per_worker_flags(serve_args)
         self.workers = workers
         self.host = host
         self.port = port
         self.drain_timeout = drain_timeout
         self.run_worker = run_worker
-        self._reserve: socket.socket | None = None
+        # The public socket, listening; every worker accepts on it. Bound in ``run`` (or given).
+        self.listener = listener
         self.shard_dir = Path(tempfile.mkdtemp(prefix="watchcache-"))
         if continue_key_file is None:
             key = self.shard_dir / "continue-token-key"
@@ -175,6 +180,7 @@ class Supervisor:
         argv = [
             "serve", *self.worker_args,
             "--listen", f"{self.host}:{self.port}",
+            "--listen-fd", str(self._listener_fd()),
             "--workers", str(self.workers),
             "--worker-id", str(slot.id),
             "--shard-dir", str(self.shard_dir),
@@ -182,7 +188,9 @@ class Supervisor:
         ]  # fmt: skip
         if self.run_worker is None:
             env = {**os.environ, SUPERVISOR_PID: str(os.getpid())}
-            slot.process = subprocess.Popen([sys.executable, "-m", "watchcache", *argv], env=env)
+            slot.process = subprocess.Popen(
+                [sys.executable, "-m", "watchcache", *argv], env=env, pass_fds=(self._listener_fd(),)
+            )
         else:
             slot.process = self._fork(argv)
         slot.started = time.monotonic()
@@ -202,8 +210,8 @@ class Supervisor:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)  # until its event loop installs its own
             die_with(supervisor)
-            if self._reserve is not None:
-                self._reserve.close()
+            if self.listener is not None:
+                self.listener.detach()  # the worker's own socket object (--listen-fd) owns the descriptor now
             random.seed()  # not the supervisor's sequence, nor a sibling's
             code = self.run_worker(argv) if self.run_worker is not None else 1
         except SystemExit as e:
@@ -246,10 +254,16 @@ class Supervisor:
         tmp.write_text(json.dumps({s.id: s.restarts for s in self.slots}))
         tmp.replace(path)
 
+    def _listener_fd(self) -> int:
+        assert self.listener is not None, "run() binds the listener before it starts a worker"
+        return self.listener.fileno()
+
     def _announce_when_ready(self) -> None:
+        """Logs ``ready`` once every worker has synced: when the group's ``/readyz`` answers 200 (each
+        worker's check waits for every worker's ``synced`` mark), not merely when they all listen."""
         if self._announced:
             return
-        if all((self.shard_dir / f"w{s.id}.ready").exists() for s in self.slots):
+        if all((self.shard_dir / f"w{s.id}.synced").exists() for s in self.slots):
             self._announced = True
             scheme = "https" if "--tls-cert-file" in " ".join(self.worker_args) else "http"
             log.info(
@@ -264,18 +278,15 @@ class Supervisor:
     # ------------------------------------------------------------------ main loop
 
     def run(self) -> int:
-        reserve = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            reserve.bind((self.host, self.port))
-        except OSError:
-            # The port is taken (or not ours): nothing started, so nothing may stay behind.
-            reserve.close()
-            self._remove_shard_dir()
-            raise
-        self.port = reserve.getsockname()[1]
-        self._reserve = reserve
+        if self.listener is None:
+            try:
+                self.listener = bind_listener(self.host, self.port)
+            except OSError:
+                # The port is taken (or not ours): nothing started, so nothing may stay behind.
+                self._remove_shard_dir()
+                raise
+        listener = self.listener
+        self.port = listener.getsockname()[1]
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._queue)
         code = 0
@@ -297,7 +308,7 @@ class Supervisor:
                 time.sleep(0.05)
         finally:
             self._stop_all()
-            reserve.close()
+            listener.close()
         log.info("watchcache serve stopped")
         return code
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 from watchcache.auth.gate import AuthOptions, Gate
 from watchcache.auth.requestheader import RequestHeaderAuthenticator, RequestHeaderNames, ca_subjects
@@ -111,11 +112,11 @@ async def wire_embedded(options: RunOptions, sim: SimOptions) -> Wiring:
     return Wiring(ctx, handler, _churn_task(cluster, sim))
 
 
-def run_sim(options: RunOptions, sim: SimOptions) -> None:
+def run_sim(options: RunOptions, sim: SimOptions, listener: socket.socket | None = None) -> None:
     """``watchcache sim``."""
-    run("watchcache sim", options, lambda o: wire_sim(o, sim))
+    run("watchcache sim", options, lambda o: wire_sim(o, sim), listener)
 
 
-def run_embedded(options: RunOptions, sim: SimOptions) -> None:
+def run_embedded(options: RunOptions, sim: SimOptions, listener: socket.socket | None = None) -> None:
     """``watchcache serve --simulated``."""
-    run("watchcache serve", options, lambda o: wire_embedded(o, sim))
+    run("watchcache serve", options, lambda o: wire_embedded(o, sim), listener)
