@@ -2,16 +2,26 @@
 
 What ``make run`` starts: the same topology as production (proxy → apiserver over HTTP),
 with the simulated cluster standing in for the apiserver.
+
+The demo binds both addresses itself, before either part starts, and hands each part its
+socket (``--listen-fd``). So a busy address fails the demo at once with the kernel's answer, and
+the demo's readiness polls can only ever reach its own parts: before, a ``--sim-listen`` already
+taken by another simulator was polled ready, and the demo said "watchcache is ready" in front of
+someone else's cluster. The demo exits non-zero when either part fails, at start or later.
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
+
+from watchcache.argtypes import parse_listen
+from watchcache.http.listener import bind_listener
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
@@ -29,23 +39,30 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> bool
     return False
 
 
+def _address(sock: socket.socket, host: str) -> str:
+    """``host:port`` of a bound socket (port 0 resolved)."""
+    port = sock.getsockname()[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _start(argv: list[str], sock: socket.socket) -> subprocess.Popen[bytes]:
+    """A part, serving on ``sock`` (the demo's copy is closed: the part owns the address now)."""
+    fd = sock.fileno()
+    proc = subprocess.Popen([sys.executable, "-m", "watchcache", *argv, "--listen-fd", str(fd)], pass_fds=(fd,))
+    sock.close()
+    return proc
+
+
 def run_demo(args: argparse.Namespace) -> int:
-    exe = [sys.executable, "-m", "watchcache"]
-    sim = subprocess.Popen(
-        [
-            *exe,
-            "sim",
-            "--listen",
-            args.sim_listen,
-            "--objects",
-            str(args.objects),
-            "--namespaces",
-            str(args.namespaces),
-            "--churn",
-            str(args.churn),
-        ]
-    )
-    procs = [sim]
+    sim_host, sim_port = parse_listen(args.sim_listen)
+    proxy_host, proxy_port = parse_listen(args.listen)
+    sim_sock = bind_listener(sim_host, sim_port)
+    try:
+        proxy_sock = bind_listener(proxy_host, proxy_port)
+    except OSError:
+        sim_sock.close()
+        raise
+    sim_address, proxy_address = _address(sim_sock, sim_host), _address(proxy_sock, proxy_host)
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -54,30 +71,47 @@ def run_demo(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    parts: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        if not _wait_ready(f"http://{args.sim_listen}", sim, 120.0):
-            print("watchcache demo: the simulated cluster did not start", file=sys.stderr)
+        sim_args = ["--objects", str(args.objects), "--namespaces", str(args.namespaces), "--churn", str(args.churn)]
+        parts["the simulated cluster"] = sim = _start(["sim", "--listen", sim_address, *sim_args], sim_sock)
+        if not _wait_ready(f"http://{sim_address}", sim, 120.0):
+            print(f"watchcache demo: the simulated cluster did not start (exit {sim.poll()})", file=sys.stderr)
             return 1
-        proxy = subprocess.Popen([*exe, "serve", "--listen", args.listen, "--upstream", f"http://{args.sim_listen}"])
-        procs.append(proxy)
-        if not _wait_ready(f"http://{args.listen}", proxy, 120.0):
-            print("watchcache demo: the proxy did not become ready", file=sys.stderr)
+        serve = ["serve", "--listen", proxy_address, "--upstream", f"http://{sim_address}"]
+        parts["the proxy"] = proxy = _start(serve, proxy_sock)
+        if not _wait_ready(f"http://{proxy_address}", proxy, 120.0):
+            print(f"watchcache demo: the proxy did not become ready (exit {proxy.poll()})", file=sys.stderr)
             return 1
         print(
-            f"\nwatchcache is ready at http://{args.listen} (simulated cluster at http://{args.sim_listen})\n"
-            f"try:  kubectl --server http://{args.listen} get pods -A --chunk-size=50\n"
-            f"      kubectl --server http://{args.listen} get configmaps -n ns-1 -w\n",
+            f"\nwatchcache is ready at http://{proxy_address} (simulated cluster at http://{sim_address})\n"
+            f"try:  kubectl --server http://{proxy_address} get pods -A --chunk-size=50\n"
+            f"      kubectl --server http://{proxy_address} get configmaps -n ns-1 -w\n",
             flush=True,
         )
-        while not stopping and all(p.poll() is None for p in procs):
+        while not stopping:
+            for name, part in parts.items():
+                if part.poll() is not None:
+                    print(f"watchcache demo: {name} exited (exit {part.returncode})", file=sys.stderr)
+                    return 1
             time.sleep(0.2)
-        return 0
+        codes = _stop(parts)
+        return 0 if all(code == 0 for code in codes) else 1
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        sim_sock.close()
+        proxy_sock.close()
+        _stop(parts)
+
+
+def _stop(parts: dict[str, subprocess.Popen[bytes]]) -> list[int]:
+    """SIGTERM to the parts still running (the proxy first), then their exit codes."""
+    for p in reversed(parts.values()):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in parts.values():
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return [p.returncode for p in parts.values()]

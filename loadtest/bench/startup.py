@@ -6,10 +6,11 @@
 
 * ``supervisor up``: the supervisor's first log line (interpreter, imports, flags parsed);
 * ``workers up``: the last worker's first log line (its interpreter and imports, or a fork);
-* ``listening``: the last worker's ``ready: listening`` (its port open; reads get 429 until synced);
+* ``listening``: the last worker's ``worker i of W owns ...`` (its server starting on the port the
+  supervisor opened before any worker started; reads get 429 until synced);
 * ``discovered``: the last worker's ``caching ...`` (upstream discovery done);
 * ``synced``: the last ``synced <resource>`` (every reflector's initial LIST);
-* ``group ready``: the supervisor's ``watchcache serve ready`` (every worker listening);
+* ``group ready``: the supervisor's ``watchcache serve ready`` (every worker synced);
 * ``/readyz 200``: polled every 5 ms (every worker's caches synced: what a readiness probe sees);
 * ``client watching``: an informer's first LIST (``resourceVersion=0``) of pods and its WATCH
   answered 200, started at ``/readyz 200``: served by whichever worker the connection lands on.
@@ -63,7 +64,7 @@ def phases(log: str, t0: float, workers: int) -> dict[str, float]:
         if m:
             first.setdefault(m.group(1), rel)
         for phase, pattern in (
-            ("listening", r"worker \d+ ready: listening"),
+            ("listening", r"worker \d+ of \d+ owns "),
             ("discovered", r" watchcache: caching "),
             ("synced", r" synced \S+: "),
         ):

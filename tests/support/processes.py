@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-READY = re.compile(r"ready: listening on (https?://[\d.]+:\d+)")
+# "ready: listening on URL", or "serving, not ready: REASON; listening on URL" (service/readiness.py).
+READY = re.compile(r"listening on (https?://[\d.]+:\d+)")
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Proc:
 
 
 def start(*args: str, timeout: float = 30.0, nofile: tuple[int, int] | None = None) -> Proc:
-    """Start ``watchcache ARGS --listen 127.0.0.1:0`` and wait for its ready line.
+    """Start ``watchcache ARGS --listen 127.0.0.1:0`` and wait for its ready (or serving, not ready) line.
 
     ``nofile``: the (soft, hard) open-files limit it starts with."""
     cmd = [sys.executable, "-m", "watchcache", *args, "--listen", "127.0.0.1:0"]

@@ -3,8 +3,10 @@
 Each mode's wiring (``service.proxy``, ``sim.wiring``) builds a ``Wiring``: the handler
 context and the tasks that feed it. This module turns it into a process: metrics, TLS,
 the listening socket, a once-a-second tick, and the shutdown. Both log one line
-containing ``ready`` once they accept requests, and stop cleanly on SIGTERM/SIGINT: stop
-listening, end every watch (flushing what is pending, after a last bookmark), exit 0.
+containing ``ready: listening on URL`` once ``/readyz`` answers 200, or ``serving, not ready:
+REASON; listening on URL`` until then (``service.readiness``), and stop cleanly on
+SIGTERM/SIGINT: stop listening, end every watch (flushing what is pending, after a last
+bookmark), exit 0.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from watchcache.server.context import ApiContext, Upstream
 from watchcache.server.metrics import HandlerCollector, Metrics
 from watchcache.service.openfiles import fit_connections
 from watchcache.service.options import RunOptions, ShardOptions
+from watchcache.service.readiness import ReadinessLog
 from watchcache.shard.follower import Follower
 from watchcache.shard.metrics import FollowerCollector, RestartsCollector
 from watchcache.shard.supervisor import SUPERVISOR_PID
@@ -76,8 +79,8 @@ class Wiring:
     following: Callable[[], Iterable[Follower]] = tuple
     # Given this process's own exposition, the /metrics route (a worker's gathers every worker's).
     metrics_route: Callable[[Callable[[], bytes]], MetricsRoute] | None = None
-    # Called once the port is open.
-    on_ready: list[Callable[[], object]] = field(default_factory=list)
+    # Called once the port is open (ready or not: service.readiness logs when /readyz turns 200).
+    on_listening: list[Callable[[], object]] = field(default_factory=list)
     # Trusted by the TLS listener besides --client-ca-file: the sim's request-header CA.
     requestheader_ca_file: str | None = None
     # More metric collectors of this mode's components (e.g. the tunnels').
@@ -112,6 +115,8 @@ async def serve(
     inherited from the supervisor; without one, bound here on ``options.host:port``)."""
     if listener is None:
         listener = bind_listener(options.host, options.port)
+    # Port 0 is resolved: what the log and the wiring say is the port clients use.
+    options = dataclasses.replace(options, port=listener.getsockname()[1])
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -165,19 +170,20 @@ async def serve(
         raise
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     who = name if shard is None else f"{name} worker {shard.worker_id}"
-    log.info(
-        "%s ready: listening on %s://%s:%d (%d resources, %d objects cached, %.2fs)",
-        who,
-        "https" if cert else "http",
-        options.host,
-        port,
-        len(cachers),
-        sum(len(c.cache) for c in cachers.values()),
-        time.monotonic() - started,
-    )
-    for ready in wiring.on_ready:
-        ready()
-    tasks = [*wiring.tasks, asyncio.ensure_future(_tick(cachers, wiring.housekeeping, stop))]
+    host = f"[{options.host}]" if ":" in options.host else options.host
+
+    def details() -> str:
+        objects = sum(len(c.cache) for c in list(cachers.values()))
+        return f"({len(cachers)} resources, {objects} objects cached, {time.monotonic() - started:.2f}s)"
+
+    readiness = ReadinessLog(who, f"{'https' if cert else 'http'}://{host}:{port}", wiring.handler, details)
+    for listening in wiring.on_listening:
+        listening()
+    tasks = [
+        *wiring.tasks,
+        asyncio.ensure_future(_tick(cachers, wiring.housekeeping, stop)),
+        asyncio.ensure_future(_log_readiness(readiness)),
+    ]
     await stop.wait()
     log.info("%s shutting down", who)
     wiring.handler.shutting_down = True  # a request still arriving gets 429 + Retry-After, not a half-stopped process
@@ -263,6 +269,13 @@ async def _tick(
         if os.getppid() != parent:  # the supervisor died: do not outlive it
             log.warning("parent process exited; shutting down")
             stop.set()
+
+
+async def _log_readiness(readiness: ReadinessLog) -> None:
+    """``ready`` (or why not) in the log as soon as ``/readyz`` would say it; then each change, once."""
+    while True:
+        readiness.check()
+        await asyncio.sleep(1.0 if readiness.said_ready else 0.05)
 
 
 def run(

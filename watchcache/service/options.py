@@ -124,7 +124,7 @@ class RunOptions:
                 max_connection_buffer_bytes=args.max_connection_buffer_bytes,
                 max_request_buffer_bytes=args.max_request_buffer_bytes,
             ),
-            tls=TlsOptions.from_files(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file),
+            tls=_tls(args),
             http2=_http2(args),
             cache=CacheConfig(history_max_events=args.history_max_events, history_max_age=args.history_max_age),
             resources=tuple(r.strip() for r in g.get("resources", "").split(",") if r.strip()),
@@ -168,6 +168,14 @@ def _backfill(args: argparse.Namespace) -> BackfillLimits:
     )
     limits.check()
     return limits
+
+
+def _tls(args: argparse.Namespace) -> TlsOptions | None:
+    """The serving certificate, loaded once now: a file that cannot be read stops the start, not every handshake."""
+    tls = TlsOptions.from_files(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file)
+    if tls is not None:
+        tls.check()
+    return tls
 
 
 def _http2(args: argparse.Namespace) -> H2Limits | None:

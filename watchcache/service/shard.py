@@ -85,13 +85,13 @@ async def wire_shard(wiring: Wiring, options: RunOptions, shard: ShardOptions) -
 
     announcing: list[asyncio.Future[None]] = []
 
-    def on_ready() -> None:
+    def on_listening() -> None:
         shard.marker(shard.worker_id, "ready").write_text(str(os.getpid()))
         announcing.append(asyncio.ensure_future(announce_synced()))
 
     wiring.housekeeping.append(mark_synced)
     wiring.handler.readiness_checks.append(workers_synced)
-    wiring.on_ready.append(on_ready)
+    wiring.on_listening.append(on_listening)
 
     async def stop_shard() -> None:
         followers.stop()
