@@ -55,9 +55,7 @@ SECOND = {
 
 
 @pytest.mark.parametrize("second", list(SECOND), ids=list(SECOND))
-def test_a_second_instance_on_a_held_port_fails_and_the_first_serves_every_request(
-    first: Stack, second: str
-) -> None:
+def test_a_second_instance_on_a_held_port_fails_and_the_first_serves_every_request(first: Stack, second: str) -> None:
     address = first.proxy.host_port
     argv = [a.format(sim=first.sim.url) for a in SECOND[second]] + ["--listen", address]
     workers = first_pids(first)
