@@ -25,6 +25,7 @@ from watchcache.service.proxy import run_proxy
 from watchcache.shard.supervisor import Supervisor
 from watchcache.sim.options import SimOptions
 from watchcache.upstream.config import UpstreamConfigError
+from watchcache.upstream.discovery import ResourceResolutionError, parse_resource_id
 from watchcache.upstream.identity_options import add_identity_flags
 from watchcache.upstream.kubeconfig import upstream_from_args
 from watchcache.upstream.reflector import ReflectorConfig
@@ -171,6 +172,17 @@ def _sim_flags(p: Group, prefix: str = "") -> None:
                    "cluster survives restarts (default: in memory only)")
 
 
+def _resource_ids(text: str) -> str:
+    """``--resources``: each id parses (RESOURCE, VERSION/RESOURCE, GROUP/VERSION/RESOURCE); whether the
+    upstream serves it is for discovery to say."""
+    for resource_id in filter(None, (i.strip() for i in text.split(","))):
+        try:
+            parse_resource_id(resource_id)
+        except ResourceResolutionError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _upstream_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("upstream: the apiserver to cache (default: found as kubectl finds it)")
     g.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (exec plugins, proxy-url, certificates, "
@@ -189,9 +201,9 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
                    "certificate (never in production)")
     g.add_argument("--simulated", action="store_true", help="no apiserver: cache an embedded SIMULATED cluster "
                    "(demos and tests; shaped by the --sim-* flags; `watchcache demo` runs it as two processes)")
-    g.add_argument("--resources", default="", help="comma-separated resources to cache, e.g. pods,configmaps,"
-                   "apps/v1/deployments (default: pods, nodes, namespaces, services, configmaps, serviceaccounts, "
-                   "endpoints, apps workloads, endpointslices; --simulated: all it has)")
+    g.add_argument("--resources", type=_resource_ids, default="", help="comma-separated resources to cache, e.g. "
+                   "pods,configmaps,apps/v1/deployments (default: pods, nodes, namespaces, services, configmaps, "
+                   "serviceaccounts, endpoints, apps workloads, endpointslices; --simulated: all it has)")
     g.add_argument("--worker-id", type=_AT_LEAST_0, help=argparse.SUPPRESS)
     g.add_argument("--shard-dir", help=argparse.SUPPRESS)
 

@@ -23,6 +23,8 @@ class SimOptions:
     requestheader_allowed_names: tuple[str, ...] = ()
     # With a policy: requests without credentials are anonymous (else 401), as kube's --anonymous-auth.
     anonymous: bool = True
+    # The flags' prefix: "" for ``watchcache sim``, "sim-" for ``serve --simulated`` (its messages name them).
+    flag_prefix: str = ""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, prefix: str = "") -> SimOptions:
@@ -38,6 +40,7 @@ class SimOptions:
             policy_file=g[f"{prefix}policy_file"],
             anonymous=g.get("anonymous_auth", True) if args.command == "sim" else True,
             requestheader_ca_file=g.get("requestheader_client_ca_file"),
+            flag_prefix=prefix.replace("_", "-"),
             requestheader_allowed_names=tuple(
                 n.strip() for n in g.get("requestheader_allowed_names", "").split(",") if n.strip()
             ),

@@ -36,7 +36,10 @@ SIMULATED_READY_LINE = "[+]upstream ok: SIMULATED cluster in this process (serve
 
 
 def _sim_cluster(options: RunOptions, sim: SimOptions) -> SimCluster:
-    cluster = SimCluster(ResourceRegistry(), options.cache, state_file=sim.state_file)
+    try:
+        cluster = SimCluster(ResourceRegistry(), options.cache, state_file=sim.state_file)
+    except OSError as e:
+        raise ValueError(f"--{sim.flag_prefix}state-file {sim.state_file}: {e.strerror or e}") from None
     if not cluster.restored:  # a restart from the journal already has its objects
         populate(cluster, objects=sim.objects, namespaces=sim.namespaces, nodes=sim.nodes, seed=sim.seed)
     return cluster
@@ -91,7 +94,11 @@ async def wire_sim(options: RunOptions, sim: SimOptions) -> Wiring:
 async def wire_embedded(options: RunOptions, sim: SimOptions) -> Wiring:
     """The proxy fed in-process by an embedded simulated cluster (see ``sim.embedded``)."""
     cluster = _sim_cluster(options, sim)
-    registry = cluster.registry.select(list(options.resources)) if options.resources else cluster.registry
+    try:
+        registry = cluster.registry.select(list(options.resources)) if options.resources else cluster.registry
+    except KeyError as e:
+        known = ", ".join(t.path_id() for t in cluster.registry.types)
+        raise ValueError(f"--resources: the simulated cluster does not serve {e.args[0]} (it serves {known})") from None
     cachers = {t: Cacher(t, options.cache) for t in registry.types}
     upstream = EmbeddedUpstream(cluster, cachers)
     ctx = api_context(options, registry, cachers, upstream)
