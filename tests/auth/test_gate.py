@@ -201,9 +201,12 @@ def test_flags_build_the_options() -> None:
     assert empty is not None and empty.always_allow_groups == ()
 
 
-def test_negative_ttls_are_refused() -> None:
-    with pytest.raises(ValueError, match="--authorization-webhook-cache-authorized-ttl"):
-        auth_options(parse("--authentication=delegated", "--authorization-webhook-cache-authorized-ttl=-1"))
+def test_negative_ttls_are_refused_when_parsed(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse("--authentication=delegated", "--authorization-webhook-cache-authorized-ttl=-1")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --authorization-webhook-cache-authorized-ttl: must be at least 0, got -1" in err
 
 
 # ------------------------------------------------------------------ the intended wiring, on the real read path
