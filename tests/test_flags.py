@@ -132,10 +132,15 @@ def test_the_edges_of_each_range_are_accepted(command: str, flag: str, value: st
          "watchcache serve: error: argument --resources: cannot parse resource 'a/b/c/d'"),
         (["serve", "--simulated", "--listen", "127.0.0.1:0", "--resources", "pods,bogus"],
          "watchcache: --resources: the simulated cluster does not serve bogus (it serves "),
+        (["serve", "--upstream", "https://127.0.0.1:1", "--workers", "2", "--certificate-authority", "/absent/ca.crt"],
+         "watchcache: the upstream's certificate-authority /absent/ca.crt: No such file or directory"),
+        (["serve", "--upstream", "https://127.0.0.1:1", "--workers", "2", "--proxy-client-cert-file", "/absent/p.crt",
+          "--proxy-client-key-file", "/absent/p.key"],
+         "watchcache: --proxy-client-cert-file /absent/p.crt, --proxy-client-key-file /absent/p.key: No such file"),
     ],
     ids=["listen-2-workers", "listen-simulated", "history-max-events-2-workers", "fresh-wait", "max-limit",
          "sim-objects", "sim-churn", "sim-namespaces", "demo-sim-listen", "resources-unparsable",
-         "resources-simulated-unknown"],
+         "resources-simulated-unknown", "upstream-ca-2-workers", "front-proxy-cert-2-workers"],
 )  # fmt: skip
 def test_the_issues_cases_exit_2_with_one_line_before_anything_starts(argv: list[str], message: str) -> None:
     """The cases of issue 34, as a user runs them: no traceback, nothing started, said once."""

@@ -366,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         if sim_flags and not args.simulated:
             raise ValueError(f"{', '.join(sim_flags)} shape the simulated cluster: add --simulated to run one")
         upstream = upstream_from_args(args)
+        if upstream is not None:
+            upstream.check()
         workers = worker_count(args.workers, upstream is not None)
         # Every check of the options, before a worker starts: a mistake is said once, by the supervisor.
         options = RunOptions.from_args(args, upstream, workers)

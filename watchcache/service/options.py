@@ -25,7 +25,7 @@ from watchcache.server.tunnel import TunnelLimits
 from watchcache.shard.ownership import owner_of
 from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.identity import IdentityOptions
-from watchcache.upstream.identity_options import identity_options
+from watchcache.upstream.identity_options import check_identity_files, identity_options
 from watchcache.upstream.reflector import ReflectorConfig
 
 
@@ -139,7 +139,7 @@ class RunOptions:
             auth=auth_options(args, upstream_is_tls=getattr(upstream, "is_tls", False))
             if "authentication" in g
             else None,
-            identity=identity_options(args) if "client_cert_passthrough" in g else None,
+            identity=_identity(args) if "client_cert_passthrough" in g else None,
             shard=shard,
             backfill=_backfill(args),
         )
@@ -168,6 +168,12 @@ def _backfill(args: argparse.Namespace) -> BackfillLimits:
     )
     limits.check()
     return limits
+
+
+def _identity(args: argparse.Namespace) -> IdentityOptions:
+    identity = identity_options(args)
+    check_identity_files(identity)
+    return identity
 
 
 def _tls(args: argparse.Namespace) -> TlsOptions | None:

@@ -127,6 +127,27 @@ class UpstreamConfig:
                 load_cert_chain_data(ctx, self.client_cert_data, self.client_key_data)
         return ctx
 
+    def check(self) -> None:
+        """Read the TLS files now, once, before anything starts: one that cannot be read stops the start with
+        its name (before, every worker failed with a bare ``[Errno 2]``)."""
+        if not self.is_tls:
+            return
+        for field_name, path in (
+            ("certificate-authority", self.ca_file),
+            ("client-certificate", self.client_cert),
+            ("client-key", self.client_key),
+        ):
+            if path:
+                try:
+                    Path(path).read_bytes()
+                except OSError as e:
+                    raise UpstreamConfigError(f"the upstream's {field_name} {path}: {e.strerror or e}") from None
+        try:
+            self.ssl_context()
+        except (OSError, ssl.SSLError) as e:
+            files = ", ".join(p for p in (self.ca_file, self.client_cert, self.client_key) if p) or "kubeconfig data"
+            raise UpstreamConfigError(f"the upstream's TLS files ({files}) cannot be loaded: {e}") from None
+
     def describe(self) -> str:
         """For logs: where and how, never the secret."""
         if self.exec is not None:
@@ -202,19 +223,28 @@ class ClientCertificate:
         self.key_file = key_file
         self._stamp = self._mtimes()
         context.load_cert_chain(cert_file, key_file)
+        # The failed reload last warned about: (the files' mtimes, the error).
+        self._failure: tuple[tuple[float, float] | None, str] | None = None
 
     def _mtimes(self) -> tuple[float, float]:
         return os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime
 
     def reload_if_changed(self) -> bool:
+        """Load the pair again if a file changed; one that cannot be loaded keeps the previous one, warned
+        about once per distinct failure (not at every tick)."""
+        stamp = None
         try:
             stamp = self._mtimes()
             if stamp == self._stamp:
+                self._failure = None
                 return False
             self.context.load_cert_chain(self.cert_file, self.key_file)
         except (OSError, ssl.SSLError) as e:
-            log.warning("keeping the previous front-proxy client certificate: %s", e)
+            if (stamp, str(e)) != self._failure:
+                self._failure = (stamp, str(e))
+                log.warning("keeping the previous front-proxy client certificate: %s", e)
             return False
+        self._failure = None
         self._stamp = stamp
         log.info("front-proxy client certificate reloaded from %s", self.cert_file)
         return True

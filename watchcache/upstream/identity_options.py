@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import ssl
 
 from watchcache.auth.requestheader import RequestHeaderNames
+from watchcache.upstream.config import ClientCertificate
 from watchcache.upstream.identity import MODES, IdentityOptions
 
 _NAMES = RequestHeaderNames()
@@ -71,3 +73,15 @@ def identity_options(args: argparse.Namespace) -> IdentityOptions:
             split(args.requestheader_extra_headers_prefix),
         ),
     )
+
+
+def check_identity_files(options: IdentityOptions) -> None:
+    """Load the front-proxy certificate once, before anything starts: a pair that cannot be loaded stops the
+    start naming its flags (before, every worker failed with a bare ``[Errno 2]``)."""
+    cert, key = options.proxy_client_cert_file, options.proxy_client_key_file
+    if cert and key:
+        try:
+            ClientCertificate(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), cert, key)
+        except (OSError, ssl.SSLError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise ValueError(f"--proxy-client-cert-file {cert}, --proxy-client-key-file {key}: {why}") from None
