@@ -254,3 +254,21 @@ def test_a_read_joins_only_a_proof_that_started_after_it_arrived() -> None:
             assert api.requests["metadata"] == 2
 
     run(go())
+
+
+def test_scope_proofs_are_bounded_per_namespace_and_their_counts_never_go_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from watchcache.upstream import consistency
+
+    monkeypatch.setattr(consistency, "_MAX_SCOPES", 4)
+
+    async def go() -> None:
+        async with fake_api() as (api, client):
+            api.rv = 900
+            cacher = cached_pods({}, 50)
+            reads = ConsistentReads(client, fresh_wait=2.0)
+            for i in range(10):  # ten namespaces named by clients: at most four flights kept
+                assert await reads.prove_scope(cacher, f"ns-{i}", 2.0) is Reached.PROGRESS
+                assert len(reads._scopes) <= 4
+                assert dict(((r.resource, o), n) for r, o, n in reads.scope_fetches()) == {(PODS.resource, "ok"): i + 1}
+
+    run(go())

@@ -65,9 +65,16 @@ class _SingleFlight(Generic[T]):
     """
 
     def __init__(
-        self, fetch: Callable[[], Awaitable[T]], backoff: Backoff | None = None, *, coalesce: float = 0.0
+        self,
+        fetch: Callable[[], Awaitable[T]],
+        backoff: Backoff | None = None,
+        *,
+        coalesce: float = 0.0,
+        counted: Callable[[str], None] | None = None,
     ) -> None:
         self._fetch = fetch
+        # Also told each fetch's outcome: totals that outlive this flight (a metric must not go back).
+        self._counted = counted
         self._backoff = backoff or Backoff(0.2, 5.0)
         self._coalesce = coalesce
         self._current: asyncio.Future[T] | None = None
@@ -105,11 +112,15 @@ class _SingleFlight(Generic[T]):
         except _FETCH_ERRORS as e:
             failed = True
             self.fetches["failed"] += 1
+            if self._counted is not None:
+                self._counted("failed")
             self._error = f"{type(e).__name__}: {e}"
             self._retry_at = time.monotonic() + self._backoff.next()
             raise NoTarget(self._error) from None
         else:
             self.fetches["ok"] += 1
+            if self._counted is not None:
+                self._counted("ok")
             self._backoff.reset()
             return rv
         finally:
@@ -165,6 +176,8 @@ class ConsistentReads:
         self._targets: dict[ResourceType, _SingleFlight[int]] = {}
         # Per (cacher, namespace or None): the scope proofs of consistent LISTs and watches.
         self._scopes: dict[tuple[Cacher, str | None], _SingleFlight[Reached]] = {}
+        # Scope proofs' LISTs by (resource, outcome): watchcache_consistency_scope_lists_total.
+        self.scope_outcomes: collections.Counter[tuple[ResourceType, str]] = collections.Counter()
         self._probers: dict[Cacher, Prober] = {}
         self._advancing: dict[ResourceType, asyncio.Task[object]] = {}
         # Probes ended, by (resource, outcome): watchcache_consistency_probes_total.
@@ -214,11 +227,7 @@ class ConsistentReads:
                 yield resource, outcome, count
 
     def scope_fetches(self) -> Iterator[tuple[ResourceType, str, int]]:
-        totals: collections.Counter[tuple[ResourceType, str]] = collections.Counter()
-        for (cacher, _), flight in list(self._scopes.items()):
-            for outcome, count in flight.fetches.items():
-                totals[(cacher.resource, outcome)] += count
-        for (resource, outcome), count in totals.items():
+        for (resource, outcome), count in list(self.scope_outcomes.items()):
             yield resource, outcome, count
 
     def _scope(self, cacher: Cacher, namespace: str | None) -> _SingleFlight[Reached]:
@@ -226,13 +235,18 @@ class ConsistentReads:
         flight = self._scopes.get(key)
         if flight is None:
             if len(self._scopes) >= _MAX_SCOPES:
-                # Bounded whatever namespaces clients name: idle flights go (their counts with them).
+                # Bounded whatever namespaces clients name: idle flights go (their counts are kept apart).
                 for idle in [k for k, f in self._scopes.items() if f.idle]:
                     del self._scopes[idle]
             flight = self._scopes[key] = _SingleFlight(
-                functools.partial(self._prove_scope, cacher, namespace), coalesce=SCOPE_COALESCE
+                functools.partial(self._prove_scope, cacher, namespace),
+                coalesce=SCOPE_COALESCE,
+                counted=functools.partial(self._count_scope, cacher.resource),
             )
         return flight
+
+    def _count_scope(self, resource: ResourceType, outcome: str) -> None:
+        self.scope_outcomes[(resource, outcome)] += 1
 
     async def _prove_scope(self, cacher: Cacher, namespace: str | None) -> Reached:
         """One proof of a scope (``cache/scopestate.py``), shared by every read that joined it.
