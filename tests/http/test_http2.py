@@ -248,7 +248,8 @@ async def test_request_bytes_over_the_process_buffer_get_429(cert: Pair) -> None
 
 @arun
 async def test_every_stream_takes_an_inflight_slot_as_an_http1_request(cert: Pair) -> None:
-    h = Harness(max_requests_inflight=1)
+    # No room to wait without a seat: the held pass-through keeps its seat (server/seats.py).
+    h = Harness(max_requests_inflight=1, max_requests_waiting=0)
     h.upstream.hold = asyncio.Event()
     async with h2_server(cert, h.handler) as srv:
         c = await srv.client()
