@@ -28,9 +28,17 @@ JSON = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 
-def json_list_meta(rv: int, continue_token: str | None, remaining: int | None, *, unstructured: bool = False) -> bytes:
+def json_list_meta(
+    rv: int,
+    continue_token: str | None,
+    remaining: int | None,
+    *,
+    unstructured: bool = False,
+    shard_info: str | None = None,
+) -> bytes:
     """ListMeta; ``unstructured`` (a custom resource's list, as kube writes it): ``"continue": ""`` on
-    the last page, which typed lists omit."""
+    the last page, which typed lists omit. ``shard_info``: the shardSelector a typed list was
+    filtered by (``{"selector": ...}`` after remainingItemCount, in ListMeta's field order)."""
     meta = b'{"resourceVersion":"' + str(rv).encode() + b'"'
     if continue_token is not None:
         meta += b',"continue":"' + continue_token.encode() + b'"'
@@ -38,6 +46,8 @@ def json_list_meta(rv: int, continue_token: str | None, remaining: int | None, *
             meta += b',"remainingItemCount":' + str(remaining).encode()
     elif unstructured:
         meta += b',"continue":""'
+    if shard_info is not None:
+        meta += b',"shardInfo":{"selector":' + orjson.dumps(shard_info) + b"}"
     return meta + b"}"
 
 
@@ -89,15 +99,22 @@ class Encoding:
         rv: int,
         continue_token: str | None,
         remaining: int | None,
+        *,
+        shard_info: str | None = None,
     ) -> list[bytes]:
-        """A LIST body in pieces, each an immutable cached buffer or a small envelope piece."""
+        """A LIST body in pieces, each an immutable cached buffer or a small envelope piece.
+
+        ``shard_info``: the list was filtered by this shardSelector. kube says so on typed lists
+        only: an UnstructuredList (a custom resource's) has no shardInfo to set."""
+        if resource.custom:
+            shard_info = None
         head = (
             b'{"kind":"'
             + resource.list_kind.encode()
             + b'","apiVersion":"'
             + resource.api_version.encode()
             + b'","metadata":'
-            + json_list_meta(rv, continue_token, remaining, unstructured=resource.custom)
+            + json_list_meta(rv, continue_token, remaining, unstructured=resource.custom, shard_info=shard_info)
             + b',"items":['
         )
         parts = [head]
@@ -192,7 +209,10 @@ class MetadataJson(_PartialObjectMetadata):
         rv: int,
         continue_token: str | None,
         remaining: int | None,
+        *,
+        shard_info: str | None = None,
     ) -> list[bytes]:
+        # kube's PartialObjectMetadataList copies resourceVersion, continue and remainingItemCount: no shardInfo.
         parts = [self.list_prefix + json_list_meta(rv, continue_token, remaining) + b',"items":[']
         head = self.item_head
         between = b"}," + head
@@ -245,7 +265,10 @@ class MetadataProtobuf(_PartialObjectMetadata):
         rv: int,
         continue_token: str | None,
         remaining: int | None,
+        *,
+        shard_info: str | None = None,
     ) -> list[bytes]:
+        # No shardInfo, as in JSON (kube copies three ListMeta fields to PartialObjectMetadataList).
         lm = wire.list_meta(str(rv), continue_token or "", remaining if continue_token is not None else None)
         body: list[bytes] = [wire.delimited(1, len(lm)), lm]
         for obj in items:

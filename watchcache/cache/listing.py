@@ -52,13 +52,16 @@ def list_page(
     limit: int = 0,
     start: str | None = None,
     indexed: str | None = None,
+    count_rest: bool = False,
 ) -> ListPage:
     """Up to ``limit`` matching objects from ``start`` (relative to the scope) in key order.
 
     As kube's cacher: the page is complete after ``limit`` matches, and it has more
     iff any key (matching or not) follows the last returned one. ``indexed``: the value the
     predicate pins the snapshot's index field to (``SelectionPredicate.exact_field``): only
-    the objects the index holds for it are examined.
+    the objects the index holds for it are examined. ``count_rest``: report ``remaining`` despite
+    the predicate, as kube's cacher does for a list only a shardSelector filters: the objects in
+    scope from ``start`` minus ``limit`` (not the matches after the page, which kube does not count).
     """
     lo = scope.lo + start if start else scope.lo
     items: list[CachedObject] = []
@@ -79,7 +82,12 @@ def list_page(
     next_lo = last_key + "\x00"
     if next(snapshot.iter_range(next_lo, scope.hi), None) is None:
         return ListPage(items, snapshot.rv, None, None, scanned)
-    remaining = snapshot.count_range(next_lo, scope.hi) if predicate is None else None
+    if predicate is None:
+        remaining: int | None = snapshot.count_range(next_lo, scope.hi)
+    elif count_rest and indexed is None:
+        remaining = snapshot.count_range(lo, scope.hi) - limit
+    else:
+        remaining = None
     return ListPage(items, snapshot.rv, next_lo[len(scope.lo) :], remaining, scanned)
 
 

@@ -25,7 +25,20 @@ class CachedObject:
     buffers, never joined.
     """
 
-    __slots__ = ("body", "fields", "key", "labels", "meta_json", "meta_pb", "name", "namespace", "rv", "table_row")
+    __slots__ = (
+        "body",
+        "fields",
+        "key",
+        "labels",
+        "meta_json",
+        "meta_pb",
+        "name",
+        "namespace",
+        "rv",
+        "table_row",
+        "uid",
+        "uid_hash",
+    )
 
     def __init__(
         self,
@@ -50,6 +63,10 @@ class CachedObject:
         self.meta_pb: bytes | None = None
         # Derived on first use by printers/row.py: (printer, its row of this object) for Tables.
         self.table_row: tuple[object, Any] | None = None
+        # metadata.uid when the encoder read it (None: not known yet, read from ``body`` on first
+        # use), and its FNV-1a hash once a shardSelector needed it (cache/shardhash.py).
+        self.uid: str | None = None
+        self.uid_hash: int | None = None
 
     def __repr__(self) -> str:
         return f"CachedObject({self.key!r}, rv={self.rv})"
@@ -67,7 +84,9 @@ class CachedObject:
         """The same object stamped with another resourceVersion (a selector-leave DELETED)."""
         obj = self.decode()
         obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
-        return CachedObject(self.key, self.namespace, self.name, rv, self.labels, self.fields, _encode_body(obj))
+        out = CachedObject(self.key, self.namespace, self.name, rv, self.labels, self.fields, _encode_body(obj))
+        out.uid, out.uid_hash = self.uid, self.uid_hash
+        return out
 
 
 def object_key(namespace: str, name: str) -> str:
@@ -110,7 +129,10 @@ def encode_object(resource: ResourceType, obj: dict[str, Any], body: bytes | Non
     fields = resource.extract_fields(obj)
     if body is None:
         body = _encode_body(obj)
-    return CachedObject(object_key(namespace, name), namespace, name, rv, labels, fields, body)
+    cached = CachedObject(object_key(namespace, name), namespace, name, rv, labels, fields, body)
+    uid = meta.get("uid")
+    cached.uid = uid if isinstance(uid, str) else ""
+    return cached
 
 
 _EVENT_HEADS = {t: b'{"type":"' + t.encode() + b'","object":' for t in ("ADDED", "MODIFIED", "DELETED")}

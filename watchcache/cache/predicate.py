@@ -1,4 +1,4 @@
-"""SelectionPredicate: namespace + label selector + field selector, evaluated on cached attributes.
+"""SelectionPredicate: namespace + label selector + field selector + shard selector, on cached attributes.
 
 The same predicate filters LIST items and decides watch deliveries, so a watch and a
 list with the same parameters always agree on what they select. It reads the attributes
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject
+from watchcache.cache.shardhash import in_shard
 from watchcache.quoting import go_quote
 from watchcache.resources import ResourceType
 from watchcache.selectors import (
@@ -19,6 +20,7 @@ from watchcache.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
+from watchcache.selectors.shards import ShardSelector, parse_shard_selector
 
 _NOT_SUPPORTED = "field label not supported: {}"
 # Built-in kinds whose field selectors kube converts with a function of their own, and how it words
@@ -51,31 +53,49 @@ class UnsupportedField(SelectorError):
 
 
 class SelectionPredicate:
-    __slots__ = ("empty", "fields", "labels", "namespace", "selects_all")
+    __slots__ = ("empty", "fields", "filters", "labels", "namespace", "selects_all", "shard")
 
-    def __init__(self, namespace: str | None, labels: LabelSelector, fields: FieldSelector) -> None:
+    def __init__(
+        self, namespace: str | None, labels: LabelSelector, fields: FieldSelector, shard: ShardSelector | None = None
+    ) -> None:
         self.namespace = namespace or None
         self.labels = labels
         self.fields = fields
-        # "empty" means no selector: kube then reports remainingItemCount.
+        self.shard = shard
+        # "empty" means no label or field selector: kube then reports remainingItemCount, even
+        # for a sharded list (its count of the unfiltered rest: ``SelectionPredicate.Empty``).
         self.empty = labels.empty and fields.empty
+        # Whether an object in the scope may be left out: a selector of any kind.
+        self.filters = not self.empty or shard is not None
         # No namespace and no selector: every object matches (the common informer watch).
-        self.selects_all = self.namespace is None and self.empty
+        self.selects_all = self.namespace is None and not self.filters
 
     @classmethod
     def parse(
-        cls, resource: ResourceType, namespace: str | None, label_selector: str, field_selector: str
+        cls,
+        resource: ResourceType,
+        namespace: str | None,
+        label_selector: str,
+        field_selector: str,
+        shard_selector: str = "",
     ) -> SelectionPredicate:
         """Raises SelectorError (a 400 for the client) on bad syntax, UnsupportedField on a field the
-        resource cannot select."""
+        resource cannot select, ShardSelectorError on a shardSelector kube refuses (a 500, as kube).
+
+        An empty ``shard_selector`` is no selector, as kube treats the parameter's absence."""
         try:
             fields = parse_field_selector(field_selector, resource.selectable_fields)
         except UnsupportedFieldError as e:
             raise UnsupportedField(resource, e.field) from None
-        return cls(namespace if resource.namespaced else None, parse_label_selector(label_selector), fields)
+        labels = parse_label_selector(label_selector)
+        shard = parse_shard_selector(shard_selector) if shard_selector else None
+        return cls(namespace if resource.namespaced else None, labels, fields, shard)
 
     def matches(self, obj: CachedObject) -> bool:
         if self.namespace is not None and obj.namespace != self.namespace:
+            return False
+        # selector_matches, inlined: this runs per event and watcher group on the fan-out path.
+        if self.shard is not None and not in_shard(self.shard, obj):
             return False
         if not self.labels.empty and not self.labels.matches(obj.labels):
             return False
@@ -89,6 +109,8 @@ class SelectionPredicate:
 
     def selector_matches(self, obj: CachedObject) -> bool:
         """Selectors only (the namespace is already implied by the key range)."""
+        if self.shard is not None and not in_shard(self.shard, obj):
+            return False
         if not self.labels.empty and not self.labels.matches(obj.labels):
             return False
         return self.fields.empty or self.fields.matches(obj.fields)

@@ -38,6 +38,8 @@ class ListOptions:
     continue_token: str = ""
     label_selector: str = ""
     field_selector: str = ""
+    # KEP-5866's shardSelector, as sent ("" when absent or empty: no selector, as kube).
+    shard_selector: str = ""
     watch: bool = False
     allow_watch_bookmarks: bool = False
     send_initial_events: bool | None = None

@@ -146,7 +146,7 @@ class EncodedWatcherGroup(WatcherGroup):
 
 def group_key(predicate: SelectionPredicate, encoding: Encoding = FULL_JSON) -> Hashable:
     """Watchers share frames iff they select alike and are written alike."""
-    return (predicate.namespace, predicate.labels, predicate.fields, encoding)
+    return (predicate.namespace, predicate.labels, predicate.fields, predicate.shard, encoding)
 
 
 class Dispatcher:

@@ -128,7 +128,10 @@ class TableEncoding(Encoding):
         rv: int,
         continue_token: str | None,
         remaining: int | None,
+        *,
+        shard_info: str | None = None,
     ) -> list[bytes]:
+        # kube's Table copies resourceVersion, continue and remainingItemCount only: no shardInfo.
         out = [self.head + json_list_meta(rv, continue_token, remaining) + self.with_columns]
         if not items and self.printer.null_when_empty:
             out[0] = out[0][: -len(b"[")] + b"null}"

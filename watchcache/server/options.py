@@ -58,6 +58,7 @@ def parse_list_options(query: Mapping[str, list[str]], *, watch_path: bool = Fal
         continue_token=_first(query, "continue") or "",
         label_selector=_first(query, "labelSelector") or "",
         field_selector=_first(query, "fieldSelector") or "",
+        shard_selector=_first(query, "shardSelector") or "",
         watch=watch_path or parse_bool(_first(query, "watch")),
         allow_watch_bookmarks=parse_bool(_first(query, "allowWatchBookmarks")),
         send_initial_events=None if send_initial is None else parse_bool(send_initial),

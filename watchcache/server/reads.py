@@ -22,6 +22,7 @@ from watchcache.dispatch.cacher import Cacher
 from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.selectors import SelectorError
+from watchcache.selectors.shards import ShardSelectorError
 from watchcache.server.context import ApiContext, ListBodies, PassThrough
 from watchcache.server.negotiation import PassReason
 from watchcache.server.seats import waiting
@@ -132,11 +133,16 @@ def _too_old(message: str, backfill: BackfillFailed | None) -> str:
 
 def parse_predicate(cacher: Cacher, namespace: str, opts: ListOptions) -> SelectionPredicate:
     try:
-        return SelectionPredicate.parse(cacher.resource, namespace, opts.label_selector, opts.field_selector)
+        return SelectionPredicate.parse(
+            cacher.resource, namespace, opts.label_selector, opts.field_selector, opts.shard_selector
+        )
     except UnsupportedField as e:
         if e.custom:  # perhaps one of the CRD's selectableFields: the upstream knows
             raise PassThrough(PassReason.FIELD_SELECTOR) from None
         raise apierrors.bad_request(str(e)) from None
+    except ShardSelectorError as e:
+        # kube's registry returns a plain error, which its handler writes as a 500 with no reason.
+        raise apierrors.StatusError(500, "", f"invalid shard selector: {e}") from None
     except SelectorError as e:
         raise apierrors.bad_request(str(e)) from None
 
@@ -190,6 +196,8 @@ async def serve_list(
     backfill = await backfill_for(cacher, plan)
     # From here to send(): synchronous, so the snapshot cannot change under us.
     snapshot = snapshot_for(ctx, cacher, plan, backfill)
+    # ListMeta.shardInfo echoes the selector, normalized as kube's Selector.String().
+    shard_info = predicate.shard.text if predicate.shard is not None else None
     name = predicate.exact_name()
     if name is not None and (scope.lo or not resource.namespaced):
         # metadata.name=X within one namespace (or cluster-scoped): a key lookup, not a scan.
@@ -203,18 +211,22 @@ async def serve_list(
         bodies = ctx.list_bodies.get(resource)
         if bodies is None:
             bodies = ctx.list_bodies[resource] = ListBodies()
-        key = (info.namespace, opts.label_selector, opts.field_selector, limit, plan.start, encoding)
+        key = (info.namespace, opts.label_selector, opts.field_selector, predicate.shard, limit, plan.start, encoding)
         version = (snapshot.rv, cacher.cache.group_size(snapshot.rv))
         built = bodies.get(version, key) if encoding.timeless else None
         if built is None:
-            filter_fn = None if predicate.empty else predicate.selector_matches
+            filter_fn = predicate.selector_matches if predicate.filters else None
             indexed = predicate.exact_field(snapshot.index_field)  # a kubelet's spec.nodeName=<node>
-            page = list_page(snapshot, scope, filter_fn, limit=limit, start=plan.start, indexed=indexed)
+            # kube counts the unfiltered rest when only a shardSelector filters (see SelectionPredicate).
+            count_rest = predicate.empty and predicate.shard is not None
+            page = list_page(
+                snapshot, scope, filter_fn, limit=limit, start=plan.start, indexed=indexed, count_rest=count_rest
+            )
             token = None
             if page.next_start is not None:
                 token = ctx.codec.encode(snapshot.rv, page.next_start, version[1])
             built = (
-                encoding.list_parts(resource, page.items, snapshot.rv, token, page.remaining),
+                encoding.list_parts(resource, page.items, snapshot.rv, token, page.remaining, shard_info=shard_info),
                 len(page.items),
                 page.scanned,
             )
@@ -233,6 +245,6 @@ async def serve_list(
     token = None
     if next_start is not None:
         token = ctx.codec.encode(snapshot.rv, next_start, cacher.cache.group_size(snapshot.rv))
-    parts = encoding.list_parts(resource, page_items, snapshot.rv, token, remaining)
+    parts = encoding.list_parts(resource, page_items, snapshot.rv, token, remaining, shard_info=shard_info)
     # The parts are immutable cached bytes: the snapshot stays consistent while they are written.
     await response.send_stream(200, parts, content_type=encoding.content_type, headers=headers)

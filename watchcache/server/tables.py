@@ -57,7 +57,9 @@ class _InvalidInclude(TableEncoding):
     def object_parts(self, resource: ResourceType, obj: CachedObject) -> Sequence[bytes]:
         raise self.error
 
-    def list_parts(self, resource: ResourceType, items: Sequence[CachedObject], *args: Any) -> list[bytes]:
+    def list_parts(
+        self, resource: ResourceType, items: Sequence[CachedObject], *args: Any, **kwargs: Any
+    ) -> list[bytes]:
         raise self.error
 
 
