@@ -350,3 +350,11 @@ def test_the_proxy_answered_from_its_cache(ref: Ref) -> None:
         pages = _pages(ref.proxy, path, 3, shards(2)[0], rv)
         assert len(pages) > 1 and all("shardInfo" in p["metadata"] for p in pages) == (path == CONFIGMAPS)
     assert passed_through() == before
+
+
+@pytest.mark.parametrize("other", [{"labelSelector": "a b"}, {"fieldSelector": "foo=bar"}])
+def test_a_bad_label_or_field_selector_is_reported_before_the_shard_selector(ref: Ref, other: dict[str, str]) -> None:
+    path = with_query(CONFIGMAPS, shardSelector="x", **other)
+    direct = _error(ref.direct, path)
+    assert direct[0] == 400
+    assert _error(ref.proxy, path) == direct
