@@ -8,14 +8,15 @@ import itertools
 import uuid
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchcache.cache.events import ADDED, DELETED, MODIFIED
+from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.listing import ListScope, list_page
 from watchcache.cache.object import CachedObject, encode_object
 from watchcache.cache.predicate import SelectionPredicate
-from watchcache.cache.shardhash import in_shard, object_uid, uid_hash
+from watchcache.cache.shardhash import _scan_uid, in_shard, object_uid, uid_hash
 from watchcache.cache.store import CacheConfig, ResourceCache, ResourceVersionTooOld
 from watchcache.resources import CONFIGMAPS, NODES
 from watchcache.selectors.shards import HASH_SPACE, fnv1a_64, parse_shard_selector
@@ -98,30 +99,47 @@ def test_a_sharded_page_reports_kubes_unfiltered_remaining_count() -> None:
     assert list_page(cache.snapshot(), scope, both.selector_matches, limit=1).remaining is None
 
 
-def test_the_uid_hash_is_computed_once_and_outlives_updates() -> None:
+def test_the_uid_hash_is_computed_on_first_use_once_per_object_version() -> None:
     cache = ResourceCache(CONFIGMAPS, CacheConfig(), lambda: 0.0)
     first = cm("c", rv=2)
     cache.replace([first], 2)
     assert first.uid_hash is None  # nothing hashed at ingest
-    h = uid_hash(first)
-    assert first.uid_hash == h == fnv1a_64(first.uid or "")
-    second = cm("c", rv=3)
-    cache.apply([(MODIFIED, second)])
-    assert second.uid_hash == h  # carried by the store, not recomputed
-    recreated = cm("c", rv=5, uid="another-uid")
-    cache.apply([(DELETED, cm("c", rv=4))])
-    cache.apply([(ADDED, recreated)])
-    assert recreated.uid_hash is None  # a new object: its own uid
+    assert predicate(shard_selectors(1)[0]).matches(first)
+    h = first.uid_hash
+    assert h == fnv1a_64(str(uuid.uuid5(uuid.NAMESPACE_DNS, "a/c")))
+    first.uid_hash = h ^ 1  # the memo is what later reads use
+    assert uid_hash(first) == h ^ 1
+    assert first.with_resource_version(9).uid_hash == h ^ 1  # a selector-leave copy keeps it
 
 
-def test_an_object_without_a_recorded_uid_reads_it_from_its_body() -> None:
-    # As a follower worker's copy (shard/convert.py builds CachedObjects without the uid).
-    src = cm("c")
-    copy = CachedObject(src.key, src.namespace, src.name, src.rv, src.labels, src.fields, src.body)
-    assert copy.uid is None
-    assert object_uid(copy) == src.uid and uid_hash(copy) == uid_hash(src)
-    bare = CachedObject("a/x", "a", "x", 1, {}, {}, orjson.dumps({"metadata": {"name": "x"}})[1:])
-    assert object_uid(bare) == ""  # kube hashes the empty string too
+def body(meta: dict[str, object], **rest: object) -> CachedObject:
+    raw = orjson.dumps({"metadata": meta, **rest})[1:]
+    return CachedObject("a/x", "a", "x", 1, {}, {}, raw)
+
+
+@pytest.mark.parametrize(
+    ("meta", "rest", "expected"),
+    [
+        # kube's order for built-in kinds: found by the scan
+        ({"name": "x", "generateName": "x-", "namespace": "a", "uid": "u-1", "resourceVersion": "1"}, {}, "u-1"),
+        # a custom resource's sorted keys: ownerReferences (with a uid) before metadata.uid
+        ({"labels": {"uid": "no"}, "ownerReferences": [{"uid": "owner"}], "uid": "u-2"}, {}, "u-2"),
+        # a value that spells the key, escaped
+        ({"name": "x", "annotations": {"a": '"uid":"no"'}, "uid": "u-3"}, {}, "u-3"),
+        # no metadata.uid, one further on
+        ({"name": "x"}, {"spec": {"uid": "no"}}, ""),
+        ({"name": "x"}, {"uid": "no"}, ""),
+    ],
+    ids=["typed", "sorted-keys", "escaped-value", "nested-later", "top-level-later"],
+)
+def test_object_uid_is_metadata_uid_only(meta: dict[str, object], rest: dict[str, object], expected: str) -> None:
+    assert object_uid(body(meta, **rest)) == expected
+
+
+def test_the_scan_finds_a_typed_objects_uid_without_parsing() -> None:
+    meta = {"name": "x", "namespace": "a", "uid": "u-1", "resourceVersion": "1", "labels": {"a": "b"}}
+    assert _scan_uid(body(meta).body) == "u-1"
+    assert _scan_uid(body({"labels": {}, "uid": "u"}).body) is None  # left to the parse
 
 
 NAMES = [f"c{i}" for i in range(8)]
@@ -151,10 +169,10 @@ def test_n_shards_are_disjoint_and_cover_the_full_list_at_every_rv(writes, n, fi
         for ns, name, delete, generation in {(w[0], w[1]): w for w in group}.values():
             key = f"{ns}/{name}"
             if delete and key in state:
-                changes.append((DELETED, cm(name, ns, rv, uid=state.pop(key).uid)))
+                changes.append((DELETED, cm(name, ns, rv, uid=object_uid(state.pop(key)))))
             else:
                 # generation: a recreated object gets a new uid (and so may move shard)
-                uid = state[key].uid if key in state else f"{key}-{generation}-{rv}"
+                uid = object_uid(state[key]) if key in state else f"{key}-{generation}-{rv}"
                 state[key] = cm(name, ns, rv, uid=uid)
                 changes.append((MODIFIED, state[key]))
         if i == relist_at:

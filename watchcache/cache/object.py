@@ -36,7 +36,6 @@ class CachedObject:
         "namespace",
         "rv",
         "table_row",
-        "uid",
         "uid_hash",
     )
 
@@ -63,9 +62,7 @@ class CachedObject:
         self.meta_pb: bytes | None = None
         # Derived on first use by printers/row.py: (printer, its row of this object) for Tables.
         self.table_row: tuple[object, Any] | None = None
-        # metadata.uid when the encoder read it (None: not known yet, read from ``body`` on first
-        # use), and its FNV-1a hash once a shardSelector needed it (cache/shardhash.py).
-        self.uid: str | None = None
+        # Derived on first use by cache/shardhash.py: metadata.uid's FNV-1a hash, for shardSelectors.
         self.uid_hash: int | None = None
 
     def __repr__(self) -> str:
@@ -85,7 +82,7 @@ class CachedObject:
         obj = self.decode()
         obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
         out = CachedObject(self.key, self.namespace, self.name, rv, self.labels, self.fields, _encode_body(obj))
-        out.uid, out.uid_hash = self.uid, self.uid_hash
+        out.uid_hash = self.uid_hash
         return out
 
 
@@ -129,10 +126,7 @@ def encode_object(resource: ResourceType, obj: dict[str, Any], body: bytes | Non
     fields = resource.extract_fields(obj)
     if body is None:
         body = _encode_body(obj)
-    cached = CachedObject(object_key(namespace, name), namespace, name, rv, labels, fields, body)
-    uid = meta.get("uid")
-    cached.uid = uid if isinstance(uid, str) else ""
-    return cached
+    return CachedObject(object_key(namespace, name), namespace, name, rv, labels, fields, body)
 
 
 _EVENT_HEADS = {t: b'{"type":"' + t.encode() + b'","object":' for t in ("ADDED", "MODIFIED", "DELETED")}

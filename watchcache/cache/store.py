@@ -247,9 +247,6 @@ class ResourceCache:
                             index.setdefault(value, set()).add(obj.key)
                     else:
                         index.setdefault(value, set()).add(obj.key)
-                if prev is not None and prev.uid_hash is not None and obj.uid is not None and prev.uid == obj.uid:
-                    # A uid never changes: a shardSelector's hash outlives the object's updates.
-                    obj.uid_hash = prev.uid_hash
                 event_type = ADDED if prev is None else MODIFIED
             event = WatchEvent(self.resource, event_type, obj, prev, obj.rv, now)
             self.history.append(event)
