@@ -238,3 +238,21 @@ def request_accept(url: str, path: str, accept: str) -> Any:
         return json.loads(resp.read())
     finally:
         conn.close()
+
+
+def sharded_passed_through(url: str, reason: str) -> float:
+    lines = get(url, "/metrics").body.decode().splitlines()
+    prefix = f'watchcache_passthrough_sharded_requests_total{{reason="{reason}"'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(prefix))
+
+
+def test_a_sharded_read_the_upstream_answers_is_counted(churning: Stack) -> None:
+    """An uncached kind's LIST goes to the upstream, sharded or not as it serves the parameter: counted,
+    so an operator sees sharded clients that the proxy did not shard."""
+    url = churning.proxy.url
+    before = sharded_passed_through(url, "uncached-resource")
+    res = get(url, "/api/v1/secrets", shardSelector=shards(2)[0][0])
+    assert res.status == 200, res
+    assert sharded_passed_through(url, "uncached-resource") == before + 1
+    assert get(url, "/api/v1/secrets").status == 200  # without the parameter: not counted
+    assert sharded_passed_through(url, "uncached-resource") == before + 1

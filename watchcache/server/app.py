@@ -113,6 +113,9 @@ class ApiHandler:
         # (a tunnel, or kube's own answer), even on a path the cache serves.
         self.forward_upgrades = forward_upgrades
         self.passed_through: dict[str, int] = {}
+        # Of those, requests with a shardSelector: the upstream's answer is sharded only if it serves
+        # shardSelector itself (kube v1.36 with ShardedListAndWatch on).
+        self.passed_through_sharded: dict[str, int] = {}
         # Cached reads being answered now (watches included until they end); shutdown waits for them.
         self.inflight = 0
         # Requests holding an in-flight seat (the --max-requests-inflight limit): every request but
@@ -347,6 +350,8 @@ class ApiHandler:
                     detached.on_end(functools.partial(self._detached_ended, verb, resource, response.status))
         reason = decision.value
         self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
+        if info.is_resource_request and request.query_value("shardSelector"):
+            self.passed_through_sharded[reason] = self.passed_through_sharded.get(reason, 0) + 1
         if request.http_version == "2" and self.ctx.gate is not None and not _credentials(request):
             # Anonymous to the upstream, which would end its own HTTP/2 connection after it: so does this one.
             request.close_connection = True

@@ -157,6 +157,8 @@ class HandlerCounters(Protocol):
 
     #: Requests passed through, by ``PassReason`` value.
     passed_through: dict[str, int]
+    #: Of those, the ones with a shardSelector (the upstream shards them only if it serves the parameter).
+    passed_through_sharded: dict[str, int]
     #: Requests refused by the handler's own limits (inflight, watchers, tunnels, shutdown: while draining).
     rejected: dict[str, int]
     #: Requests holding an in-flight seat (working), and those waiting without one (``server/seats.py``).
@@ -182,6 +184,15 @@ class HandlerCollector(Collector):
         for reason in PassReason:
             passthrough.add_metric([reason.value], handler.passed_through.get(reason.value, 0))
         yield passthrough
+        sharded = CounterMetricFamily(
+            "watchcache_passthrough_sharded_requests",
+            "Requests with a shardSelector forwarded to the upstream, by reason: sharded only if the upstream "
+            "serves shardSelector (kube v1.36 with ShardedListAndWatch)",
+            labels=["reason"],
+        )
+        for reason in PassReason:
+            sharded.add_metric([reason.value], handler.passed_through_sharded.get(reason.value, 0))
+        yield sharded
         rejected = CounterMetricFamily(
             "watchcache_rejected_requests",
             "Requests (or connections) refused by a limit: 429, 408 or closed (see docs/security.md)",
