@@ -256,9 +256,9 @@ def test_malformed_selectors_get_kubes_answer(ref: Ref, selector: str, watch: bo
 class Stream:
     """A watch's JSON lines, read with a deadline."""
 
-    def __init__(self, api: Api, path: str) -> None:
+    def __init__(self, api: Api, path: str, accept: str = "application/json") -> None:
         self.conn = api.connect(timeout=10)
-        self.conn.request("GET", path, headers=api.headers())
+        self.conn.request("GET", path, headers=api.headers(accept))
         self.resp = self.conn.getresponse()
         assert self.resp.status == 200, self.resp.read()[:300]
 
@@ -319,17 +319,22 @@ def test_sharded_watches_carry_kubes_events(ref: Ref) -> None:
             s.close()
 
 
-def test_initial_events_are_kubes(ref: Ref) -> None:
+@pytest.mark.parametrize(
+    "accept", ["application/json", "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"], ids=["full", "meta"]
+)
+def test_initial_events_are_kubes(ref: Ref, accept: str) -> None:
     selector = shards(2)[1]
     path = with_query(CONFIGMAPS, watch=True, shardSelector=selector, sendInitialEvents=True,
                       resourceVersionMatch="NotOlderThan", allowWatchBookmarks=True)  # fmt: skip
 
     def initial(api: Api) -> tuple[list[str], dict[str, Any]]:
-        stream = Stream(api, path)
+        stream = Stream(api, path, accept)
         try:
             events = stream.until(lambda e: e["type"] == "BOOKMARK")
         finally:
             stream.close()
+        kinds = {e["object"]["kind"] for e in events}
+        assert len(kinds) == 1, kinds  # ConfigMap, or PartialObjectMetadata for every frame
         return sorted(e["object"]["metadata"]["name"] for e in events[:-1]), events[-1]["object"]["metadata"]
 
     d_names, d_meta = initial(ref.direct)
