@@ -17,6 +17,7 @@ import orjson
 from tests.support.factories import NullSink, pod
 from tests.support.harness import arun
 from tests.support.waiting import until
+from watchcache.backoff import Backoff
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.object import CachedObject
 from watchcache.cache.predicate import SelectionPredicate
@@ -37,6 +38,8 @@ class Upstream:
         self.rv = 1
         self.log: list[tuple[str, CachedObject]] = []
         self.fetches: list[int] = []
+        # Set: fetches wait for it (a test holds the upstream until every request has reached the owner).
+        self.gate: asyncio.Event | None = None
 
     def write(self, name: str, value: str, *, delete: bool = False) -> tuple[str, CachedObject]:
         self.rv += 1
@@ -64,6 +67,8 @@ class Upstream:
     async def fetch(self, cacher: Cacher, rv: int) -> Fetched:
         self.fetches.append(rv)
         await asyncio.sleep(0.01)
+        if self.gate is not None:
+            await self.gate.wait()
         return Fetched(len(cacher.backfill(self.span(rv))), 0)
 
     def owner(self) -> Cacher:
@@ -100,7 +105,7 @@ class Worker:
 def follower_of(path: str, me: int) -> tuple[Follower, Cacher, asyncio.Task[None]]:
     cacher = Cacher(PODS, CacheConfig(history_max_events=1000))
     follower = Follower(PODS, cacher, path, me, resume=True)
-    cacher.backfills = Backfills(cacher, follower.fetch, coalesce=0.05)
+    cacher.backfills = Backfills(cacher, follower.fetch, coalesce=0.05, backoff=Backoff(0.05, 0.2))
     return follower, cacher, asyncio.ensure_future(follower.run())
 
 
@@ -137,7 +142,15 @@ async def test_followers_ask_the_owner_and_the_owner_fetches_once_for_everyone(t
         await until(lambda: all(c.ready for _, c, _ in followers))
         assert [c.cache.oldest_rv for _, c, _ in followers] == [21, 21]
         asks = [(followers[0][1], 8), (followers[1][1], 5), (worker.cacher, 12), (followers[0][1], 15)]
-        results = await asyncio.gather(*(reach_back(cacher, rv, 5.0) for cacher, rv in asks))
+        # The upstream answers once all three reach the owner (its own 12, follower 1's 8 — its 15
+        # shares that fetch — and follower 2's 5): how soon they arrive must not decide the count.
+        up.gate = asyncio.Event()
+        pending = asyncio.gather(*(reach_back(cacher, rv, 5.0) for cacher, rv in asks))
+        owners = worker.cacher.backfills
+        assert owners is not None
+        await until(lambda: owners.waiting == 3)
+        up.gate.set()
+        results = await pending
         assert results == [None] * 4
         assert len(up.fetches) <= 2 and min(up.fetches) == 5, up.fetches  # the single flight is the owner's
         for cacher, rv in asks:
@@ -241,6 +254,21 @@ async def test_an_rv_the_upstream_compacted_is_the_followers_410_too(tmp_path: P
         worker.kill()
 
 
+class FailingSpans:
+    """``owner.span_to_pb`` that raises its first ``failures`` calls (a bug in answering a backfill)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+        self.real = convert.span_to_pb
+
+    def __call__(self, *args):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("a bug")
+        return self.real(*args)
+
+
 @arun
 async def test_a_backfill_answer_that_raises_cuts_only_that_follower(tmp_path: Path, monkeypatch) -> None:
     up = Upstream()
@@ -253,12 +281,13 @@ async def test_a_backfill_answer_that_raises_cuts_only_that_follower(tmp_path: P
         await until(lambda: c1.ready and c2.ready)
         local = watch_all(worker.cacher)
         remote = watch_all(c2)
-        real = convert.span_to_pb
-        monkeypatch.setattr(owner, "span_to_pb", lambda *a: (_ for _ in ()).throw(RuntimeError("a bug")))
-        ask = asyncio.ensure_future(reach_back(c1, 3, 5.0))
-        await until(lambda: f1.resumes == 1)  # its stream was cut; it resumed from its rv
-        monkeypatch.setattr(owner, "span_to_pb", real)
-        assert await ask is None  # asked again on the new stream
+        # The fault disarms itself: the test never races the follower to undo it (it once waited for
+        # ``resumes == 1`` and undid it then, while the follower had already re-asked and been cut again).
+        spans = FailingSpans(1)
+        monkeypatch.setattr(owner, "span_to_pb", spans)
+        assert await reach_back(c1, 3, 5.0) is None  # asked again, after a backoff, on the next stream
+        assert spans.calls == 2 and f1.resumes == 1  # its stream was cut once; it resumed from its rv
+        assert c1.backfills is not None and c1.backfills.fetches == {"failed": 1, "ok": 1}
         worker.cacher.apply([up.write("p4", "after")])
         await until(lambda: c2.rv == up.rv and c1.rv == up.rv)
         assert frames(local) == frames(remote) == [(MODIFIED, "p4", up.rv)]
@@ -266,4 +295,33 @@ async def test_a_backfill_answer_that_raises_cuts_only_that_follower(tmp_path: P
     finally:
         for task in (t1, t2):
             task.cancel()
+        worker.kill()
+
+
+@arun
+async def test_an_owner_whose_backfill_answer_always_raises_is_asked_a_bounded_number_of_times(
+    tmp_path: Path, monkeypatch
+) -> None:
+    up = Upstream()
+    for i in range(6):
+        up.write(f"p{i % 5}", str(i))
+    worker = Worker(str(tmp_path / "w0.sock"), up.owner())
+    await worker.start()
+    f1, c1, t1 = follower_of(worker.path, 1)
+    try:
+        await until(lambda: c1.ready)
+        spans = FailingSpans(1_000_000)
+        monkeypatch.setattr(owner, "span_to_pb", spans)
+        failed = await reach_back(c1, 3, 5.0)
+        # Each stream cut fails one fetch; the follower's Backfills tries --attempts times with its
+        # backoff, then says why: no re-ask loop (it was 970 cut streams in 5 s), no wait to the deadline.
+        assert failed is not None and failed.outcome == BackfillFailed.FAILED, failed
+        assert "stream ended before the owner answered" in str(failed)
+        assert c1.backfills is not None and c1.backfills.fetches == {"failed": 3}
+        assert spans.calls == 3
+        monkeypatch.setattr(owner, "span_to_pb", spans.real)
+        await until(lambda: f1.resumes == 3 and f1.live.is_set())  # it follows on from its rv
+        assert f1.resyncs == 0
+    finally:
+        t1.cancel()
         worker.kill()
