@@ -20,6 +20,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.reference.controlplane import PATTERNS, ControlPlane
+from tests.reference.crds import delete_crd
 from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, start_proxy, wait_for, write_kubeconfig
 from tests.reference.kubelet import FakeKubelet
 from tests.reference.scenario import CRD_NAME, CRD_RESOURCE, STEPS, Scenario, ensure_crd
@@ -122,7 +123,7 @@ def compare(
     finally:
         proxy.stop()
         result.proxy_log = proxy.log
-        api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
+        delete_crd(api, CRD_NAME)  # gone before the next module (or round) creates it again
         api.close()
     return result
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.reference import crds
 from tests.reference.kit import Api, wait_for, with_query
 
 CRD_GROUP = "reference.watchcache.example.com"
@@ -56,11 +57,8 @@ def crd() -> dict[str, Any]:
 
 
 def ensure_crd(api: Api) -> None:
-    """The scenario's CRD, created if missing, and served."""
-    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
-    if not api.exists(path):
-        api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd())
-    wait_for(lambda: api.raw("GET", f"/apis/{CRD_GROUP}/v1/gizmos")[0] == 200, 30, "the CRD served")
+    """The scenario's CRD, created if missing (after a deletion of it still under way), and served."""
+    crds.ensure_crd(api, crd())
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tests.reference.crds import delete_crd, ensure_crd
 from tests.reference.kit import (
     Api,
     ApiError,
@@ -127,9 +128,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     api = Api(kube.url, kube.token, kube.ca)
     if not api.exists(f"/api/v1/namespaces/{NS}"):
         api.create("/api/v1/namespaces", {"metadata": {"name": NS}})
-    if not api.exists(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"):
-        api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _crd())
-    wait_for(lambda: api.raw("GET", THINGS)[0] == 200, 30, "the CRD served")
+    ensure_crd(api, _crd())
     _clean(api)
     if not api.exists(f"/api/v1/namespaces/{NS}/serviceaccounts/default"):  # pods need it
         api.create(f"/api/v1/namespaces/{NS}/serviceaccounts", {"metadata": {"name": "default"}})
@@ -161,7 +160,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     finally:
         proc.stop()
         drop_namespace(api, NS, ("configmaps", "pods", THINGS.replace(NS, "{ns}"), "serviceaccounts"))
-        api.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
+        delete_crd(api, CRD_NAME)
         api.close()
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from tests.reference.crds import delete_crd, ensure_crd
+from tests.reference.kit import Api
 from tests.support.metaclient import (
     META_JSON,
     META_LIST_JSON,
@@ -95,23 +97,22 @@ def _ok(answer: Any, *codes: int) -> None:
     assert answer.status in codes, (answer.status, answer.body[:500])
 
 
-def _wait_established(kube: Target) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if fetch(kube, WIDGETS, None).status == 200:
-            return
-        time.sleep(0.2)
-    raise RuntimeError("the CRD was not served in time")
-
-
 def _cleanup(kube: Target) -> None:
     for path in (CONFIGMAPS, WIDGETS):  # the whole namespace is this test's
         fetch(kube, path, None, method="DELETE")
-    fetch(kube, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}", None, method="DELETE")
+    api = _api(kube)
+    try:
+        delete_crd(api, CRD_NAME)  # gone before a next run creates it again
+    finally:
+        api.close()
     # The namespace: without kube-controller-manager nothing finalizes it, so the test does.
     fetch(kube, f"/api/v1/namespaces/{NS}", None, method="DELETE")
     finalize = {"metadata": {"name": NS}, "spec": {"finalizers": []}}
     fetch(kube, f"/api/v1/namespaces/{NS}/finalize", None, method="PUT", body=finalize)
+
+
+def _api(kube: Target) -> Api:
+    return Api(kube.url, kube.token, kube.ca_file)
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +135,11 @@ def ref() -> Iterator[Ref]:
             ],
         },
     }
-    _ok(fetch(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", None, method="POST", body=crd), 201, 409)
-    _wait_established(kube)
+    api = _api(kube)
+    try:
+        ensure_crd(api, crd)  # after a deletion of it still under way (a run before this one) has ended
+    finally:
+        api.close()
     _cleanup_objects(kube)
     for i in range(5):
         cm = {
