@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import socket
 import sys
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from watchcache.upstream.discovery import ResourceResolutionError, parse_resourc
 from watchcache.upstream.identity_options import add_identity_flags
 from watchcache.upstream.kubeconfig import upstream_from_args
 from watchcache.upstream.reflector import ReflectorConfig
+from watchcache.version import version
 
 _CACHE = CacheConfig()
 _HTTP = HttpLimits()
@@ -272,13 +272,6 @@ def _sim_command_flags(sim: argparse.ArgumentParser) -> None:
 # fmt: on
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("watchcache")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 class _Parser(argparse.ArgumentParser):
     """Says what is wrong with the command line in one line (the flag's name, what it wants) and exits 2."""
 
@@ -288,7 +281,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="watchcache", description="A sharded, high-throughput watch cache for the Kubernetes API.")
-    parser.add_argument("--version", action="version", version=f"watchcache {_version()}")
+    parser.add_argument("--version", action="version", version=f"watchcache {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sim = sub.add_parser(
         "sim",

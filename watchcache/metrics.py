@@ -19,21 +19,58 @@ typed with the components' own classes so that ``mypy`` catches a renamed counte
 | pass-through by reason, refusals by limit, requests in flight | ``server/metrics.py`` |
 | tunnels | ``server/tunnel.py`` (``TunnelCollector``) |
 
-``service.lifecycle`` registers them in one registry per process; this module renders it and,
-with several workers, merges every worker's exposition, each sample labelled with its worker
-(gathered over the shard sockets), so a scrape of any worker returns them all.
+``service.lifecycle`` registers them in one registry per process (``process_registry``: with
+``watchcache_build_info``, as kube's ``kubernetes_build_info``, and without prometheus-client's
+``_created`` series); this module renders it and, with several workers, merges every worker's
+exposition, each sample labelled with its worker (gathered over the shard sockets), so a scrape of
+any worker returns them all.
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
+from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-__all__ = ["merge_workers", "render"]
+from watchcache.version import version
+
+__all__ = ["BuildInfo", "merge_workers", "process_registry", "render"]
+
+
+class BuildInfo(Collector):
+    """``watchcache_build_info{version, python_version} 1``: which build each process runs (a rollout
+    half done shows two versions), as kube-apiserver's ``kubernetes_build_info``."""
+
+    def __init__(self, version: str, python_version: str) -> None:
+        self.version = version
+        self.python_version = python_version
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "watchcache_build_info",
+            "A metric with a constant '1' value labeled by the watchcache version and the Python version it runs on",
+            labels=["version", "python_version"],
+        )
+        family.add_metric([self.version, self.python_version], 1)
+        yield family
+
+
+def process_registry() -> CollectorRegistry:
+    """The registry of a process that serves /metrics, with its build info.
+
+    prometheus-client adds a ``<name>_created`` sample (the series' creation time) to each counter
+    and histogram, which the text format exposes as one more gauge family per family (12 here).
+    Nothing of kube's has them, dashboards never read them, and every scrape carried them: off for
+    the whole process (a module-wide switch in prometheus-client, read at every collect).
+    """
+    disable_created_metrics()
+    registry = CollectorRegistry()
+    registry.register(BuildInfo(version(), platform.python_version()))
+    return registry
 
 
 def render(registry: CollectorRegistry) -> bytes:

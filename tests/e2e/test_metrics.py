@@ -3,6 +3,7 @@ parse, and move when events flow, watchers connect, lists are served and a worke
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import signal
@@ -56,6 +57,7 @@ NAMED = [
     "watchcache_watch_writes_total",
     "watchcache_watch_frames_written_total",
     "watchcache_watch_frames_per_write_bucket",
+    "watchcache_build_info",
 ]
 
 
@@ -76,6 +78,12 @@ def test_metrics_exist_parse_carry_labels_and_move():
             assert not missing, missing
             workers = {s.labels.get("worker") for samples in first.values() for s in samples}
             assert workers == {"0", "1"}, workers
+            # No prometheus-client _created families (they were 12 extra gauges); one build info per worker.
+            assert not [name for name in first if name.endswith("_created")]
+            assert "_created" not in text
+            info = first["watchcache_build_info"]
+            assert sorted(s.labels["worker"] for s in info) == ["0", "1"] and {s.value for s in info} == {1.0}
+            assert {s.labels["version"] for s in info} == {importlib.metadata.version("watchcache")}
             assert total(first, "apiserver_longrunning_requests", resource="pods", verb="WATCH") >= 1
             received = total(first, "apiserver_watch_cache_events_received_total", resource="pods")
             lists = total(first, "apiserver_cache_list_total", resource="pods")

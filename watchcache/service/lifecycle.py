@@ -39,7 +39,7 @@ from watchcache.http.listener import bind_listener
 from watchcache.http.metrics import AdmissionCollector
 from watchcache.http.server import start_server
 from watchcache.http.tls import ServingCert
-from watchcache.metrics import render
+from watchcache.metrics import process_registry, render
 from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, Upstream
@@ -127,7 +127,7 @@ async def serve(
     wiring = await wire(options)
     cachers = wiring.ctx.cachers
     shard = options.shard
-    registry = CollectorRegistry()
+    registry = process_registry()
     wiring.ctx.metrics = Metrics(registry, delivery_sample=options.serve.delivery_sample)
     admission = options.http.admission()
     for collector in _collectors(wiring, admission, shard):
