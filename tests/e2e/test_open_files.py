@@ -7,6 +7,7 @@ A worker serving kubelets over HTTP/1.1 holds a connection per watch. Started wi
 
 from __future__ import annotations
 
+import logging
 import resource
 import socket
 import urllib.request
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import start, wait_ready
+from watchcache.http.limits import HttpLimits
+from watchcache.service.openfiles import fit_connections
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -46,7 +49,9 @@ def test_past_its_open_files_the_proxy_closes_new_connections_and_its_upstream_c
     conns: list[socket.socket] = []
     try:
         wait_ready(proxy)
-        assert any("more than the open-files limit (600) allows: at most 344" in line for line in proxy.log), proxy.log
+        # The default --max-connections is only a ceiling: said at INFO, not as a warning.
+        said = [line for line in proxy.log if "at most 344 client connections per worker (open-files limit 600" in line]
+        assert len(said) == 1 and " INFO " in said[0], proxy.log
         host, port = proxy.host_port.split(":")
         first = socket.create_connection((host, int(port)))
         conns.append(first)
@@ -83,3 +88,29 @@ def test_past_its_open_files_the_proxy_closes_new_connections_and_its_upstream_c
             c.close()
         proxy.stop()
         sim.stop()
+
+
+@pytest.mark.parametrize(
+    ("max_connections", "report", "level", "said"),
+    [
+        (HttpLimits().max_connections, True, logging.INFO, "connections: at most 18000"),  # the default: a ceiling
+        (25_000, True, logging.WARNING, "--max-connections 25000 is more than the open-files limit allows"),
+        (0, True, logging.WARNING, "--max-connections 0 (no limit) is more than"),
+        (25_000, False, None, None),  # not the first worker: the first one said it
+        (10_000, True, None, None),  # fits: nothing to say
+    ],
+    ids=["default-info", "set-warning", "unlimited-warning", "other-worker-silent", "fits-silent"],
+)
+def test_a_lowered_connection_limit_is_said_once_at_the_level_its_cause_deserves(
+    caplog: pytest.LogCaptureFixture, max_connections: int, report: bool, level: int | None, said: str | None
+) -> None:
+    limits = HttpLimits(max_connections=max_connections)
+    with caplog.at_level(logging.DEBUG, logger="watchcache"):
+        fitted = fit_connections(limits, 20_000, report=report)
+    assert fitted.max_connections == min(max_connections or 18_000, 18_000)
+    records = [r for r in caplog.records if r.name == "watchcache"]
+    if level is None:
+        assert records == []
+    else:
+        assert [r.levelno for r in records] == [level]
+        assert said is not None and said in records[0].getMessage()

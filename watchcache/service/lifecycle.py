@@ -45,7 +45,7 @@ from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext, Upstream
 from watchcache.server.metrics import HandlerCollector, Metrics
 from watchcache.service.openfiles import fit_connections
-from watchcache.service.options import RunOptions, ShardOptions
+from watchcache.service.options import RunOptions, ShardOptions, first_worker
 from watchcache.service.readiness import ReadinessLog
 from watchcache.shard.follower import Follower
 from watchcache.shard.metrics import FollowerCollector, RestartsCollector
@@ -123,7 +123,8 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     started = time.monotonic()
     open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # raised by the command (cli.main)
-    options = dataclasses.replace(options, http=fit_connections(options.http, open_files))
+    http = fit_connections(options.http, open_files, report=first_worker(options.shard))
+    options = dataclasses.replace(options, http=http)
     wiring = await wire(options)
     cachers = wiring.ctx.cachers
     shard = options.shard

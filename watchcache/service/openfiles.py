@@ -37,19 +37,31 @@ def raise_open_files_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def fit_connections(limits: HttpLimits, open_files: int) -> HttpLimits:
-    """``limits`` with ``max_connections`` no higher than ``open_files`` allows (see the module docstring)."""
+def fit_connections(limits: HttpLimits, open_files: int, *, report: bool = True) -> HttpLimits:
+    """``limits`` with ``max_connections`` no higher than ``open_files`` allows (see the module docstring).
+
+    Said once per group (``report``: the first worker; every worker has the same limit and flags):
+    at WARNING when ``--max-connections`` was set to more than the limit allows (the flag cannot be
+    honoured: lower it, or raise the limit); at INFO when it is the default, which is only a ceiling
+    (a hard limit of 20,000 leaves 18,000 connections per worker: nothing to act on).
+    """
     if open_files == resource.RLIM_INFINITY:
         return limits
     room = max(open_files - max(RESERVED, open_files // 10), 1)
     if limits.max_connections and limits.max_connections <= room:
         return limits
-    log.warning(
-        "--max-connections %s is more than the open-files limit (%d) allows: at most %d client connections "
-        "per worker, the rest closed at accept; raise the hard limit (LimitNOFILE= in a systemd unit, "
-        "ulimit -Hn, the container runtime's nofile) to serve more",
-        limits.max_connections or "0 (no limit)",
-        open_files,
-        room,
-    )
+    if report:
+        requested = limits.max_connections != HttpLimits().max_connections
+        log.log(
+            logging.WARNING if requested else logging.INFO,
+            "%s: at most %d client connections per worker (open-files limit %d, %d kept for the upstream's), "
+            "the rest closed at accept; to serve more, raise the hard limit (LimitNOFILE= in a systemd unit, "
+            "ulimit -Hn, the container runtime's nofile)",
+            f"--max-connections {limits.max_connections or '0 (no limit)'} is more than the open-files limit allows"
+            if requested
+            else "connections",
+            room,
+            open_files,
+            open_files - room,
+        )
     return dataclasses.replace(limits, max_connections=room)

@@ -59,6 +59,12 @@ def owns(shard: ShardOptions | None, resource: ResourceType) -> bool:
     return shard is None or shard.owns(resource)
 
 
+def first_worker(shard: ShardOptions | None) -> bool:
+    """Whether this process speaks for its group in logs that every worker would repeat (a start-up
+    finding about the flags or the host, the same for all): worker 0, or the only process."""
+    return shard is None or shard.worker_id == 0
+
+
 @dataclass(frozen=True)
 class RunOptions:
     host: str = "127.0.0.1"

@@ -20,12 +20,18 @@ from watchcache.server.proxy import ProxyUpstream
 from watchcache.server.tables import CRDS_ID
 from watchcache.server.tunnel import TunnelCollector, Tunnels
 from watchcache.service.lifecycle import Wiring, api_context, run
-from watchcache.service.options import RunOptions, owns
+from watchcache.service.options import RunOptions, first_worker, owns
 from watchcache.service.shard import wire_shard
 from watchcache.upstream.backfill import UpstreamBackfill
 from watchcache.upstream.client import UpstreamClient, UpstreamError
 from watchcache.upstream.consistency import ConsistentReads
-from watchcache.upstream.discovery import DEFAULT_RESOURCES, ResourceResolutionError, parse_resource_id, resolve
+from watchcache.upstream.discovery import (
+    DEFAULT_RESOURCES,
+    ResourceResolutionError,
+    parse_resource_id,
+    report_skipped,
+    resolve,
+)
 from watchcache.upstream.failures import LastFailures
 from watchcache.upstream.identity import PassthroughIdentity
 from watchcache.upstream.metrics import IdentityCollector
@@ -49,7 +55,9 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     client_ca = options.tls.client_ca_file if options.tls else None
     identity = PassthroughIdentity(options.identity, CertAuthenticator() if client_ca else None)
     identity.plain_http = options.tls is None
-    if options.tls is None and (options.upstream.is_tls or options.auth is not None):
+    # Said by one worker of a group: the same flags, the same finding.
+    speaks = first_worker(options.shard)
+    if speaks and options.tls is None and (options.upstream.is_tls or options.auth is not None):
         log.warning(
             "SERVING PLAIN HTTP in front of %s, which needs credentials: kubectl and client-go (kubeconfig) send no "
             "bearer token or client certificate to an http:// server, so writes, discovery and every other request "
@@ -79,7 +87,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     if options.auth is not None:
         ctx.gate = Gate.for_upstream(client, options.auth)
         log.info("authentication: delegated (TokenReview and SubjectAccessReview against the upstream)")
-    else:
+    elif speaks:
         log.warning(
             "AUTHENTICATION IS OFF (--authentication none): anyone who can reach %s:%d can read every cached "
             "object. Use it only for tests and demos, or behind a network policy that admits trusted clients only.",
@@ -132,7 +140,7 @@ async def _discover_and_reflect(
     assert failures is not None
     while True:
         try:
-            types = await resolve(client, ids, strict=False)
+            resolved = await resolve(client, ids, strict=False)
             break
         except (aiohttp.ClientError, OSError, TimeoutError, UpstreamError) as e:
             # Unreachable, refused, or overloaded (5xx/429): keep trying, loudly (with a hint), as
@@ -141,9 +149,12 @@ async def _discover_and_reflect(
             failures.failed(None, "discovery", e, delay)
             await asyncio.sleep(delay)
     failures.succeeded(None)
-    resolved = {(t.group, t.version, t.resource): t for t in types}
+    if first_worker(options.shard):  # every worker resolves the same ids: one says what is skipped
+        report_skipped(resolved.skipped, requested=bool(options.resources))
+    types = resolved.types
+    by_gvr = {(t.group, t.version, t.resource): t for t in types}
     for t in list(ctx.registry.types):
-        confirmed = resolved.get((t.group, t.version, t.resource))
+        confirmed = by_gvr.get((t.group, t.version, t.resource))
         if confirmed is None or confirmed.kind != t.kind or confirmed.namespaced != t.namespaced:
             ctx.cachers.pop(t, None)
             ctx.registry.remove(t)

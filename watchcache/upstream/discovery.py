@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from watchcache.resources import BUILTIN, ResourceType
@@ -70,10 +71,20 @@ def resource_type_from(group: str, version: str, entry: dict[str, Any]) -> Resou
     )
 
 
-async def resolve(client: UpstreamClient, ids: Sequence[str], *, strict: bool) -> list[ResourceType]:
-    """ResourceTypes for ``ids``; unknown or unwatchable ones raise if ``strict``, else are skipped."""
+@dataclass(frozen=True)
+class Resolved:
+    """What discovery said about the ids: the types to cache, and the ids skipped with why."""
+
+    types: list[ResourceType]
+    skipped: list[tuple[str, str]]
+
+
+async def resolve(client: UpstreamClient, ids: Sequence[str], *, strict: bool) -> Resolved:
+    """ResourceTypes for ``ids``; unknown or unwatchable ones raise if ``strict``, else are skipped
+    (the caller says so: ``report_skipped``)."""
     documents: dict[tuple[str, str], dict[str, dict[str, Any]] | None] = {}
     out: list[ResourceType] = []
+    skipped: list[tuple[str, str]] = []
     for text in ids:
         group, version, name = parse_resource_id(text)
         if (group, version) not in documents:
@@ -95,8 +106,27 @@ async def resolve(client: UpstreamClient, ids: Sequence[str], *, strict: bool) -
         if problem:
             if strict:
                 raise ResourceResolutionError(problem)
-            log.warning("not caching %s: %s", text, problem)
+            skipped.append((text, problem))
             continue
         assert entry is not None
         out.append(resource_type_from(group, version, entry))
-    return out
+    return Resolved(out, skipped)
+
+
+def report_skipped(skipped: Sequence[tuple[str, str]], *, requested: bool) -> None:
+    """Say which resources are not cached, at the level an operator expects.
+
+    Named in ``--resources``: a WARNING each (the flag asks for something the upstream does not
+    serve: fix one or the other). Among the defaults: one INFO line — a cluster that does not serve
+    one of them (a simulator, an apiserver with an API group turned off) is nothing to act on.
+    """
+    if not skipped:
+        return
+    if requested:
+        for text, problem in skipped:
+            log.warning("not caching %s (--resources): %s", text, problem)
+        return
+    log.info(
+        "not caching %s: default resources the upstream does not serve (or not with list and watch)",
+        ", ".join(text for text, _ in skipped),
+    )
