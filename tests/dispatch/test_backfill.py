@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 
 import orjson
@@ -16,6 +17,7 @@ from watchcache.cache.events import ADDED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import Mode, WatchPlan
 from watchcache.cache.store import CacheConfig, Span
+from watchcache.dispatch import backfill as backfill_module
 from watchcache.dispatch.backfill import BackfillFailed, Backfills, Fetched, reach_back
 from watchcache.dispatch.cacher import Cacher, WatchRequest
 from watchcache.resources import PODS
@@ -307,3 +309,32 @@ def test_a_lagging_watcher_whose_backfill_fails_gets_410_saying_why(
         assert re.fullmatch(r"too old resource version: 90 \(\d+\)", message), message
     else:
         assert message.startswith("too old resource version: 90 (") and why in message, message
+
+
+@pytest.mark.parametrize(
+    ("fetch", "outcome", "level"),
+    [
+        (FakeUpstream(gone_below=1000), BackfillFailed.GONE, logging.INFO),  # a client's ordinary path: 410, relist
+        (FakeUpstream(fail=True), BackfillFailed.FAILED, logging.WARNING),  # the upstream could not be asked
+    ],
+    ids=["compacted-info", "upstream-failing-warning"],
+)
+def test_a_failed_fetch_is_logged_at_the_level_of_its_cause_once_a_minute(
+    fetch: FakeUpstream, outcome: str, level: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def go() -> None:
+        cacher = cacher_with(fetch, attempts=1)
+        for rv in (10, 11, 12):  # three clients holding old rvs, one after the other
+            if rv == 12:
+                monkeypatch.setattr(backfill_module, "REPORT_EVERY", 0.0)  # a minute later
+            failed = await reach_back(cacher, rv, 5.0)
+            assert failed is not None and failed.outcome == outcome
+            if cacher.backfills is not None:
+                cacher.backfills._retry_at = 0.0  # the next client does not wait out the backoff
+
+    with caplog.at_level(logging.DEBUG, logger="watchcache.dispatch.backfill"):
+        asyncio.run(go())
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "failed after" in r.getMessage()]
+    assert [lvl for lvl, _ in said] == [level, logging.DEBUG, level]
+    assert f"({outcome})" in said[0][1] and "more since" not in said[0][1]
+    assert said[2][1].endswith("(1 more since the last report)")

@@ -34,6 +34,9 @@ from watchcache.dispatch.cacher import Cacher
 
 log = logging.getLogger("watchcache.dispatch.backfill")
 
+# Seconds between two log lines of the same failed-fetch outcome of one cache (the others at DEBUG).
+REPORT_EVERY = 60.0
+
 
 class BackfillFailed(Exception):
     """The window cannot reach back to the rv asked for; ``outcome`` is a metric label, the message the 410's."""
@@ -149,6 +152,8 @@ class Backfills:
         self.events_fetched = 0
         self.bytes_fetched = 0
         self.durations = Durations()
+        # By outcome: when a failed fetch was last logged at its level, and how many since at DEBUG.
+        self._reported: dict[str, tuple[float | None, int]] = {}
 
     @property
     def waiting(self) -> int:
@@ -218,15 +223,7 @@ class Backfills:
             except BackfillFailed as e:
                 self.durations.observe(time.monotonic() - started)
                 self.fetches[e.outcome] += 1
-                log.warning(
-                    "backfill of %s from rv %d from %s failed after %.2fs (%s): %s",
-                    self.cacher.resource.qualified,
-                    rv,
-                    self.source,
-                    time.monotonic() - started,
-                    e.outcome,
-                    e,
-                )
+                self._report(rv, e, time.monotonic() - started)
                 failures += 1
                 if failures >= self.attempts:
                     self._settle(e)  # those waiting now get it; later requests start over
@@ -271,6 +268,35 @@ class Backfills:
             failures = 0
             self.backoff.reset()
             self._retry_at = 0.0
+
+    def _report(self, rv: int, failed: BackfillFailed, seconds: float) -> None:
+        """Log a failed fetch at the level its cause deserves, once per cause and minute.
+
+        An rv the upstream compacted, or one past a bound (``PER_RV``), is a client's ordinary path
+        after a long disconnection (it gets 410 and relists, as from kube-apiserver): INFO. Anything
+        else (the upstream or the owner could not be asked, a span that did not check) is a fault:
+        WARNING. A storm of clients holding old rvs is one cause: after the first line, the same
+        outcome is logged at DEBUG for a minute, and the next line says how many there were.
+        """
+        now = time.monotonic()
+        last, quiet = self._reported.get(failed.outcome, (None, 0))
+        if last is not None and now - last < REPORT_EVERY:
+            self._reported[failed.outcome] = (last, quiet + 1)
+            level = logging.DEBUG
+        else:
+            self._reported[failed.outcome] = (now, 0)
+            level = logging.INFO if failed.outcome in BackfillFailed.PER_RV else logging.WARNING
+        log.log(
+            level,
+            "backfill of %s from rv %d from %s failed after %.2fs (%s): %s%s",
+            self.cacher.resource.qualified,
+            rv,
+            self.source,
+            seconds,
+            failed.outcome,
+            failed,
+            f" ({quiet} more since the last report)" if quiet and level != logging.DEBUG else "",
+        )
 
     def _settle(self, error: BackfillFailed | None, upto: int | None = None) -> None:
         """Wake the waiters the window now reaches; with ``error``, fail those at or below ``upto`` (None: all)."""

@@ -28,7 +28,6 @@ process, bytes they hold together, events and bytes per span, time per fetch.
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import aiohttp
 import orjson
@@ -41,8 +40,6 @@ from watchcache.dispatch.backfill import BackfillFailed, BackfillLimits, Backfil
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
 from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled, collection_path
-
-log = logging.getLogger("watchcache.upstream.backfill")
 
 # kube sends a watch's bookmark 2 s before its deadline: 3 s brings it 1-2.25 s in (2 never does).
 WATCH_TIMEOUT = 3
@@ -119,8 +116,7 @@ class _Fetch:
             try:
                 # Synchronous from the proof's check (in _events) to here: the window has not moved.
                 events = self.cacher.backfill(span)
-            except BackfillRefused as e:
-                log.warning("backfill of %s from rv %d refused: %s", self.resource.qualified, self.rv, e)
+            except BackfillRefused as e:  # logged with the fetch's outcome (dispatch/backfill.py)
                 raise BackfillFailed(_REFUSED.get(e.reason, BackfillFailed.MISMATCH), str(e)) from None
             return Fetched(len(events), self.read)
         finally:
