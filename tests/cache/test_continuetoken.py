@@ -3,7 +3,8 @@ import base64
 import orjson
 import pytest
 
-from watchcache.cache.continuetoken import ContinueCodec, InvalidContinueToken
+from tests.support.continuetokens import KUBE_SAYS, UNSIGNED, raw
+from watchcache.cache.continuetoken import ContinueCodec, InvalidContinueToken, UnverifiedContinueToken
 
 codec = ContinueCodec(b"k" * 32)
 
@@ -31,7 +32,7 @@ def test_token_from_another_key_is_rejected():
 def test_tampered_token_is_rejected(mutate):
     token = codec.encode(42, "p1\x00")
     payload = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    forged = base64.urlsafe_b64encode(orjson.dumps(mutate(payload))).decode()
+    forged = raw(orjson.dumps(mutate(payload)))
     with pytest.raises(InvalidContinueToken):
         codec.decode(forged)
 
@@ -60,4 +61,19 @@ def test_the_size_of_a_group_at_the_rv_is_carried_signed_and_only_when_several_e
     payload = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     for forged in ({**payload, "n": 9}, {k: v for k, v in payload.items() if k != "n"}, {**payload, "n": "3"}):
         with pytest.raises(InvalidContinueToken):
-            codec.decode(base64.urlsafe_b64encode(orjson.dumps(forged)).decode())
+            codec.decode(raw(orjson.dumps(forged)))
+
+
+@pytest.mark.parametrize(("token", "message"), KUBE_SAYS, ids=[f"{i:02d}" for i in range(len(KUBE_SAYS))])
+def test_a_token_kube_refuses_is_refused_in_kubes_words(token: str, message: str) -> None:
+    with pytest.raises(InvalidContinueToken) as caught:
+        codec.decode(token)
+    assert not isinstance(caught.value, UnverifiedContinueToken)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("token", [raw(p) for p, _ in UNSIGNED], ids=[name for _, name in UNSIGNED])
+def test_a_token_kube_would_take_that_this_server_did_not_sign_is_unverified(token: str) -> None:
+    """A proxy passes these to the upstream, which answers them itself (semantics, server/reads.py)."""
+    with pytest.raises(UnverifiedContinueToken, match="signature mismatch"):
+        codec.decode(token)

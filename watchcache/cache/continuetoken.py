@@ -15,12 +15,24 @@ a state the first page did not (``ResourceCache.group_size``).
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import posixpath
+import re
+from typing import Any
 
 import orjson
+
+from watchcache.godecode import (
+    GoDecodeError,
+    JsonNumber,
+    JsonObject,
+    check_json,
+    go_type,
+    loads,
+    raw_url_b64decode,
+    without_surrogates,
+)
 
 TOKEN_VERSION = "meta.k8s.io/v1"
 
@@ -57,28 +69,98 @@ class ContinueCodec:
         return rv, start
 
     def decode_with_group(self, token: str) -> tuple[int, str, int]:
-        """(rv, start key, the size of the group at rv when the token was minted: 1 if not several)."""
-        try:
-            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-            payload = orjson.loads(raw)
-        except (binascii.Error, ValueError, orjson.JSONDecodeError) as e:
-            raise InvalidContinueToken(f"continue key is not valid: {e}") from None
-        if not isinstance(payload, dict) or payload.get("v") != TOKEN_VERSION:
-            raise InvalidContinueToken(
-                f"continue key is not valid: incorrect encoded start resourceVersion (version {TOKEN_VERSION})"
-            )
-        rv, start, sig = payload.get("rv"), payload.get("start"), payload.get("sig")
-        if not isinstance(rv, int) or isinstance(rv, bool) or rv <= 0:
-            raise InvalidContinueToken("continue key is not valid: incorrect encoded start resourceVersion")
-        if not isinstance(start, str) or not start:
-            raise InvalidContinueToken("continue key is not valid: encoded start key empty")
-        # kube's path-traversal defence: the key must already be in clean form.
-        key = start if start.startswith("/") else "/" + start
-        if posixpath.normpath(key) != key or "//" in key:
-            raise InvalidContinueToken(f"continue key is not valid: {start}")
-        group = payload.get("n", 1)
-        if not isinstance(group, int) or isinstance(group, bool) or group < 1:
-            raise InvalidContinueToken("continue key is not valid: incorrect group size")
-        if not isinstance(sig, str) or not hmac.compare_digest(sig, self._mac(rv, start, group)):
+        """(rv, start key, the size of the group at rv when the token was minted: 1 if not several).
+
+        kube's checks first, with kube's words (``decode_as_kube``): a token kube-apiserver would refuse
+        gets kube's answer. Then this server's own: a token it did not sign is UnverifiedContinueToken
+        (the upstream's own, passed through by a proxy, or a forgery).
+        """
+        rv, start, extras = decode_as_kube(token)
+        group = _int(extras.get("n", JsonNumber("1")))
+        sig = extras.get("sig")
+        if (
+            rv <= 0
+            or group is None
+            or group < 1
+            or not isinstance(sig, str)
+            or not hmac.compare_digest(sig, self._mac(rv, start, group))
+        ):
             raise UnverifiedContinueToken("continue key is not valid: signature mismatch")
         return rv, start, group
+
+
+# continueToken's fields as Go's struct declares them: JSON name, Go type.
+_FIELDS = {"v": "string", "rv": "int64", "start": "string"}
+_INT64 = re.compile(r"-?[0-9]+")
+
+
+def decode_as_kube(token: str) -> tuple[int, str, dict[str, Any]]:
+    """``storage.DecodeContinue``: (rv, start key, the other fields by name) or InvalidContinueToken in
+    kube's words (``continue key is not valid: ...``, Go's decoding errors included: ``godecode``)."""
+    try:
+        data = raw_url_b64decode(token.encode("utf-8", "surrogateescape"))
+        check_json(data)
+    except GoDecodeError as e:
+        raise InvalidContinueToken(f"continue key is not valid: {e}") from None
+    fields, extras = _unmarshal(loads(data))
+    version, rv, start = fields["v"], fields["rv"], fields["start"]
+    if version != TOKEN_VERSION:
+        raise InvalidContinueToken(
+            f"continue key is not valid: server does not recognize this encoded version {version}"
+        )
+    if rv == 0:
+        raise InvalidContinueToken(
+            f"continue key is not valid: incorrect encoded start resourceVersion (version {TOKEN_VERSION})"
+        )
+    if not start:
+        raise InvalidContinueToken(f"continue key is not valid: encoded start key empty (version {TOKEN_VERSION})")
+    # kube's path-traversal defence: the key must already be in clean form (Go's path.Clean).
+    key = start if start.startswith("/") else "/" + start
+    cleaned = posixpath.normpath(key)
+    if cleaned.startswith("//"):  # POSIX keeps two leading slashes; Go's Clean does not
+        cleaned = "/" + cleaned.lstrip("/")
+    if cleaned != key:
+        raise InvalidContinueToken(f"continue key is not valid: {start}")
+    return rv, start, extras
+
+
+def _unmarshal(doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``json.Unmarshal`` into kube's ``continueToken``: its fields (zero values where absent or null) and
+    the others by name; the first type error in document order, in Go's words."""
+    fields: dict[str, Any] = {"v": "", "rv": 0, "start": ""}
+    extras: dict[str, Any] = {}
+    if doc is None:
+        return fields, extras
+    if not isinstance(doc, JsonObject):
+        raise InvalidContinueToken(
+            f"continue key is not valid: json: cannot unmarshal {go_type(doc)} into Go value of type "
+            "storage.continueToken"
+        )
+    error: str | None = None
+    for key, value in doc:
+        extras[key] = value
+        name = key if key in _FIELDS else next((f for f in _FIELDS if f == key.lower()), None)
+        if name is None or value is None:
+            continue
+        kind = _FIELDS[name]
+        if kind == "string" and isinstance(value, str) and not isinstance(value, JsonNumber):
+            fields[name] = without_surrogates(value)
+            continue
+        if kind == "int64" and isinstance(value, JsonNumber) and (n := _int(value)) is not None:
+            fields[name] = n
+            continue
+        got = go_type(value)
+        if kind == "int64" and got == "number":
+            got = f"number {value}"
+        error = error or f"json: cannot unmarshal {got} into Go struct field continueToken.{name} of type {kind}"
+    if error is not None:
+        raise InvalidContinueToken(f"continue key is not valid: {error}")
+    return fields, extras
+
+
+def _int(value: Any) -> int | None:
+    """``strconv.ParseInt(value, 10, 64)`` of a JSON number's text; None if it is not an int64."""
+    if not isinstance(value, JsonNumber) or not _INT64.fullmatch(value):
+        return None
+    n = int(value)
+    return n if -(1 << 63) <= n < (1 << 63) else None
