@@ -215,6 +215,17 @@ SERVICEACCOUNTS = ResourceType(CORE, "v1", "serviceaccounts", "ServiceAccount", 
 DEPLOYMENTS = ResourceType(
     "apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), (), None, ("all",)
 )
+# The rest of the proxy's default resources (upstream/discovery.py DEFAULT_RESOURCES), with kube's short
+# names, categories and selectable fields (pkg/registry/.../strategy.go: a ReplicaSet's status.replicas).
+ENDPOINTS = ResourceType(CORE, "v1", "endpoints", "Endpoints", True, "endpoints", ("ep",))
+REPLICASETS = ResourceType(
+    "apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), ("status.replicas",), None, ("all",)
+)
+STATEFULSETS = ResourceType(
+    "apps", "v1", "statefulsets", "StatefulSet", True, "statefulset", ("sts",), (), None, ("all",)
+)
+DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, "daemonset", ("ds",), (), None, ("all",))
+ENDPOINTSLICES = ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice")
 
 BUILTIN: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -225,6 +236,11 @@ BUILTIN: tuple[ResourceType, ...] = (
     SERVICES,
     SERVICEACCOUNTS,
     DEPLOYMENTS,
+    ENDPOINTS,
+    REPLICASETS,
+    STATEFULSETS,
+    DAEMONSETS,
+    ENDPOINTSLICES,
 )
 
 
