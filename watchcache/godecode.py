@@ -67,10 +67,10 @@ class _Scanner:
     def fail(self, c: int, context: str) -> None:
         raise GoDecodeError(f"invalid character {_quote_char(c)} {context}")
 
-    def push(self, kind: int) -> None:
+    def push(self, kind: int, c: int) -> None:
         self.stack.append(kind)
         if len(self.stack) > _MAX_DEPTH:
-            raise GoDecodeError("exceeded max depth")
+            self.fail(c, "exceeded max depth")
 
     def pop(self) -> None:
         self.stack.pop()
@@ -91,10 +91,10 @@ class _Scanner:
         if c in _SPACE:
             return
         if c == ord("{"):
-            self.push(self.OBJECT_KEY)
+            self.push(self.OBJECT_KEY, c)
             self.step = self.begin_string_or_empty
         elif c == ord("["):
-            self.push(self.ARRAY_VALUE)
+            self.push(self.ARRAY_VALUE, c)
             self.step = self.begin_value_or_empty
         elif c == ord('"'):
             self.step = self.in_string

@@ -77,3 +77,19 @@ def test_a_token_kube_would_take_that_this_server_did_not_sign_is_unverified(tok
     """A proxy passes these to the upstream, which answers them itself (semantics, server/reads.py)."""
     with pytest.raises(UnverifiedContinueToken, match="signature mismatch"):
         codec.decode(token)
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"[" * 10_001, "continue key is not valid: invalid character '[' exceeded max depth"),  # Go's limit
+        # Go decodes it (then: "server does not recognize this encoded version "); Python's parser cannot:
+        # kube's generic words, the one answer here that is not kube's exactly.
+        (b'{"x":' + b"[" * 5_000 + b"]" * 5_000 + b"}", "continue key is not valid"),
+    ],
+    ids=["past-gos-limit", "past-pythons-limit"],
+)
+def test_deep_nesting_is_a_400_not_a_traceback(payload: bytes, message: str) -> None:
+    with pytest.raises(InvalidContinueToken) as caught:
+        codec.decode(raw(payload))
+    assert str(caught.value) == message

@@ -102,7 +102,11 @@ def decode_as_kube(token: str) -> tuple[int, str, dict[str, Any]]:
         check_json(data)
     except GoDecodeError as e:
         raise InvalidContinueToken(f"continue key is not valid: {e}") from None
-    fields, extras = _unmarshal(loads(data))
+    try:
+        doc = loads(data)
+    except RecursionError:  # nesting Go takes (up to 10,000 deep) and Python's parser does not
+        raise InvalidContinueToken("continue key is not valid") from None
+    fields, extras = _unmarshal(doc)
     version, rv, start = fields["v"], fields["rv"], fields["start"]
     if version != TOKEN_VERSION:
         raise InvalidContinueToken(
