@@ -35,7 +35,7 @@ class GoDecodeError(ValueError):
 
 
 def raw_url_b64decode(data: bytes) -> bytes:
-    """``base64.RawURLEncoding.DecodeString``: the URL alphabet, no padding; ``\r`` and ``\n`` skipped."""
+    """``base64.RawURLEncoding.DecodeString``: the URL alphabet, no padding; CR and LF skipped (as Go does)."""
     for i, c in enumerate(data):
         if c not in _B64_ALPHABET and c not in b"\r\n":
             raise GoDecodeError(f"illegal base64 data at input byte {i}")
