@@ -27,6 +27,7 @@ PATTERNS: dict[str, str] = {
     "decode errors": (
         r"unable to decode watch event|no kind \\?\"[^\"]*\\?\" is registered|Unable to understand watch event"
     ),
+    "informers (Starting reflector)": r"\"Starting reflector\"",
     "lists (Caches populated)": r"\"Caches populated\"",
     "watch ends (Watch close)": r"\"Watch close\"|\"Watch closed\"",
     "too old resource version": r"too old resource version",

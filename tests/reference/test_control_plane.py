@@ -57,11 +57,18 @@ def test_no_decode_error_no_auth_failure_no_extra_relist(comparison: Comparison)
     for component in ("kube-controller-manager", "kube-scheduler"):
         for pattern in ("decode errors", "Unauthorized", "Forbidden", "watch errors", "too old resource version"):
             assert comparison.total("proxy", component, pattern) == 0, (component, pattern, table(comparison))
-        lists = "lists (Caches populated)"
-        # one (watch-)list per informer at start, as direct: no relist loop
-        assert comparison.total("proxy", component, lists) == comparison.total("direct", component, lists), table(
-            comparison
-        )
+        # One (watch-)list per informer at start, as direct: no relist loop. Counted per informer: how
+        # many informers a component starts depends on the resources the apiserver serves when it starts
+        # (the garbage collector watches each one), which another user of the shared apiserver can change
+        # between the two runs (a CRD created between them: 62 lists against 61, no relist in either).
+        relists = {target: relists_of(comparison, target, component) for target in ("direct", "proxy")}
+        assert relists["proxy"] <= relists["direct"], (component, relists, table(comparison))
+
+
+def relists_of(comparison: Comparison, target: str, component: str) -> int:
+    """Lists beyond each informer's first: ``Caches populated`` lines less ``Starting reflector`` lines."""
+    lists = comparison.total(target, component, "lists (Caches populated)")
+    return lists - comparison.total(target, component, "informers (Starting reflector)")
 
 
 @pytest.mark.timeout(900)
