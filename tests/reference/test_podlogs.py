@@ -62,7 +62,9 @@ def kube() -> Iterator[None]:
     call("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": "default"}})
     containers = [{"name": "app", "image": "busybox"}, {"name": "sidecar", "image": "busybox"}]
     for name, node_name in (("bound", NODE), ("unbound", "")):
-        spec: dict[str, Any] = {"containers": containers, **({"nodeName": node_name} if node_name else {})}
+        # Unbound for good: a scheduler nobody runs (the kit's own scheduler would bind it with --control-plane).
+        where = {"nodeName": node_name} if node_name else {"schedulerName": "watchcache-reference-none"}
+        spec: dict[str, Any] = {"containers": containers, **where}
         assert (
             call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", {"metadata": {"name": name}, "spec": spec})[0] == 201
         )
