@@ -8,7 +8,7 @@ import pytest
 from watchcache import apierrors
 from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF
 from watchcache.kubeproto import meta_pb2
-from watchcache.resources import CONFIGMAPS, DEPLOYMENTS
+from watchcache.resources import CONFIGMAPS, DEPLOYMENTS, ResourceType
 from watchcache.server.negotiation import (
     JSON,
     KUBE,
@@ -18,6 +18,7 @@ from watchcache.server.negotiation import (
     Negotiated,
     NotAcceptable,
     PassReason,
+    ProtobufRequest,
     TableRequest,
     choose,
     error_encoding,
@@ -153,7 +154,9 @@ def test_a_protobuf_client_gets_its_errors_in_protobuf():
     [
         (None, "list", FULL_JSON),
         ("application/json", "watch", FULL_JSON),
-        (TYPED, "list", FULL_JSON),  # protobuf preferred, JSON accepted: JSON from the cache
+        # protobuf preferred, JSON accepted: protobuf from the protobuf cache when it is ready, else JSON
+        (TYPED, "list", ProtobufRequest(FULL_JSON)),
+        (TYPED, "watch", ProtobufRequest(FULL_JSON)),
         (META_LIST, "list", METADATA_PROTOBUF["v1"]),
         (META, "watch", METADATA_PROTOBUF["v1"]),
         (META, "get", METADATA_PROTOBUF["v1"]),
@@ -163,7 +166,9 @@ def test_a_protobuf_client_gets_its_errors_in_protobuf():
         ("application/json;as=Table;v=v1beta1;g=meta.k8s.io", "watch", TableRequest("v1beta1")),
         ("application/yaml;as=Table;v=v1;g=meta.k8s.io", "list", PassReason.MEDIA_TYPE),
         ("application/yaml", "get", PassReason.MEDIA_TYPE),
-        ("application/vnd.kubernetes.protobuf", "list", PassReason.PROTOBUF),
+        ("application/vnd.kubernetes.protobuf", "list", ProtobufRequest(PassReason.PROTOBUF)),
+        ("application/vnd.kubernetes.protobuf;stream=watch", "watch", ProtobufRequest(PassReason.PROTOBUF)),
+        (f"application/vnd.kubernetes.protobuf, {KUBECTL}", "list", ProtobufRequest(TableRequest("v1"))),
         (META_LIST, "get", PassReason.MEDIA_TYPE),  # kube's answer comes after reading: let it give it
         (META, "list", PassReason.MEDIA_TYPE),
         (META_LIST, "watch", PassReason.MEDIA_TYPE),
@@ -173,14 +178,24 @@ def test_choose_in_front_of_kube(accept, verb, expected):
     assert choose(accept, KUBE, verb, CONFIGMAPS) == expected
 
 
+def test_a_custom_resource_is_never_asked_of_the_protobuf_cache():
+    widgets = ResourceType("example.com", "v1", "widgets", "Widget", True)
+    assert choose(TYPED, KUBE, "list", widgets) is FULL_JSON
+    assert choose("application/vnd.kubernetes.protobuf", KUBE, "get", widgets) == PassReason.PROTOBUF
+
+
 def test_the_sim_negotiates_only_what_it_writes():
     assert choose(KUBECTL, SIM, "list", CONFIGMAPS) == TableRequest("v1")  # the proxy's printers
     assert choose(TYPED, SIM, "list", CONFIGMAPS) is FULL_JSON
     with pytest.raises(NotAcceptable) as caught:
         choose("application/vnd.kubernetes.protobuf", SIM, "list", CONFIGMAPS)
+    # kube's words for a kind it cannot write in protobuf (a custom resource's 406, recorded from
+    # kube-apiserver: tests/server/fixtures/protobuf-refused.bin), in protobuf as kube writes it
     assert caught.value.message == (
-        "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf"
+        "only the following media types are accepted: "
+        "application/json, application/yaml, application/vnd.kubernetes.protobuf"
     )
+    assert caught.value.content_type == PROTOBUF
     with pytest.raises(NotAcceptable) as caught:
         choose(META_LIST, SIM, "get", CONFIGMAPS)
     assert caught.value.message == (

@@ -131,7 +131,7 @@ class StallingClient:
     async def get_json(self, path, params=None, timeout=30.0):  # type: ignore[no-untyped-def]
         return {"metadata": {"resourceVersion": "10"}, "items": [pod_json("a", 10)]}
 
-    async def watch_into(self, resource, params, on_lines, *, stall_timeout):  # type: ignore[no-untyped-def]
+    async def watch_into(self, resource, params, on_lines, *, stall_timeout, **_options):  # type: ignore[no-untyped-def]
         self.watches.append(asyncio.get_running_loop().time())
         if len(self.watches) == 1:
             raise WatchStalled("no data for 5s")

@@ -2,11 +2,12 @@
 
 A request is served from the cache when it is a get/list/watch of a cached resource
 (no subresource) and the representation kube-apiserver would choose for its Accept header
-is one the cache writes (``server/negotiation.py``): full objects in JSON,
-PartialObjectMetadata(List) in JSON or protobuf, or Tables for kubectl (``server/tables.py``).
+is one the cache writes (``server/negotiation.py``): full objects in JSON, or in protobuf from the
+resource's protobuf cache once it is ready (``ctx.protobuf``), PartialObjectMetadata(List) in JSON
+or protobuf, or Tables for kubectl (``server/tables.py``).
 Anything else — writes, discovery, subresources, uncached resources, Tables of kinds without a
-printer here, YAML, full objects only in protobuf, consistent reads the cache cannot prove
-fresh — goes to ``ctx.upstream.forward``,
+printer here, YAML, full objects only in protobuf without a protobuf cache, consistent reads the
+cache cannot prove fresh — goes to ``ctx.upstream.forward``,
 counted by reason (``PassReason``). An Accept header kube would refuse gets kube's 406 here.
 """
 
@@ -24,6 +25,8 @@ import orjson
 from watchcache import apierrors
 from watchcache.auth.authn import bearer_token
 from watchcache.cache.encoding import Encoding
+from watchcache.cache.protobuf import FULL_PROTOBUF
+from watchcache.dispatch.cacher import Cacher
 from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
@@ -37,6 +40,7 @@ from watchcache.server.negotiation import (
     SIM,
     NotAcceptable,
     PassReason,
+    ProtobufRequest,
     TableRequest,
     choose,
     render_error,
@@ -106,7 +110,7 @@ class ApiHandler:
         # write (Table, YAML, full protobuf); the simulated cluster negotiates only what it writes.
         self.endpoint = KUBE if forward_tables else SIM
         # Accept headers are few and repeated: (accept, verb, group) -> decision, memoized.
-        self._negotiated: dict[tuple[str | None, str, str], Encoding | TableRequest | PassReason] = {}
+        self._negotiated: dict[tuple[str | None, str, str], Encoding | TableRequest | ProtobufRequest | PassReason] = {}
         # Printers and Table encodings (kubectl's default output), shared by the requests that ask.
         self.tables = Tables(ctx, passes_through=self.endpoint.passes_through)
         # True in front of a real apiserver: every upgrade request is the upstream's to answer
@@ -315,13 +319,19 @@ class ApiHandler:
             if decision.media in (None, JSON) or not self.endpoint.passes_through:
                 raise decision
             decision = PassReason.MEDIA_TYPE  # kube writes this 406 in YAML or protobuf: let it
-        if isinstance(decision, (Encoding, TableRequest)):
+        if isinstance(decision, (Encoding, TableRequest, ProtobufRequest)):
             if self.ctx.gate is not None:
-                # Before any cached byte, and before a follower replica is built for it: 401/403
-                # as the upstream would answer (once per watch).
+                # Before any cached byte, and before a follower replica (or a protobuf cache) is
+                # built for it: 401/403 as the upstream would answer (once per watch).
                 await self._authorize(request, info)
-            if not self._cache_for(resource):
-                decision = PassReason.UNCACHED_RESOURCE
+        cacher = None
+        if isinstance(decision, ProtobufRequest):
+            # Full objects in protobuf: the protobuf cache (made on first use), else as without one.
+            assert resource is not None
+            cacher = self.ctx.protobuf(resource) if self.ctx.protobuf is not None else None
+            decision = decision.fallback if cacher is None else FULL_PROTOBUF
+        if cacher is None and isinstance(decision, (Encoding, TableRequest)) and not self._cache_for(resource):
+            decision = PassReason.UNCACHED_RESOURCE
         if isinstance(decision, (Encoding, TableRequest)):
             if info.verb == "watch":
                 if self.watchers() >= self.ctx.config.max_watchers:
@@ -332,7 +342,7 @@ class ApiHandler:
             self.inflight += 1
             detached = None
             try:
-                detached = await self._serve_cached(request, response, info, decision, slot, warnings)
+                detached = await self._serve_cached(request, response, info, decision, slot, warnings, cacher)
                 return verb, resource, detached
             except PassThrough as p:
                 decision = p.reason
@@ -394,7 +404,9 @@ class ApiHandler:
         except apierrors.StatusError as e:
             raise render_error(e, request.headers.get("accept"), self.endpoint) from None
 
-    def _decide(self, request: Request, info: RequestInfo) -> Encoding | TableRequest | PassReason | NotAcceptable:
+    def _decide(
+        self, request: Request, info: RequestInfo
+    ) -> Encoding | TableRequest | ProtobufRequest | PassReason | NotAcceptable:
         """How the cache answers this request (an encoding), why it does not, or kube's 406 for it."""
         if request.upgrade is not None and self.forward_upgrades:
             return PassReason.UPGRADE
@@ -447,12 +459,15 @@ class ApiHandler:
         encoding: Encoding | TableRequest,
         slot: Seat | None,
         headers: Sequence[tuple[str, str]] = (),
+        cacher: Cacher | None = None,
     ) -> HttpWatchStream | None:
+        """``cacher``: the cache to read (a protobuf cache), else the resource's own."""
         resource = self.ctx.registry.get(info.group, info.version, info.resource)
         assert resource is not None
         if info.namespace and not resource.namespaced:
             raise apierrors.path_not_found()
-        cacher = self.ctx.cachers[resource]
+        if cacher is None:
+            cacher = self.ctx.cachers[resource]
         cacher.last_used = cacher.clock()
         opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
         started = slot.release if slot else None

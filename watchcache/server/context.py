@@ -139,6 +139,9 @@ class ApiContext:
     # For a resource in the registry but not in ``cachers``: a cache made on first use
     # (a follower of the worker that owns it), or None to pass the request through.
     on_demand: Callable[[ResourceType], Cacher | None] | None = None
+    # Full objects in protobuf: the resource's protobuf cache if it is ready (made on first use),
+    # else None (the read is answered as without one). None: no protobuf caches here.
+    protobuf: Callable[[ResourceType], Cacher | None] | None = None
     # Delegated authentication + authorization of cached reads (None: --authentication none).
     gate: Gate | None = None
     # Per-request and per-flush observations (None: not measured, e.g. in unit tests).

@@ -77,11 +77,15 @@ class Endpoint:
     full_protobuf: bool
     # An upstream answers what the cache cannot produce (else this server answers 406 itself).
     passes_through: bool
+    # The media types a handler's 406 names ("only the following media types are accepted"):
+    # kube names all its serializers, also for a kind it cannot write in protobuf (a custom resource).
+    accepted: tuple[str, ...] = (JSON, YAML, PROTOBUF)
 
 
 # A kube-apiserver: the proxy negotiates as it would, then serves what the cache can produce.
 KUBE = Endpoint((JSON, YAML, PROTOBUF), table=True, full_protobuf=True, passes_through=True)
-# The simulated cluster (and the proxy on its embedded one): only what the cache can produce.
+# The simulated cluster (and the proxy on its embedded one): only what the cache can produce. It has
+# no schemas to write full objects in protobuf, and refuses them as kube refuses a custom resource's.
 SIM = Endpoint((JSON, PROTOBUF), table=True, full_protobuf=False, passes_through=False)
 
 
@@ -153,6 +157,14 @@ class TableRequest:
     """kube would answer with a Table of ``meta.k8s.io/<version>`` (``server/tables.py`` prints it)."""
 
     version: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProtobufRequest:
+    """kube would answer with full objects in protobuf: from the resource's protobuf cache if it is
+    ready, else ``fallback`` (an encoding the cache writes, or why the request passes through)."""
+
+    fallback: Encoding | TableRequest | PassReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +287,7 @@ def negotiate(header: str | None, endpoint: Endpoint, *, collection: bool) -> Ne
         raise NotAcceptable(message, router=True, media=error_encoding(header, endpoint))
     chosen = _negotiate(header, endpoint)
     if chosen is None:
-        message = "only the following media types are accepted: " + ", ".join(endpoint.media_types)
+        message = "only the following media types are accepted: " + ", ".join(endpoint.accepted)
         raise NotAcceptable(message, router=False, media=error_encoding(header, endpoint))
     return chosen
 
@@ -298,7 +310,7 @@ def _go_type(resource: ResourceType, is_list: bool) -> str:
 
 def choose(
     header: str | None, endpoint: Endpoint, verb: str, resource: ResourceType
-) -> Encoding | TableRequest | PassReason:
+) -> Encoding | TableRequest | ProtobufRequest | PassReason:
     """How a cached read (``verb`` get, list or watch) is answered: an encoding, a Table, or why it goes upstream.
 
     Raises ``NotAcceptable`` where kube would answer 406 itself, before reading anything.
@@ -309,13 +321,21 @@ def choose(
             return PassReason.MEDIA_TYPE  # a custom resource has no router layer, an aggregated API has one
     chosen = negotiate(header, endpoint, collection=verb != "get")
     if chosen.media_type == PROTOBUF and not chosen.kind:
-        # Full objects in protobuf need each kind's schema, which only the upstream has. A client
-        # that also accepts something the cache can write gets that (JSON for client-go's default
-        # "protobuf, json"), as a server without a protobuf serializer would answer it.
+        # Full objects in protobuf: the upstream's own bytes, from the resource's protobuf cache
+        # when it has one (server/app.py). Until then, a client that also accepts something the
+        # cache writes gets that (JSON for client-go's default "protobuf, */*"), as a server
+        # without a protobuf serializer would answer it; one that accepts only protobuf passes through.
         fallback = _negotiate(header or "", dataclasses.replace(endpoint, full_protobuf=False))
-        if fallback is None:
-            return PassReason.PROTOBUF
-        chosen = fallback
+        otherwise = PassReason.PROTOBUF if fallback is None else _answer(fallback, header, endpoint, verb, resource)
+        if resource.custom:
+            return otherwise
+        return ProtobufRequest(otherwise)
+    return _answer(chosen, header, endpoint, verb, resource)
+
+
+def _answer(
+    chosen: Negotiated, header: str | None, endpoint: Endpoint, verb: str, resource: ResourceType
+) -> Encoding | TableRequest | PassReason:
     if chosen.media_type == YAML:
         return PassReason.MEDIA_TYPE
     if chosen.kind == TABLE:

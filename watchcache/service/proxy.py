@@ -35,6 +35,7 @@ from watchcache.upstream.discovery import (
 from watchcache.upstream.failures import LastFailures
 from watchcache.upstream.identity import PassthroughIdentity
 from watchcache.upstream.metrics import IdentityCollector
+from watchcache.upstream.protobuf import ProtobufCaches
 from watchcache.upstream.reflector import Reflector
 
 log = logging.getLogger("watchcache")
@@ -94,12 +95,21 @@ async def wire_proxy(options: RunOptions) -> Wiring:
             options.host,
             options.port,
         )
+    protobuf = ProtobufCaches(
+        client,
+        options.cache,
+        options.reflector,
+        owns=lambda t: owns(options.shard, t),
+        after_relist=consistent.advance,
+    )
+    ctx.protobuf = protobuf.cacher
     ctx.discovered = False
     ctx.upstream_continue_tokens = True
     ctx.upstream_failures = LastFailures(options.upstream.server, client.tokens.describe)
     ctx.upstream_description = options.upstream.describe()
     wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True, forward_upgrades=True), [], [client.close], consistent)
     wiring.housekeeping.append(client.reload_certificates)
+    wiring.housekeeping.append(protobuf.drop_idle)
     wiring.collectors += [TunnelCollector(tunnels), IdentityCollector(identity)]
     tunnels.rejected = wiring.handler.rejected
 
@@ -108,6 +118,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
 
     async def stop_proofs() -> None:
         consistent.stop()  # probe watches and their pumps
+        protobuf.stop()  # the protobuf caches' reflectors
 
     wiring.cleanup.insert(0, close_tunnels)
     wiring.cleanup.insert(0, stop_proofs)

@@ -28,10 +28,12 @@ from urllib.parse import urlencode, urlsplit
 import aiohttp
 import httptools
 import orjson
+from google.protobuf.message import DecodeError
 
 from watchcache.cache.object import object_key
 from watchcache.cache.scopestate import ScopeState
-from watchcache.kubeproto.wire import METADATA_LIST_PROTOBUF, object_versions
+from watchcache.kubeproto import meta_pb2, objects
+from watchcache.kubeproto.wire import MAGIC, METADATA_LIST_PROTOBUF, object_versions
 from watchcache.resources import ResourceType
 from watchcache.upstream.config import ClientCertificate, UpstreamConfig, load_cert_chain_data
 from watchcache.upstream.credentials import Credentials
@@ -70,6 +72,13 @@ async def _error_from(resp: aiohttp.ClientResponse) -> UpstreamError:
 
 
 def _error_from_body(code: int, body: bytes) -> UpstreamError:
+    if body.startswith(MAGIC):  # a protobuf Status (the answer to a protobuf-only request)
+        try:
+            status = status_from_protobuf(objects.unknown(body).raw)
+        except (objects.WireError, ValueError):
+            pass
+        else:
+            return UpstreamError(code, str(status.get("message", "")), status)
     try:
         status = orjson.loads(body)
         if isinstance(status, dict) and status.get("kind") == "Status":
@@ -77,6 +86,25 @@ def _error_from_body(code: int, body: bytes) -> UpstreamError:
     except orjson.JSONDecodeError:
         pass
     return UpstreamError(code, body[:200].decode("utf-8", "replace"))
+
+
+def status_from_protobuf(raw: bytes) -> dict[str, Any]:
+    """A protobuf Status message as the JSON Status the rest of the client reads (code, reason, message)."""
+    try:
+        msg = meta_pb2.Status.FromString(raw)
+    except DecodeError as e:
+        raise ValueError(str(e)) from None
+    return {"kind": "Status", "status": msg.status, "message": msg.message, "reason": msg.reason, "code": msg.code}
+
+
+Splitter = Callable[[bytes], tuple[list[bytes], bytes]]
+
+
+def split_lines(data: bytes) -> tuple[list[bytes], bytes]:
+    """A JSON watch stream's complete lines in ``data``, and the start of the next one."""
+    lines = data.split(b"\n")
+    pending = lines.pop()
+    return [line for line in lines if line], pending
 
 
 class _WatchStream(asyncio.Protocol):
@@ -87,9 +115,16 @@ class _WatchStream(asyncio.Protocol):
     ``WatchStalled``, or ``ConnectionResetError`` for a connection lost mid-stream.
     """
 
-    def __init__(self, request: bytes, on_lines: Callable[[list[bytes]], None], stall_timeout: float) -> None:
+    def __init__(
+        self,
+        request: bytes,
+        on_lines: Callable[[list[bytes]], None],
+        stall_timeout: float,
+        split: Splitter = split_lines,
+    ) -> None:
         self.loop = asyncio.get_running_loop()
         self.request = request
+        self.split = split
         self.on_lines = on_lines
         self.stall_timeout = stall_timeout
         self.done: asyncio.Future[None] = self.loop.create_future()
@@ -131,10 +166,9 @@ class _WatchStream(asyncio.Protocol):
             self.error_body.append(body)
             return
         data = self.pending + body if self.pending else body
-        lines = data.split(b"\n")
-        self.pending = lines.pop()
-        if lines:
-            self.on_lines([line for line in lines if line])
+        items, self.pending = self.split(data)
+        if items:
+            self.on_lines(items)
 
     def on_message_complete(self) -> None:
         if self.status == 200:
@@ -319,8 +353,13 @@ class UpstreamClient:
         *,
         stall_timeout: float,
         connect_timeout: float = 10.0,
+        accept: str = "application/json",
+        split: Splitter = split_lines,
     ) -> None:
         """Run one watch stream: each network read's complete event lines go to ``on_lines`` at once.
+
+        ``accept`` and ``split``: another encoding's stream and how it is cut into events
+        (protobuf: ``objects.split_frames``, length-prefixed frames instead of lines).
 
         Returns when the upstream ends the stream. Raises ``WatchStalled`` if nothing arrives for
         ``stall_timeout`` seconds, ``UpstreamError`` for a non-200 answer (a 401 tells the
@@ -337,7 +376,7 @@ class UpstreamClient:
         headers = {
             "Host": url.netloc if url.port and url.port != default_port else host,
             "User-Agent": USER_AGENT,
-            "Accept": "application/json",
+            "Accept": accept,
             **credential,
         }
         request = (
@@ -345,7 +384,7 @@ class UpstreamClient:
             + b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in headers.items())
             + b"\r\n"
         )
-        stream = _WatchStream(request, on_lines, stall_timeout)
+        stream = _WatchStream(request, on_lines, stall_timeout, split)
         ssl_context = self.own_ssl if url.scheme == "https" else None
         server_hostname = (self.config.tls_server_name or host) if ssl_context is not None else None
         self.watch_streams.add(stream)

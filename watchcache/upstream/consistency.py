@@ -31,7 +31,7 @@ import aiohttp
 from watchcache.backoff import Backoff
 from watchcache.cache.listing import ListScope
 from watchcache.cache.scopestate import missing_rv
-from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.cacher import Cacher, CacherState
 from watchcache.dispatch.freshness import NoTarget, Reached, reach
 from watchcache.ratelimit import TokenBucket
 from watchcache.resources import ResourceType
@@ -179,7 +179,7 @@ class ConsistentReads:
         # Scope proofs' LISTs by (resource, outcome): watchcache_consistency_scope_lists_total.
         self.scope_outcomes: collections.Counter[tuple[ResourceType, str]] = collections.Counter()
         self._probers: dict[Cacher, Prober] = {}
-        self._advancing: dict[ResourceType, asyncio.Task[object]] = {}
+        self._advancing: dict[Cacher, asyncio.Task[object]] = {}
         # Probes ended, by (resource, outcome): watchcache_consistency_probes_total.
         self.probe_outcomes: collections.Counter[tuple[ResourceType, str]] = collections.Counter()
 
@@ -213,8 +213,9 @@ class ConsistentReads:
     def prober(self, cacher: Cacher) -> Prober:
         prober = self._probers.get(cacher)
         if prober is None:
-            # Keyed by cacher: a follower dropped and made again for a resource gets a new one.
-            for old in [c for c in self._probers if c.resource is cacher.resource]:
+            # Keyed by cacher: a follower (or protobuf cache) dropped and made again for a resource
+            # gets a new one; a resource's JSON and protobuf caches have one each.
+            for old in [c for c in self._probers if c.resource is cacher.resource and c.state is CacherState.STOPPED]:
                 self._probers.pop(old).stop()
             prober = self._probers[cacher] = Prober(
                 self.client, cacher, self.limits, self.budget, self.probe_outcomes, apply_wait=self.fresh_wait
@@ -285,14 +286,16 @@ class ConsistentReads:
         return flight
 
     def advance(self, cacher: Cacher) -> None:
-        """In the background, bring the cache to the upstream's current rv (at most one at a time per resource).
+        """In the background, bring the cache to the upstream's current rv (at most one at a time per cache).
 
         Not a client read, so not counted in the consistent-read metrics: used after a relist,
         whose group rv must not stay the cache's head (see ``ResourceCache.relist``).
         """
-        task = self._advancing.get(cacher.resource)
+        task = self._advancing.get(cacher)
         if task is None or task.done():
-            self._advancing[cacher.resource] = asyncio.ensure_future(reach(cacher, None, self, self.fresh_wait))
+            for done in [c for c, t in self._advancing.items() if t.done()]:
+                del self._advancing[done]
+            self._advancing[cacher] = asyncio.ensure_future(reach(cacher, None, self, self.fresh_wait))
 
     def stop(self) -> None:
         for prober in self._probers.values():

@@ -34,7 +34,14 @@ from watchcache.cache.encoding import RELIST_DIFF_ANNOTATION
 from watchcache.cache.events import BOOKMARK, DELETED, ERROR
 from watchcache.cache.object import CachedObject, ObjectError, body_in_event, encode_object, parse_resource_version
 from watchcache.dispatch.cacher import Cacher
-from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled, collection_path
+from watchcache.upstream.client import (
+    Splitter,
+    UpstreamClient,
+    UpstreamError,
+    WatchStalled,
+    collection_path,
+    split_lines,
+)
 from watchcache.upstream.failures import LastFailures
 
 log = logging.getLogger("watchcache.upstream.reflector")
@@ -63,6 +70,10 @@ class Gone(Exception):
 
 
 class Reflector:
+    # The watch stream's encoding and how it is cut into events (``ProtobufReflector``: another).
+    accept = "application/json"
+    split: Splitter = staticmethod(split_lines)
+
     def __init__(
         self,
         client: UpstreamClient,
@@ -153,7 +164,7 @@ class Reflector:
         pages = 0
         while True:
             try:
-                page = await self.client.get_json(collection_path(self.resource), params, timeout=60.0)
+                rv, items, token = await self._page(params)
             except UpstreamError as e:
                 if e.code == 410 and "continue" in params:
                     # The continue token expired mid-list: start the list over.
@@ -162,12 +173,9 @@ class Reflector:
                     continue
                 raise
             pages += 1
-            rv = parse_resource_version(page["metadata"]["resourceVersion"])
-            for item in page.get("items") or []:
-                obj = encode_object(self.resource, item)
+            for obj in items:
                 nbytes += len(obj.body)
                 objects.append(obj)
-            token = page["metadata"].get("continue")
             if pages % 20 == 0:
                 log.info("sync %s: %d objects so far", self.resource.qualified, len(objects))
             if not token:
@@ -175,6 +183,7 @@ class Reflector:
             params = {"limit": str(self.config.page_size), "continue": token}
         if self.failures is not None:
             self.failures.succeeded(self.resource)
+        await self._before_sync(rv)
         if self._synced_once:
             events = self.cacher.relist(objects, rv)
             self.relists += 1
@@ -199,6 +208,16 @@ class Reflector:
             time.monotonic() - started,
         )
 
+    async def _page(self, params: dict[str, str]) -> tuple[int, list[CachedObject], str | None]:
+        """One page of the list: its rv, its objects, and the continue token (None or "" on the last)."""
+        page = await self.client.get_json(collection_path(self.resource), params, timeout=60.0)
+        rv = parse_resource_version(page["metadata"]["resourceVersion"])
+        items = [encode_object(self.resource, item) for item in page.get("items") or []]
+        return rv, items, page["metadata"].get("continue")
+
+    async def _before_sync(self, rv: int) -> None:
+        """Called once a whole list at ``rv`` is read, before the cache takes it (a hook for other encodings)."""
+
     # ------------------------------------------------------------------ watch
 
     async def _watch(self) -> None:
@@ -211,7 +230,14 @@ class Reflector:
         self.drop_diff()
         try:
             # Each read's events are applied in the stream's own callback (upstream/client.py).
-            await self.client.watch_into(self.resource, params, self._apply, stall_timeout=self.config.stall_timeout)
+            await self.client.watch_into(
+                self.resource,
+                params,
+                self._apply,
+                stall_timeout=self.config.stall_timeout,
+                accept=self.accept,
+                split=self.split,
+            )
         except UpstreamError as e:
             if e.code == 410:
                 raise Gone(e.status.get("message", "") if e.status else str(e)) from None
@@ -236,21 +262,21 @@ class Reflector:
         # Keys of the group of events at `last` (None: not looked up yet; _MARK: `last` is a list's
         # or a bookmark's rv, after which no event can come at `last`).
         group: set[str] | None = None
+        decode = self._decode
         for line in lines:
-            event = orjson.loads(line)
-            kind = event.get("type")
-            raw = event.get("object") or {}
+            kind, obj, detail = decode(line)
             if kind == ERROR:
                 if batch:
                     cacher.apply(batch)
-                if raw.get("code") == 410:
-                    raise Gone(str(raw.get("message", "")))
-                raise UpstreamError(int(raw.get("code") or 500), str(raw.get("message", "")), raw)
+                status = detail if isinstance(detail, dict) else {}
+                if status.get("code") == 410:
+                    raise Gone(str(status.get("message", "")))
+                raise UpstreamError(int(status.get("code") or 500), str(status.get("message", "")), status)
             if kind == BOOKMARK:
                 if batch:
                     cacher.apply(batch)
                     batch = []
-                meta = raw.get("metadata") or {}
+                meta = detail if isinstance(detail, dict) else {}
                 rv = parse_resource_version(meta.get("resourceVersion"))
                 if self._diff_end is not None and rv >= self._diff_end:
                     self._take_diff()
@@ -263,10 +289,8 @@ class Reflector:
                 if end is not None and self._diff_end is None:
                     self._diff_end, self._diff, self._diff_reads = parse_resource_version(end), [], 1
                 continue
-            try:
-                obj = encode_object(self.resource, raw, body_in_event(self.resource, line, kind, len(event)))
-            except ObjectError as e:
-                log.warning("%s: dropping malformed %s event: %s", self.resource.qualified, kind, e)
+            if obj is None:
+                log.warning("%s: dropping malformed %s event: %s", self.resource.qualified, kind, detail)
                 continue
             if self._diff_end is not None:
                 if obj.rv <= self._diff_end:
@@ -288,6 +312,24 @@ class Reflector:
         if batch:
             cacher.apply(batch)
         self.last_event_at = time.monotonic()
+
+    def _decode(self, line: bytes) -> tuple[str, CachedObject | None, object]:
+        """One event of the stream: (type, the object or None, detail).
+
+        The detail is the Status of an ERROR, the metadata of a BOOKMARK (its resourceVersion
+        and annotations, as JSON), and why an object could not be cached (then it is None).
+        """
+        event = orjson.loads(line)
+        kind = event.get("type")
+        raw = event.get("object") or {}
+        if kind == ERROR:
+            return kind, None, raw
+        if kind == BOOKMARK:
+            return kind, None, raw.get("metadata") or {}
+        try:
+            return kind, encode_object(self.resource, raw, body_in_event(self.resource, line, kind, len(event))), None
+        except ObjectError as e:
+            return kind, None, e
 
     def drop_diff(self) -> None:
         """Forget a diff cut short by the end of its stream: the resume from the old rv gets 410."""

@@ -1,0 +1,121 @@
+"""The reflector of a protobuf cache: the upstream's list+watch in protobuf, its bytes kept as they came.
+
+Kube's own components read full objects in protobuf (client-go's typed clients send
+``Accept: application/vnd.kubernetes.protobuf, */*``). The proxy serves them the upstream's
+own bytes, so that they decode exactly what kube-apiserver would have sent: this reflector
+lists and watches a resource with ``Accept: application/vnd.kubernetes.protobuf`` and hands
+each object's message bytes, cut out of the list or watch frame, to its cache
+(``cache/protobuf.py``: attributes read from the wire, the bytes never re-encoded). Everything
+else is the JSON reflector's: resume, backoff, 410 → relist diff, stall detection, the
+grouping of events that share an rv (``Reflector._apply``).
+
+Two things only protobuf needs:
+
+* an upstream that cannot write the kind in protobuf (the simulated cluster; kube for a custom
+  resource) answers the list 406 or 415: ``NotServedInProtobuf`` ends the reflector, and the
+  proxy answers such clients as before (``upstream/protobuf.py``);
+* a bookmark is the kind's *empty* object, whose zero-valued spec and status only the schema
+  knows: before the first sync the reflector learns it from a short watch's bookmark
+  (``FullProtobuf.learn_empty``), so that its own bookmarks are byte for byte kube's.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+
+from watchcache.cache.encoding import PROTOBUF
+from watchcache.cache.events import BOOKMARK, ERROR
+from watchcache.cache.object import CachedObject, ObjectError, parse_resource_version
+from watchcache.cache.protobuf import FULL_PROTOBUF, decode_protobuf_object
+from watchcache.kubeproto import objects
+from watchcache.upstream.client import Splitter, UpstreamError, WatchStalled, collection_path, status_from_protobuf
+from watchcache.upstream.reflector import Reflector
+
+log = logging.getLogger("watchcache.upstream.pbreflector")
+
+# The short watch that learns a kind's empty object: kube sends a watcher its bookmark 2 s before
+# its timeout (cacher's nextBookmarkTime), so one of 3 s brings it within about a second.
+TEMPLATE_WATCH_SECONDS = 3
+
+
+class NotServedInProtobuf(Exception):
+    """The upstream does not write this resource in protobuf (406/415 to a protobuf-only list)."""
+
+
+class _Learned(Exception):
+    """Raised from the template watch's callback to end it once a bookmark came."""
+
+
+class ProtobufReflector(Reflector):
+    accept = PROTOBUF
+    split: Splitter = staticmethod(objects.split_frames)
+
+    async def _page(self, params: dict[str, str]) -> tuple[int, list[CachedObject], str | None]:
+        try:
+            body = await self.client.get_bytes(collection_path(self.resource), params, timeout=60.0, accept=PROTOBUF)
+        except UpstreamError as e:
+            if e.code in (406, 415):
+                raise NotServedInProtobuf(f"{e.code}: {e.status.get('message') if e.status else e}") from None
+            raise
+        try:
+            page = objects.list_page(objects.unknown(body).raw)
+        except (objects.WireError, UnicodeDecodeError) as e:
+            raise ValueError(f"malformed protobuf list of {self.resource.qualified}: {e}") from None
+        items: list[CachedObject] = [decode_protobuf_object(self.resource, raw) for raw in page.items]
+        return parse_resource_version(page.resource_version), items, page.continue_token
+
+    async def _before_sync(self, rv: int) -> None:
+        if FULL_PROTOBUF.knows_empty(self.resource):
+            return
+        params = {
+            "resourceVersion": str(rv),
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(TEMPLATE_WATCH_SECONDS),
+        }
+        try:
+            await self.client.watch_into(
+                self.resource,
+                params,
+                self._learn,
+                stall_timeout=TEMPLATE_WATCH_SECONDS + 2.0,
+                accept=PROTOBUF,
+                split=objects.split_frames,
+            )
+        except _Learned:
+            return
+        except (UpstreamError, aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:
+            log.warning("%s: no protobuf bookmark to learn the empty object from: %s", self.resource.qualified, e)
+            return
+        log.warning("%s: the upstream sent no bookmark in %ds", self.resource.qualified, TEMPLATE_WATCH_SECONDS)
+
+    def _learn(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            kind, body = objects.watch_event(frame)
+            if kind == BOOKMARK:
+                FULL_PROTOBUF.learn_empty(self.resource, objects.unknown(body).raw)
+                raise _Learned()
+
+    def _decode(self, line: bytes) -> tuple[str, CachedObject | None, object]:
+        try:
+            kind, body = objects.watch_event(line)
+            raw = objects.unknown(body).raw
+        except (objects.WireError, UnicodeDecodeError) as e:
+            return "", None, e
+        if kind == ERROR:
+            try:
+                return kind, None, status_from_protobuf(raw)
+            except ValueError as e:
+                return kind, None, {"code": 500, "message": f"malformed protobuf Status: {e}"}
+        if kind == BOOKMARK:
+            try:
+                rv, annotations = objects.bookmark_meta(raw)
+            except (objects.WireError, UnicodeDecodeError) as e:
+                return "", None, e
+            FULL_PROTOBUF.learn_empty(self.resource, raw)
+            return kind, None, {"resourceVersion": rv, "annotations": annotations}
+        try:
+            return kind, decode_protobuf_object(self.resource, raw), None
+        except ObjectError as e:
+            return kind, None, e

@@ -1,0 +1,121 @@
+"""Protobuf caches: one per resource that protobuf clients read, made on first use, dropped when idle.
+
+A resource's JSON cache is fed by its reflector whatever its clients accept. When a client asks
+for full objects in protobuf (kube's components, client-go's typed clients), the proxy serves
+kube-apiserver's own bytes from a second cache of the resource, fed by a protobuf list+watch of
+the upstream (``pbreflector.py``): at most one extra upstream watch per resource, only while
+protobuf clients read it. Its life::
+
+    (none) --first protobuf read--> SYNCING --listed--> READY --idle (no watcher, no read
+       ^                               |                           for idle_timeout)--> (none)
+       |                               +--the upstream refuses protobuf (406/415)--> REFUSED
+       +---------------------------------------retry_after------------------------------+
+
+Until it is READY, ``cacher`` returns None and the request is answered as before the cache
+existed: JSON to a client that accepts it (client-go's ``protobuf, */*``), pass-through
+(``protobuf``) to one that accepts protobuf only. Each cache is consistent by itself: its reads
+and watches are the upstream's states at its own rvs (it never mixes with the JSON cache's).
+
+Only the worker that owns a resource runs its protobuf cache (``owns``): followers in other
+workers answer protobuf reads as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from watchcache.cache.protobuf import protobuf_supported
+from watchcache.cache.store import CacheConfig
+from watchcache.dispatch.cacher import Cacher
+from watchcache.resources import ResourceType
+from watchcache.upstream.client import UpstreamClient
+from watchcache.upstream.failures import LastFailures
+from watchcache.upstream.pbreflector import NotServedInProtobuf, ProtobufReflector
+from watchcache.upstream.reflector import ReflectorConfig
+
+log = logging.getLogger("watchcache.upstream.protobuf")
+
+
+class ProtobufCaches:
+    """The protobuf caches of one worker (see the module doc)."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        config: CacheConfig,
+        reflector: ReflectorConfig,
+        *,
+        owns: Callable[[ResourceType], bool] = lambda resource: True,
+        idle_timeout: float = 300.0,
+        retry_after: float = 300.0,
+        failures: LastFailures | None = None,
+        after_relist: Callable[[Cacher], object] | None = None,
+    ) -> None:
+        self.client = client
+        self.config = config
+        self.reflector_config = reflector
+        self.owns = owns
+        self.idle_timeout = idle_timeout
+        self.retry_after = retry_after
+        self.failures = failures
+        self.after_relist = after_relist
+        self.caches: dict[ResourceType, tuple[Cacher, asyncio.Task[None]]] = {}
+        # Resources whose upstream refused protobuf: not asked again before this time (monotonic).
+        self.refused: dict[ResourceType, float] = {}
+        self.started = 0
+        self.dropped = 0
+
+    def cacher(self, resource: ResourceType) -> Cacher | None:
+        """The synced protobuf cache of ``resource``, or None (then started, if it may be)."""
+        entry = self.caches.get(resource)
+        if entry is not None:
+            return entry[0] if entry[0].ready else None
+        if not protobuf_supported(resource) or not self.owns(resource):
+            return None
+        if time.monotonic() < self.refused.get(resource, 0.0):
+            return None
+        self._start(resource)
+        return None
+
+    def _start(self, resource: ResourceType) -> None:
+        cacher = Cacher(resource, self.config)
+        reflector = ProtobufReflector(self.client, cacher, self.reflector_config, self.failures)
+        reflector.after_relist = self.after_relist
+        task = asyncio.ensure_future(reflector.run())
+        task.add_done_callback(lambda t: self._ended(resource, cacher, t))
+        self.caches[resource] = (cacher, task)
+        self.started += 1
+        log.info("protobuf cache of %s: started (a protobuf client asked)", resource.qualified)
+
+    def _ended(self, resource: ResourceType, cacher: Cacher, task: asyncio.Task[None]) -> None:
+        if self.caches.get(resource, (None,))[0] is cacher:
+            del self.caches[resource]
+        cacher.stop()
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, NotServedInProtobuf):
+            log.info("protobuf cache of %s: the upstream does not serve it in protobuf (%s)", resource.qualified, error)
+        else:
+            log.error("protobuf cache of %s ended: %r", resource.qualified, error)
+        self.refused[resource] = time.monotonic() + self.retry_after
+
+    def drop_idle(self) -> None:
+        """Housekeeping: stop the caches no protobuf client has read for ``idle_timeout``."""
+        now = time.monotonic()
+        for resource, (cacher, task) in list(self.caches.items()):
+            if len(cacher.dispatcher) == 0 and now - cacher.last_used > self.idle_timeout:
+                log.info("protobuf cache of %s: dropped (idle)", resource.qualified)
+                del self.caches[resource]
+                task.cancel()
+                cacher.stop()
+                self.dropped += 1
+
+    def stop(self) -> None:
+        for cacher, task in self.caches.values():
+            task.cancel()
+            cacher.stop()
+        self.caches.clear()
