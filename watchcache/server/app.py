@@ -319,11 +319,10 @@ class ApiHandler:
             if decision.media in (None, JSON) or not self.endpoint.passes_through:
                 raise decision
             decision = PassReason.MEDIA_TYPE  # kube writes this 406 in YAML or protobuf: let it
-        if isinstance(decision, (Encoding, TableRequest, ProtobufRequest)):
-            if self.ctx.gate is not None:
-                # Before any cached byte, and before a follower replica (or a protobuf cache) is
-                # built for it: 401/403 as the upstream would answer (once per watch).
-                await self._authorize(request, info)
+        if isinstance(decision, (Encoding, TableRequest, ProtobufRequest)) and self.ctx.gate is not None:
+            # Before any cached byte, and before a follower replica (or a protobuf cache) is
+            # built for it: 401/403 as the upstream would answer (once per watch).
+            await self._authorize(request, info)
         cacher = None
         if isinstance(decision, ProtobufRequest):
             # Full objects in protobuf: the protobuf cache (made on first use), else as without one.

@@ -21,6 +21,8 @@ Two things only protobuf needs:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 
 import aiohttp
@@ -36,8 +38,8 @@ from watchcache.upstream.reflector import Reflector
 log = logging.getLogger("watchcache.upstream.pbreflector")
 
 # The short watch that learns a kind's empty object: kube sends a watcher its bookmark 2 s before
-# its timeout (cacher's nextBookmarkTime), so one of 3 s brings it within about a second.
-TEMPLATE_WATCH_SECONDS = 3
+# its timeout (cacher's nextBookmarkTime), so one of 4 s brings it within about 2 s.
+TEMPLATE_WATCH_SECONDS = 4
 
 
 class NotServedInProtobuf(Exception):
@@ -66,16 +68,18 @@ class ProtobufReflector(Reflector):
         items: list[CachedObject] = [decode_protobuf_object(self.resource, raw) for raw in page.items]
         return parse_resource_version(page.resource_version), items, page.continue_token
 
-    async def _before_sync(self, rv: int) -> None:
-        if FULL_PROTOBUF.knows_empty(self.resource):
+    async def _before_sync(self, rv: int, listed: list[CachedObject]) -> None:
+        if FULL_PROTOBUF.knows_empty(self.resource) or not listed:
             return
+        # kube sends a bookmark only once its cache is past the watch's start: start just before the
+        # newest listed object (its event is replayed, and ignored here), and make kube's cache move.
         params = {
-            "resourceVersion": str(rv),
+            "resourceVersion": str(max(obj.rv for obj in listed) - 1),
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(TEMPLATE_WATCH_SECONDS),
         }
-        try:
-            await self.client.watch_into(
+        watch = asyncio.ensure_future(
+            self.client.watch_into(
                 self.resource,
                 params,
                 self._learn,
@@ -83,6 +87,14 @@ class ProtobufReflector(Reflector):
                 accept=PROTOBUF,
                 split=objects.split_frames,
             )
+        )
+        # A consistent read makes kube ask etcd for progress: its cache moves past the start even
+        # on a resource nobody writes (docs/consistency.md), so the bookmark comes.
+        await asyncio.sleep(0.2)
+        with contextlib.suppress(UpstreamError, aiohttp.ClientError, TimeoutError, OSError, ValueError, KeyError):
+            await self.client.list_rv(self.resource)
+        try:
+            await watch
         except _Learned:
             return
         except (UpstreamError, aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:

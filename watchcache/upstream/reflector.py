@@ -183,7 +183,7 @@ class Reflector:
             params = {"limit": str(self.config.page_size), "continue": token}
         if self.failures is not None:
             self.failures.succeeded(self.resource)
-        await self._before_sync(rv)
+        await self._before_sync(rv, objects)
         if self._synced_once:
             events = self.cacher.relist(objects, rv)
             self.relists += 1
@@ -215,7 +215,7 @@ class Reflector:
         items = [encode_object(self.resource, item) for item in page.get("items") or []]
         return rv, items, page["metadata"].get("continue")
 
-    async def _before_sync(self, rv: int) -> None:
+    async def _before_sync(self, rv: int, objects: list[CachedObject]) -> None:
         """Called once a whole list at ``rv`` is read, before the cache takes it (a hook for other encodings)."""
 
     # ------------------------------------------------------------------ watch

@@ -1,0 +1,119 @@
+"""An upstream that answers with kube-apiserver's recorded bytes (``fixtures/recorded.json``, see capture.py).
+
+On a real socket, in a thread of its own: discovery, each kind's collection in JSON or protobuf
+(by the request's Accept) whatever the query, and watches. A protobuf watch sends the recorded
+upstream frames of pods and configmaps newer than its ``resourceVersion`` — from ``R`` only once
+``release()`` is called, so that reads at the recorded ``R`` see kube's state at ``R`` — then the
+kind's recorded bookmark if it is newer still, and stays open until its ``timeoutSeconds``. A
+JSON watch stays open, silent (the JSON cache stays at ``R``). Anything else: 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from watchcache.kubeproto import objects
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PB = "application/vnd.kubernetes.protobuf"
+
+
+def load() -> dict[str, Any]:
+    record: dict[str, Any] = json.loads((FIXTURES / "recorded.json").read_text())
+    return record
+
+
+def b(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def frame_rv(frame: bytes) -> int:
+    _, body = objects.watch_event(frame)
+    return int(objects.read_object(objects.unknown(body).raw).resource_version)
+
+
+class RecordedUpstream:
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+        self.by_path = {entry["path"]: (kind, entry) for kind, entry in record["kinds"].items()}
+        self.watches = record["watches"]
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="recorded-upstream", daemon=True)
+        self.thread.start()
+        self.released: asyncio.Event | None = None
+        self.requests: list[tuple[str, str, str]] = []  # (path, query, accept)
+        self.port = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def _start(self) -> int:
+        self.released = asyncio.Event()
+        app = web.Application()
+        app.router.add_route("GET", "/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        port: int = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        return port
+
+    def release(self) -> None:
+        """From now on, protobuf watches send the recorded changes after R."""
+        assert self.released is not None
+        self.loop.call_soon_threadsafe(self.released.set)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        accept = request.headers.get("Accept", "")
+        self.requests.append((request.path, request.query_string, accept))
+        if request.path in self.record["discovery"]:
+            return web.json_response(self.record["discovery"][request.path])
+        found = self.by_path.get(request.path)
+        if found is None:
+            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+            return web.json_response(body, status=404)
+        kind, entry = found
+        protobuf = accept.startswith(PB)
+        if request.query.get("watch") in ("1", "true"):
+            return await self._watch(request, kind, entry, protobuf)
+        if protobuf:
+            return web.Response(body=b(entry["protobuf"]), content_type=PB)
+        return web.json_response(entry["json"])
+
+    async def _watch(
+        self, request: web.Request, kind: str, entry: dict[str, Any], protobuf: bool
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        resp.content_type = PB if protobuf else "application/json"
+        await resp.prepare(request)
+        timeout = float(request.query.get("timeoutSeconds", "1800"))
+        since = int(request.query.get("resourceVersion") or 0)
+        try:
+            async with asyncio.timeout(timeout):
+                if protobuf:
+                    frames = [b(f) for f in self.watches.get(f"upstream-{kind}", [])]
+                    if frames and since >= int(self.record["R"]):
+                        assert self.released is not None
+                        await self.released.wait()
+                    last = since
+                    for frame in [*frames, b(entry["bookmark"])]:
+                        rv = frame_rv(frame)
+                        if rv > last:
+                            await resp.write(len(frame).to_bytes(4, "big") + frame)
+                            last = rv
+                await asyncio.sleep(timeout)
+        except (TimeoutError, ConnectionResetError):
+            pass
+        return resp
