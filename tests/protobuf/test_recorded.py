@@ -19,7 +19,7 @@ import pytest
 
 from tests.protobuf.recorded import PB, RecordedUpstream, b, load
 from tests.support.processes import Proc, start, wait_ready
-from watchcache.kubeproto import objects
+from watchcache.kubeproto import meta_pb2, objects
 
 TYPED = PB + ", */*"  # client-go's typed clients
 RESOURCES = "pods,configmaps,secrets,nodes,namespaces,services,serviceaccounts,apps/v1/deployments"
@@ -180,3 +180,16 @@ def test_the_simulated_cluster_refuses_full_protobuf_as_kube_refuses_a_custom_re
         assert (status, content_type) == (200, "application/json")
     finally:
         sim.stop()
+
+
+def test_an_error_event_is_a_protobuf_status(proxy: Proc) -> None:
+    """A watch from before the protobuf cache's history: kube's 410 as an ERROR event, in protobuf."""
+    in_protobuf(proxy, "/api/v1/serviceaccounts?resourceVersion=0")
+    content_type, frames = watch(proxy, "/api/v1/serviceaccounts?watch=1&resourceVersion=1", 1)
+    assert content_type == PB + ";stream=watch"
+    kind, body = objects.watch_event(frames[0])
+    assert kind == "ERROR"
+    unknown = objects.unknown(body)
+    status = meta_pb2.Status.FromString(unknown.raw)
+    assert (unknown.api_version, unknown.kind, status.code, status.reason) == ("v1", "Status", 410, "Expired")
+    assert status.message.startswith("too old resource version: 1 (")
