@@ -344,7 +344,7 @@ def watches(api: Api, rv: str) -> dict[str, Any]:
         labelSelector=LABEL,
     )
     watch_frames(api, path, initial, until=lambda f: objects.watch_event(f[-1])[0] == "BOOKMARK")
-    out = {k: [b64(f) for f in v] for k, v in frames.items()}
+    out: dict[str, Any] = {k: [b64(f) for f in v] for k, v in frames.items()}
     out["client-initial-configmaps"] = [b64(f) for f in initial]
     out["plan"] = plan
     out["initial-path"] = path
