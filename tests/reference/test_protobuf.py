@@ -1,0 +1,142 @@
+"""Full objects in protobuf through watchcache against kube-apiserver's own, live (the reference tier).
+
+The objects of ``tests/protobuf/capture.py`` (pods, configmaps, secrets, nodes, namespaces,
+services, service accounts, deployments; labelled for this run) are made in the kit, then with
+client-go's typed Accept (``protobuf, */*``) and with protobuf alone:
+
+- every GET, and every LIST at kube's resourceVersion (``resourceVersionMatch=Exact``) with label
+  and field selectors, is kube's bytes; a page (``limit``) has kube's items, rv and
+  remainingItemCount (its continue token is the proxy's own);
+- watches from that rv (one with a label selector an object leaves: its DELETED) get kube's frames
+  for the same changes;
+- no such read passed through (``watchcache_passthrough_requests_total{reason="protobuf"}``).
+
+One worker (``--workers 1``): a protobuf cache runs on the worker that owns the resource, and
+another worker answers as before (docs/architecture.md, "Representations").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.protobuf import capture
+from tests.protobuf.capture import LABEL, NS, PB, watch_frames
+from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, needs_kube, start_proxy, with_query
+from tests.support.processes import Proc
+from watchcache.kubeproto import objects
+
+pytestmark = [pytest.mark.reference, needs_kube]
+
+TYPED = PB + ", */*"
+
+
+@dataclass
+class Env:
+    api: Api
+    proxy: Api
+    proc: Proc
+    names: dict[str, list[str]]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    kube = KubeEnv.from_environ()
+    serving = Serving.make(tmp_path_factory.mktemp("protobuf"))
+    api = Api(kube.url, kube.token, kube.ca)
+    names = capture.setup(api)
+    proc = start_proxy(kube, serving, "--workers", "1", resources=DEFAULT_RESOURCES + ",secrets")
+    proxy = Api(proc.url, kube.token, str(serving.ca.crt))
+    try:
+        yield Env(api, proxy, proc, names)
+    finally:
+        proc.stop()
+        capture.teardown(api)
+
+
+def answer(api: Api, path: str, accept: str) -> tuple[int, str, bytes]:
+    status, headers, body = api.raw("GET", path, accept=accept)
+    return status, headers.get("content-type", ""), body
+
+
+def page_without_token(body: bytes) -> tuple[str, str, int | None, list[bytes], bool]:
+    unknown = objects.unknown(body)
+    page = objects.list_page(unknown.raw)
+    return unknown.kind, page.resource_version, page.remaining, page.items, bool(page.continue_token)
+
+
+def same(env: Env, path: str, accept: str) -> None:
+    """The proxy answers ``path`` in protobuf with kube's bytes (waiting for its protobuf cache, first)."""
+    status, content_type, expected = answer(env.api, path, accept)
+    assert (status, content_type) == (200, PB), (path, status, expected[:200])
+    deadline = time.monotonic() + 20
+    while True:
+        status, content_type, got = answer(env.proxy, path, accept)
+        if (status, content_type) == (200, PB):
+            break
+        assert time.monotonic() < deadline, (path, status, content_type, got[:200])
+        time.sleep(0.2)
+    if "limit=" in path:
+        assert page_without_token(got) == page_without_token(expected), path
+    else:
+        assert got == expected, path
+
+
+def test_gets_and_lists_are_kube_apiservers_bytes(env: Env) -> None:
+    rv = env.api.get("/api/v1/namespaces", labelSelector=LABEL)["metadata"]["resourceVersion"]
+    reads = [path.replace("%7BR%7D", rv) for _, path in capture.expected_reads(env.names)]
+    for path in reads:
+        same(env, path, TYPED)
+    for path in reads[::3]:
+        same(env, path, PB)
+    _, _, metrics = answer(env.proxy, "/metrics", "text/plain")
+    line = next(x for x in metrics.decode().splitlines() if 'passthrough_requests_total{reason="protobuf"}' in x)
+    assert float(line.rsplit(" ", 1)[1]) == 0, line
+
+
+def test_watch_frames_are_kube_apiservers(env: Env) -> None:
+    rv = env.api.get("/api/v1/namespaces", labelSelector=LABEL)["metadata"]["resourceVersion"]
+    for kind in ("pods", "configmaps"):  # the protobuf caches are ready
+        same(env, with_query(f"/api/v1/namespaces/{NS}/{kind}", labelSelector=LABEL), TYPED)
+    plan = {
+        "configmaps": (with_query(f"/api/v1/namespaces/{NS}/configmaps", labelSelector=LABEL), 3),
+        "web-pods": (with_query(f"/api/v1/namespaces/{NS}/pods", labelSelector=f"{LABEL},app=web"), 1),
+        "n2-pods": (
+            with_query(f"/api/v1/namespaces/{NS}/pods", labelSelector=LABEL, fieldSelector="spec.nodeName=proto-n2"),
+            2,
+        ),
+    }
+    frames: dict[tuple[str, str], list[bytes]] = {}
+    threads = []
+    for name, (path, count) in plan.items():
+        for target, api in (("kube", env.api), ("proxy", env.proxy)):
+            out = frames[(name, target)] = []
+            path_rv = f"{path}&watch=1&resourceVersion={rv}&timeoutSeconds=20"
+            threads.append(
+                threading.Thread(target=watch_frames, args=(api, path_rv, out), kwargs={"until": _enough(count)})
+            )
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    cms, pods = f"/api/v1/namespaces/{NS}/configmaps", f"/api/v1/namespaces/{NS}/pods"
+    env.api.create(cms, {"metadata": {"name": "cm-c", "labels": capture.LABELS}, "data": {"new": "1"}})
+    env.api.merge_patch(f"{cms}/cm-a", {"data": {"k": "v2"}})
+    env.api.delete(f"{cms}/cm-c")
+    env.api.merge_patch(f"{pods}/p-web-2", {"metadata": {"labels": {"app": "old"}}})
+    env.api.merge_patch(f"{pods}/p-db", {"metadata": {"annotations": {"touched": "yes"}}})
+    for t in threads:
+        t.join(30)
+    for name, (_, count) in plan.items():
+        kube, proxy = frames[(name, "kube")], frames[(name, "proxy")]
+        assert len(kube) == count, (name, [objects.watch_event(f)[0] for f in kube])
+        assert [objects.watch_event(f)[0] for f in proxy] == [objects.watch_event(f)[0] for f in kube], name
+        assert proxy == kube, name
+
+
+def _enough(count: int) -> Any:
+    return lambda frames: len(frames) >= count
