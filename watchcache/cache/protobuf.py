@@ -47,10 +47,10 @@ class ProtobufObject(CachedObject):
         return ProtobufObject(self.key, self.namespace, self.name, rv, self.labels, self.fields, body)
 
 
-_TREES: dict[ResourceType, objects._Tree] = {}
+_TREES: dict[ResourceType, objects.FieldTree] = {}
 
 
-def _tree(resource: ResourceType) -> objects._Tree:
+def _tree(resource: ResourceType) -> objects.FieldTree:
     tree = _TREES.get(resource)
     if tree is None:
         wanted = set(resource.extra_fields)
