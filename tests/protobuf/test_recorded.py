@@ -168,6 +168,13 @@ def test_watch_frames_are_kubes(proxy: Proc, upstream: RecordedUpstream, record:
     assert frames[:-1] == expected[:-1]
     assert normalized_bookmark(frames[-1]) == normalized_bookmark(expected[-1])
     assert b"k8s.io/initial-events-end" in frames[-1]
+    # a periodic bookmark (the cache's tick: 2 s before the watch's deadline), kube's empty object too
+    expected = [b(f) for f in watches["client-configmaps"]]
+    _, frames = watch(proxy, plan["client-configmaps"] + "&allowWatchBookmarks=true&timeoutSeconds=4", 4)
+    assert frames[:3] == expected
+    upstream_bookmark = next(b(f) for f in watches["upstream-configmaps"] if objects.watch_event(b(f))[0] == "BOOKMARK")
+    assert normalized_bookmark(frames[3]) == normalized_bookmark(upstream_bookmark)
+    assert bookmark_meta(frames[3])[1] == {}
 
 
 def test_the_simulated_cluster_refuses_full_protobuf_as_kube_refuses_a_custom_resource(record: dict[str, Any]) -> None:

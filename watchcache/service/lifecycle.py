@@ -77,6 +77,9 @@ class Wiring:
     reflectors: list[Reflector] = field(default_factory=list)
     # The followers this worker runs (for their metrics).
     following: Callable[[], Iterable[Follower]] = tuple
+    # Caches besides ``ctx.cachers`` (the protobuf caches): ticked, and their watchers ended at
+    # shutdown, as the others.
+    more_cachers: Callable[[], Iterable[Cacher]] = tuple
     # Given this process's own exposition, the /metrics route (a worker's gathers every worker's).
     metrics_route: Callable[[Callable[[], bytes]], MetricsRoute] | None = None
     # Called once the port is open (ready or not: service.readiness logs when /readyz turns 200).
@@ -182,7 +185,7 @@ async def serve(
         listening()
     tasks = [
         *wiring.tasks,
-        asyncio.ensure_future(_tick(cachers, wiring.housekeeping, stop)),
+        asyncio.ensure_future(_tick(cachers, wiring.more_cachers, wiring.housekeeping, stop)),
         asyncio.ensure_future(_log_readiness(readiness)),
     ]
     await stop.wait()
@@ -193,7 +196,7 @@ async def serve(
         task.cancel()
     # Every watcher that asked for bookmarks gets a last one at the newest rv, so its client
     # resumes from there (on another worker or replica) without relisting; then all end.
-    for cacher in list(cachers.values()):
+    for cacher in [*cachers.values(), *wiring.more_cachers()]:
         for watcher in list(cacher.dispatcher.watchers()):
             watcher.bookmark(cacher.rv, final=True)
             watcher.close(CloseReason.SHUTDOWN)
@@ -207,7 +210,7 @@ async def serve(
         h2.goaway_all()
     while wiring.handler.inflight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    for cacher in list(cachers.values()):
+    for cacher in [*cachers.values(), *wiring.more_cachers()]:
         cacher.stop()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(server.wait_closed(), 2.0)
@@ -255,7 +258,10 @@ def _metrics_route(registry: CollectorRegistry, wiring: Wiring) -> MetricsRoute:
 
 
 async def _tick(
-    cachers: dict[ResourceType, Cacher], housekeeping: list[Callable[[], object]], stop: asyncio.Event
+    cachers: dict[ResourceType, Cacher],
+    more_cachers: Callable[[], Iterable[Cacher]],
+    housekeeping: list[Callable[[], object]],
+    stop: asyncio.Event,
 ) -> None:
     # The supervisor's pid, not the parent now: a worker forked just before its supervisor died
     # would read init here, and never see it go.
@@ -263,7 +269,7 @@ async def _tick(
     while True:
         # As kube's cacher bookmark timer: a second, plus up to 25% jitter (wait.Jitter(1s, 0.25)).
         await asyncio.sleep(random.uniform(1.0, 1.25))
-        for cacher in list(cachers.values()):
+        for cacher in [*cachers.values(), *more_cachers()]:
             cacher.tick()
         for job in housekeeping:
             job()

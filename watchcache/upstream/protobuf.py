@@ -103,6 +103,10 @@ class ProtobufCaches:
             log.error("protobuf cache of %s ended: %r", resource.qualified, error)
         self.refused[resource] = time.monotonic() + self.retry_after
 
+    def cachers(self) -> list[Cacher]:
+        """Every protobuf cache of this worker, synced or not (the process ticks them and ends their watchers)."""
+        return [cacher for cacher, _ in self.caches.values()]
+
     def drop_idle(self) -> None:
         """Housekeeping: stop the caches no protobuf client has read for ``idle_timeout``."""
         now = time.monotonic()
