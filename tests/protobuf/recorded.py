@@ -56,13 +56,12 @@ class RecordedUpstream:
         self.released = asyncio.Event()
         app = web.Application()
         app.router.add_route("GET", "/{tail:.*}", self.handle)
-        self.runner = web.AppRunner(app, shutdown_timeout=1.0)
+        # Handlers end when their client goes (the proxy's short template watches, a stopped proxy).
+        self.runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert server is not None
-        port: int = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        port: int = self.runner.addresses[0][1]
         return port
 
     def release(self) -> None:
