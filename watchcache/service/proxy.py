@@ -124,7 +124,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     wiring.cleanup.insert(0, close_tunnels)
     wiring.cleanup.insert(0, stop_proofs)
     if options.shard is not None:
-        await wire_shard(wiring, options, options.shard)
+        await wire_shard(wiring, options, options.shard, protobuf)
     wiring.tasks = [
         asyncio.ensure_future(
             _discover_and_reflect(

@@ -20,28 +20,45 @@ import orjson
 
 from watchcache.dispatch.cacher import Cacher
 from watchcache.metrics import merge_workers
+from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext
 from watchcache.service.lifecycle import MetricsRoute, Wiring
 from watchcache.service.options import RunOptions, ShardOptions
 from watchcache.shard.follower import Followers
 from watchcache.shard.owner import FollowServer, fetch_metrics, fetch_status
 from watchcache.shard.ownership import owner_of
+from watchcache.upstream.protobuf import ProtobufCaches
 
 log = logging.getLogger("watchcache")
 
 
-async def wire_shard(wiring: Wiring, options: RunOptions, shard: ShardOptions) -> None:
-    """Adds followers, this worker's sockets, group readiness and ``/debug/shards`` to ``wiring``."""
+async def wire_shard(
+    wiring: Wiring, options: RunOptions, shard: ShardOptions, protobuf: ProtobufCaches | None = None
+) -> None:
+    """Adds followers, this worker's sockets, group readiness and ``/debug/shards`` to ``wiring``.
+
+    ``protobuf``: this worker's protobuf caches; the others' are followed as the JSON caches are.
+    """
     ctx = wiring.ctx
-    followers = Followers(
-        ctx.cachers,
-        lambda t: shard.socket_path(owner_of(t.path_id(), shard.workers)),
-        shard.worker_id,
-        options.cache,
-        backfill=options.backfill,
-    )
+
+    def socket_of(t: ResourceType) -> str:
+        return shard.socket_path(owner_of(t.path_id(), shard.workers))
+
+    followers = Followers(ctx.cachers, socket_of, shard.worker_id, options.cache, backfill=options.backfill)
     ctx.on_demand = lambda t: None if shard.owns(t) else followers.ensure(t)
     follow, server = await _listen(ctx, shard)
+    if protobuf is not None:
+        # No backfill from the owner: its protobuf cache has none (a watch from before its window gets 410).
+        pb_followers = Followers({}, socket_of, shard.worker_id, options.cache, protobuf=True)
+        protobuf.follow = pb_followers.ensure
+
+        def owned_protobuf(resource_id: str) -> Cacher | None:
+            t = ctx.registry.by_id(resource_id)
+            return protobuf.ensure(t) if t is not None and shard.owns(t) else None
+
+        follow.owned_protobuf = owned_protobuf
+        wiring.housekeeping.append(pb_followers.drop_idle)
+        wiring.more_cachers = lambda: [*protobuf.cachers(), *pb_followers.cachers.values()]
 
     async def shard_map() -> bytes:
         return _shard_map(ctx, shard, followers)

@@ -7,6 +7,7 @@ from typing import Any
 
 from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.object import CachedObject, object_key
+from watchcache.cache.protobuf import ProtobufObject
 from watchcache.cache.store import Span
 from watchcache.shard import follow_pb2 as pb
 
@@ -20,6 +21,8 @@ def fill_object(msg: pb.Object, obj: CachedObject) -> None:
     msg.name = obj.name
     msg.resource_version = obj.rv
     msg.body = obj.body
+    if type(obj) is ProtobufObject:
+        msg.protobuf = True
     msg.labels.update(obj.labels)
     msg.fields.update(obj.fields)
 
@@ -38,7 +41,7 @@ def snapshot_to_pb(objects: Iterable[CachedObject], rv: int, last: bool, unresum
 
 
 def object_from_pb(msg: pb.Object) -> CachedObject:
-    return CachedObject(
+    return (ProtobufObject if msg.protobuf else CachedObject)(
         object_key(msg.namespace, msg.name),
         msg.namespace,
         msg.name,

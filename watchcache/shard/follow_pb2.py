@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwatchcache/shard/follow.proto\x12\x13watchcache.shard.v1\"\xf5\x01\n\rWorkerRequest\x12\x34\n\x06\x66ollow\x18\x01 \x01(\x0b\x32\".watchcache.shard.v1.FollowRequestH\x00\x12\x36\n\x07metrics\x18\x02 \x01(\x0b\x32#.watchcache.shard.v1.MetricsRequestH\x00\x12\x38\n\x08\x62\x61\x63kfill\x18\x03 \x01(\x0b\x32$.watchcache.shard.v1.BackfillRequestH\x00\x12\x34\n\x06status\x18\x04 \x01(\x0b\x32\".watchcache.shard.v1.StatusRequestH\x00\x42\x06\n\x04kind\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\x0c\"\x10\n\x0eMetricsRequest\"\x1c\n\x0cMetricsReply\x12\x0c\n\x04text\x18\x01 \x01(\x0c\"H\n\rFollowRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x10\n\x08\x66ollower\x18\x02 \x01(\x05\x12\x13\n\x0bresume_from\x18\x03 \x01(\x04\"<\n\x0f\x42\x61\x63kfillRequest\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\x12\x0f\n\x07through\x18\x02 \x01(\x04\"\xa1\x02\n\x06Object\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\x04\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.watchcache.shard.v1.Object.LabelsEntry\x12\x37\n\x06\x66ields\x18\x05 \x03(\x0b\x32\'.watchcache.shard.v1.Object.FieldsEntry\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x06\x43hange\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .watchcache.shard.v1.Change.Type\x12+\n\x06object\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.Object\",\n\x04Type\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x00\x12\x0c\n\x08MODIFIED\x10\x01\x12\x0b\n\x07\x44\x45LETED\x10\x02\"\x86\x01\n\x08Snapshot\x12,\n\x07objects\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12$\n\x1cunresumable_resource_version\x18\x04 \x01(\x04\"6\n\x06\x45vents\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\"P\n\x06Relist\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\"\"\n\x06Resume\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\"\x99\x01\n\x04Span\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\x12\x0f\n\x07through\x18\x02 \x01(\x04\x12*\n\x05prior\x18\x03 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12,\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x0c\n\x04last\x18\x05 \x01(\x08\"L\n\x0e\x42\x61\x63kfillFailed\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xd4\x02\n\x0b\x46ollowBatch\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1d.watchcache.shard.v1.SnapshotH\x00\x12-\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.EventsH\x00\x12\x12\n\x08progress\x18\x03 \x01(\x04H\x00\x12-\n\x06relist\x18\x04 \x01(\x0b\x32\x1b.watchcache.shard.v1.RelistH\x00\x12-\n\x06resume\x18\x05 \x01(\x0b\x32\x1b.watchcache.shard.v1.ResumeH\x00\x12)\n\x04span\x18\x06 \x01(\x0b\x32\x19.watchcache.shard.v1.SpanH\x00\x12>\n\x0f\x62\x61\x63kfill_failed\x18\x07 \x01(\x0b\x32#.watchcache.shard.v1.BackfillFailedH\x00\x42\x06\n\x04kindb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dwatchcache/shard/follow.proto\x12\x13watchcache.shard.v1\"\xf5\x01\n\rWorkerRequest\x12\x34\n\x06\x66ollow\x18\x01 \x01(\x0b\x32\".watchcache.shard.v1.FollowRequestH\x00\x12\x36\n\x07metrics\x18\x02 \x01(\x0b\x32#.watchcache.shard.v1.MetricsRequestH\x00\x12\x38\n\x08\x62\x61\x63kfill\x18\x03 \x01(\x0b\x32$.watchcache.shard.v1.BackfillRequestH\x00\x12\x34\n\x06status\x18\x04 \x01(\x0b\x32\".watchcache.shard.v1.StatusRequestH\x00\x42\x06\n\x04kind\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\x0c\"\x10\n\x0eMetricsRequest\"\x1c\n\x0cMetricsReply\x12\x0c\n\x04text\x18\x01 \x01(\x0c\"Z\n\rFollowRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x10\n\x08\x66ollower\x18\x02 \x01(\x05\x12\x13\n\x0bresume_from\x18\x03 \x01(\x04\x12\x10\n\x08protobuf\x18\x04 \x01(\x08\"<\n\x0f\x42\x61\x63kfillRequest\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\x12\x0f\n\x07through\x18\x02 \x01(\x04\"\xb3\x02\n\x06Object\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\x04\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.watchcache.shard.v1.Object.LabelsEntry\x12\x37\n\x06\x66ields\x18\x05 \x03(\x0b\x32\'.watchcache.shard.v1.Object.FieldsEntry\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x12\x10\n\x08protobuf\x18\x07 \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x06\x43hange\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .watchcache.shard.v1.Change.Type\x12+\n\x06object\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.Object\",\n\x04Type\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x00\x12\x0c\n\x08MODIFIED\x10\x01\x12\x0b\n\x07\x44\x45LETED\x10\x02\"\x86\x01\n\x08Snapshot\x12,\n\x07objects\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12$\n\x1cunresumable_resource_version\x18\x04 \x01(\x04\"6\n\x06\x45vents\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\"P\n\x06Relist\x12,\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x18\n\x10resource_version\x18\x02 \x01(\x04\"\"\n\x06Resume\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\"\x99\x01\n\x04Span\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\x12\x0f\n\x07through\x18\x02 \x01(\x04\x12*\n\x05prior\x18\x03 \x03(\x0b\x32\x1b.watchcache.shard.v1.Object\x12,\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1b.watchcache.shard.v1.Change\x12\x0c\n\x04last\x18\x05 \x01(\x08\"L\n\x0e\x42\x61\x63kfillFailed\x12\x18\n\x10resource_version\x18\x01 \x01(\x04\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xd4\x02\n\x0b\x46ollowBatch\x12\x31\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1d.watchcache.shard.v1.SnapshotH\x00\x12-\n\x06\x65vents\x18\x02 \x01(\x0b\x32\x1b.watchcache.shard.v1.EventsH\x00\x12\x12\n\x08progress\x18\x03 \x01(\x04H\x00\x12-\n\x06relist\x18\x04 \x01(\x0b\x32\x1b.watchcache.shard.v1.RelistH\x00\x12-\n\x06resume\x18\x05 \x01(\x0b\x32\x1b.watchcache.shard.v1.ResumeH\x00\x12)\n\x04span\x18\x06 \x01(\x0b\x32\x19.watchcache.shard.v1.SpanH\x00\x12>\n\x0f\x62\x61\x63kfill_failed\x18\x07 \x01(\x0b\x32#.watchcache.shard.v1.BackfillFailedH\x00\x42\x06\n\x04kindb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,31 +46,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_METRICSREPLY']._serialized_start=366
   _globals['_METRICSREPLY']._serialized_end=394
   _globals['_FOLLOWREQUEST']._serialized_start=396
-  _globals['_FOLLOWREQUEST']._serialized_end=468
-  _globals['_BACKFILLREQUEST']._serialized_start=470
-  _globals['_BACKFILLREQUEST']._serialized_end=530
-  _globals['_OBJECT']._serialized_start=533
-  _globals['_OBJECT']._serialized_end=822
-  _globals['_OBJECT_LABELSENTRY']._serialized_start=730
-  _globals['_OBJECT_LABELSENTRY']._serialized_end=775
-  _globals['_OBJECT_FIELDSENTRY']._serialized_start=777
-  _globals['_OBJECT_FIELDSENTRY']._serialized_end=822
-  _globals['_CHANGE']._serialized_start=825
-  _globals['_CHANGE']._serialized_end=972
-  _globals['_CHANGE_TYPE']._serialized_start=928
-  _globals['_CHANGE_TYPE']._serialized_end=972
-  _globals['_SNAPSHOT']._serialized_start=975
-  _globals['_SNAPSHOT']._serialized_end=1109
-  _globals['_EVENTS']._serialized_start=1111
-  _globals['_EVENTS']._serialized_end=1165
-  _globals['_RELIST']._serialized_start=1167
-  _globals['_RELIST']._serialized_end=1247
-  _globals['_RESUME']._serialized_start=1249
-  _globals['_RESUME']._serialized_end=1283
-  _globals['_SPAN']._serialized_start=1286
-  _globals['_SPAN']._serialized_end=1439
-  _globals['_BACKFILLFAILED']._serialized_start=1441
-  _globals['_BACKFILLFAILED']._serialized_end=1517
-  _globals['_FOLLOWBATCH']._serialized_start=1520
-  _globals['_FOLLOWBATCH']._serialized_end=1860
+  _globals['_FOLLOWREQUEST']._serialized_end=486
+  _globals['_BACKFILLREQUEST']._serialized_start=488
+  _globals['_BACKFILLREQUEST']._serialized_end=548
+  _globals['_OBJECT']._serialized_start=551
+  _globals['_OBJECT']._serialized_end=858
+  _globals['_OBJECT_LABELSENTRY']._serialized_start=766
+  _globals['_OBJECT_LABELSENTRY']._serialized_end=811
+  _globals['_OBJECT_FIELDSENTRY']._serialized_start=813
+  _globals['_OBJECT_FIELDSENTRY']._serialized_end=858
+  _globals['_CHANGE']._serialized_start=861
+  _globals['_CHANGE']._serialized_end=1008
+  _globals['_CHANGE_TYPE']._serialized_start=964
+  _globals['_CHANGE_TYPE']._serialized_end=1008
+  _globals['_SNAPSHOT']._serialized_start=1011
+  _globals['_SNAPSHOT']._serialized_end=1145
+  _globals['_EVENTS']._serialized_start=1147
+  _globals['_EVENTS']._serialized_end=1201
+  _globals['_RELIST']._serialized_start=1203
+  _globals['_RELIST']._serialized_end=1283
+  _globals['_RESUME']._serialized_start=1285
+  _globals['_RESUME']._serialized_end=1319
+  _globals['_SPAN']._serialized_start=1322
+  _globals['_SPAN']._serialized_end=1475
+  _globals['_BACKFILLFAILED']._serialized_start=1477
+  _globals['_BACKFILLFAILED']._serialized_end=1553
+  _globals['_FOLLOWBATCH']._serialized_start=1556
+  _globals['_FOLLOWBATCH']._serialized_end=1896
 # @@protoc_insertion_point(module_scope)

@@ -40,14 +40,16 @@ class MetricsReply(_message.Message):
     def __init__(self, text: _Optional[bytes] = ...) -> None: ...
 
 class FollowRequest(_message.Message):
-    __slots__ = ("resource", "follower", "resume_from")
+    __slots__ = ("resource", "follower", "resume_from", "protobuf")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     FOLLOWER_FIELD_NUMBER: _ClassVar[int]
     RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    PROTOBUF_FIELD_NUMBER: _ClassVar[int]
     resource: str
     follower: int
     resume_from: int
-    def __init__(self, resource: _Optional[str] = ..., follower: _Optional[int] = ..., resume_from: _Optional[int] = ...) -> None: ...
+    protobuf: bool
+    def __init__(self, resource: _Optional[str] = ..., follower: _Optional[int] = ..., resume_from: _Optional[int] = ..., protobuf: _Optional[bool] = ...) -> None: ...
 
 class BackfillRequest(_message.Message):
     __slots__ = ("resource_version", "through")
@@ -58,7 +60,7 @@ class BackfillRequest(_message.Message):
     def __init__(self, resource_version: _Optional[int] = ..., through: _Optional[int] = ...) -> None: ...
 
 class Object(_message.Message):
-    __slots__ = ("namespace", "name", "resource_version", "labels", "fields", "body")
+    __slots__ = ("namespace", "name", "resource_version", "labels", "fields", "body", "protobuf")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -79,13 +81,15 @@ class Object(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
+    PROTOBUF_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     name: str
     resource_version: int
     labels: _containers.ScalarMap[str, str]
     fields: _containers.ScalarMap[str, str]
     body: bytes
-    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., fields: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ...) -> None: ...
+    protobuf: bool
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., fields: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ..., protobuf: _Optional[bool] = ...) -> None: ...
 
 class Change(_message.Message):
     __slots__ = ("type", "object")

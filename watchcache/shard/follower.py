@@ -47,9 +47,18 @@ _REFUSED = {BackfillRefused.RELIST: BackfillFailed.RELIST, BackfillRefused.ROOM:
 
 class Follower:
     def __init__(
-        self, resource: ResourceType, cacher: Cacher, socket_path: str, me: int, *, resume: bool = False
+        self,
+        resource: ResourceType,
+        cacher: Cacher,
+        socket_path: str,
+        me: int,
+        *,
+        resume: bool = False,
+        protobuf: bool = False,
     ) -> None:
         self.resource = resource
+        # Follows the owner's protobuf cache of the resource rather than its JSON cache.
+        self.protobuf = protobuf
         self.cacher = cacher
         self.socket_path = socket_path
         self.me = me
@@ -84,7 +93,9 @@ class Follower:
         transport, conn = await loop.create_unix_connection(lambda: _FollowStream(session), self.socket_path)
         try:
             resume_from = self.cacher.rv if self.resume and self.cacher.ready else 0
-            request = pb.FollowRequest(resource=self.resource.path_id(), follower=self.me, resume_from=resume_from)
+            request = pb.FollowRequest(
+                resource=self.resource.path_id(), follower=self.me, resume_from=resume_from, protobuf=self.protobuf
+            )
             transport.write(encode_frame(pb.WorkerRequest(follow=request)))
             self._send = transport.write
             await conn.done
@@ -304,8 +315,11 @@ class Followers:
         ready_wait: float = 5.0,
         idle_timeout: float = 300.0,
         backfill: BackfillLimits | None = None,
+        protobuf: bool = False,
     ) -> None:
         self.cachers = cachers
+        # Followers of the owners' protobuf caches (their own ``cachers``, not the JSON ones).
+        self.protobuf = protobuf
         self.socket_of = socket_of
         self.me = me
         self.config = config
@@ -323,7 +337,9 @@ class Followers:
         # Until synced, requests wait (bounded) instead of getting 429 at once.
         cacher.ready_wait = self.ready_wait
         limits = self.backfill
-        follower = Follower(resource, cacher, self.socket_of(resource), self.me, resume=limits is not None)
+        follower = Follower(
+            resource, cacher, self.socket_of(resource), self.me, resume=limits is not None, protobuf=self.protobuf
+        )
         if limits is not None:
             follower.fetch_timeout = limits.fetch_timeout
             owner = f"the owner ({os.path.basename(follower.socket_path)})"

@@ -273,6 +273,9 @@ class FollowServer:
         self.metrics_text: Callable[[], bytes] = lambda: b""
         # This worker's status (JSON), for the other workers' /debug/cache and /readyz?verbose.
         self.status_json: Callable[[], bytes] = lambda: b"{}"
+        # A resource id to this worker's protobuf cache of it, started if need be (None: there is
+        # none, e.g. the upstream refuses protobuf): what a protobuf follower follows.
+        self.owned_protobuf: Callable[[str], Cacher | None] = lambda resource: None
 
     def protocol(self) -> asyncio.Protocol:
         return _FollowConnection(self)
@@ -280,9 +283,10 @@ class FollowServer:
     async def serve(self, conn: _FollowConnection, request: pb.FollowRequest) -> None:
         transport = conn.transport
         assert transport is not None
-        cacher = self._owned(request.resource)
+        cacher = self.owned_protobuf(request.resource) if request.protobuf else self._owned(request.resource)
         if cacher is None:
-            log.warning("worker %d asked for %s, which this worker does not own", request.follower, request.resource)
+            what = "a protobuf cache of " if request.protobuf else ""
+            log.warning("worker %d asked for %s%s, which this worker has not", request.follower, what, request.resource)
             transport.close()
             return
         if not await cacher.wait_ready(self.ready_wait) or conn.lost:
@@ -314,8 +318,9 @@ class FollowServer:
         conn.cacher, conn.feed = cacher, feed
         # ---- end of the synchronous section.
         log.info(
-            "worker %d follows %s (%d objects, %d events of history)",
+            "worker %d follows %s%s (%d objects, %d events of history)",
             request.follower,
+            "the protobuf cache of " if request.protobuf else "",
             request.resource,
             len(objects),
             len(history),

@@ -6,7 +6,7 @@ kube-apiserver's own bytes from a second cache of the resource, fed by a protobu
 the upstream (``pbreflector.py``): at most one extra upstream watch per resource, only while
 protobuf clients read it. Its life::
 
-    (none) --first protobuf read--> SYNCING --listed--> READY --idle (no watcher, no read
+    (none) --first protobuf read (or follower)--> SYNCING --listed--> READY --idle (no watcher, no read
        ^                               |                           for idle_timeout)--> (none)
        |                               +--the upstream refuses protobuf (406/415)--> REFUSED
        +---------------------------------------retry_after------------------------------+
@@ -16,8 +16,10 @@ existed: JSON to a client that accepts it (client-go's ``protobuf, */*``), pass-
 (``protobuf``) to one that accepts protobuf only. Each cache is consistent by itself: its reads
 and watches are the upstream's states at its own rvs (it never mixes with the JSON cache's).
 
-Only the worker that owns a resource runs its protobuf cache (``owns``): followers in other
-workers answer protobuf reads as before.
+Only the worker that owns a resource runs its protobuf cache (``owns``); another worker follows
+it over the follow stream (``shard/``: a protobuf follower, made on first use and dropped when
+idle, as a JSON follower), so the upstream still sees one protobuf watch per resource. The
+owner's cache is not dropped while followers follow it.
 """
 
 from __future__ import annotations
@@ -63,22 +65,42 @@ class ProtobufCaches:
         self.failures = failures
         self.after_relist = after_relist
         self.caches: dict[ResourceType, tuple[Cacher, asyncio.Task[None]]] = {}
+        # In a worker group: a follower of the owner's protobuf cache (set by the shard's wiring).
+        self.follow: Callable[[ResourceType], Cacher] | None = None
         # Resources whose upstream refused protobuf: not asked again before this time (monotonic).
         self.refused: dict[ResourceType, float] = {}
         self.started = 0
         self.dropped = 0
 
     def cacher(self, resource: ResourceType) -> Cacher | None:
-        """The synced protobuf cache of ``resource``, or None (then started, if it may be)."""
+        """The synced protobuf cache of ``resource``, or None (then started, if it may be).
+
+        On a worker that does not own the resource: a follower of the owner's protobuf cache
+        (``follow``), made on first use, as the JSON caches' followers.
+        """
         entry = self.caches.get(resource)
         if entry is not None:
             return entry[0] if entry[0].ready else None
+        if not protobuf_supported(resource):
+            return None
+        if not self.owns(resource):
+            follower = self.follow(resource) if self.follow is not None else None
+            return follower if follower is not None and follower.ready else None
+        self.ensure(resource)
+        return None
+
+    def ensure(self, resource: ResourceType) -> Cacher | None:
+        """This worker's protobuf cache of ``resource``, started if need be, synced or not (what a
+        follower in another worker follows); None if it can have none (now)."""
+        entry = self.caches.get(resource)
+        if entry is not None:
+            return entry[0]
         if not protobuf_supported(resource) or not self.owns(resource):
             return None
         if time.monotonic() < self.refused.get(resource, 0.0):
             return None
         self._start(resource)
-        return None
+        return self.caches[resource][0]
 
     def _start(self, resource: ResourceType) -> None:
         cacher = Cacher(resource, self.config)
@@ -111,7 +133,7 @@ class ProtobufCaches:
         """Housekeeping: stop the caches no protobuf client has read for ``idle_timeout``."""
         now = time.monotonic()
         for resource, (cacher, task) in list(self.caches.items()):
-            if len(cacher.dispatcher) == 0 and now - cacher.last_used > self.idle_timeout:
+            if len(cacher.dispatcher) == 0 and not cacher.replicas and now - cacher.last_used > self.idle_timeout:
                 log.info("protobuf cache of %s: dropped (idle)", resource.qualified)
                 del self.caches[resource]
                 task.cancel()

@@ -1,0 +1,72 @@
+"""Full objects in protobuf from a worker group: the owner's protobuf cache, followed by the other workers
+(one protobuf upstream watch per resource), every worker answering with kube-apiserver's bytes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+
+from tests.protobuf.recorded import PB, RecordedUpstream, b, load
+from tests.protobuf.test_recorded import TYPED, request
+from tests.support.processes import Proc, start, wait_ready
+
+RESOURCES = "pods,configmaps,secrets,nodes,namespaces"
+
+
+@pytest.fixture(scope="module")
+def record() -> dict[str, Any]:
+    return load()
+
+
+@pytest.fixture(scope="module")
+def upstream(record: dict[str, Any]) -> Iterator[RecordedUpstream]:
+    fake = RecordedUpstream(record)
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def group(upstream: RecordedUpstream) -> Iterator[Proc]:
+    proc = start(
+        "serve", "--upstream", upstream.url, "--authentication", "none", "--workers", "2", "--resources", RESOURCES
+    )
+    wait_ready(proc)
+    yield proc
+    proc.stop()
+
+
+def test_every_worker_answers_kubes_protobuf_with_one_upstream_watch(
+    group: Proc, upstream: RecordedUpstream, record: dict[str, Any]
+) -> None:
+    reads = [r for r in record["reads"] if r["kind"] in RESOURCES.split(",") and "limit=" not in r["path"]]
+    assert len(reads) > 10
+    # Each request on a new connection: the kernel spreads them over both workers (SO_REUSEPORT).
+    deadline = time.monotonic() + 30
+    while True:
+        answers = [request(group, r["path"], TYPED) for r in reads for _ in range(3)]
+        if all(content_type == PB for _, content_type, _ in answers) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for i, (status, content_type, body) in enumerate(answers):
+        read = reads[i // 3]
+        assert (status, content_type) == (200, PB), read["path"]
+        assert body == b(read["body"]), read["path"]
+    assert any("follows the protobuf cache of" in line for line in group.log), group.log[-20:]
+
+    def long_watches(kind: str) -> list[str]:
+        path = record["kinds"][kind]["path"]
+        return [
+            q
+            for p, q, accept in list(upstream.requests)
+            if p == path and accept.startswith(PB) and "watch=1" in q and int(parse_qs(q)["timeoutSeconds"][0]) > 10
+        ]  # (the reflector's, 300-600 s; not the 4 s watches that learn a kind's empty object)
+
+    deadline = time.monotonic() + 10  # a cache's watch starts right after its list
+    while any(not long_watches(kind) for kind in RESOURCES.split(",")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for kind in RESOURCES.split(","):
+        assert len(long_watches(kind)) == 1, (kind, long_watches(kind))
