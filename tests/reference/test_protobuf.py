@@ -11,8 +11,8 @@ client-go's typed Accept (``protobuf, */*``) and with protobuf alone:
   for the same changes;
 - no such read passed through (``watchcache_passthrough_requests_total{reason="protobuf"}``).
 
-One worker (``--workers 1``): a protobuf cache runs on the worker that owns the resource, and
-another worker answers as before (docs/architecture.md, "Representations").
+One worker (``--workers 1``): every request finds the protobuf cache once it is ready (a worker
+group's followers are checked in the suite tier: tests/protobuf/test_workers.py).
 """
 
 from __future__ import annotations
