@@ -6,10 +6,12 @@ kube-apiserver's own bytes from a second cache of the resource, fed by a protobu
 the upstream (``pbreflector.py``): at most one extra upstream watch per resource, only while
 protobuf clients read it. Its life::
 
-    (none) --first protobuf read (or follower)--> SYNCING --listed--> READY --idle (no watcher, no read
-       ^                               |                           for idle_timeout)--> (none)
-       |                               +--the upstream refuses protobuf (406/415)--> REFUSED
-       +---------------------------------------retry_after------------------------------+
+    (none) --a protobuf read or follower--> SYNCING --listed--> READY --idle--> (none)
+                                               |
+                                               +--406/415 from the upstream--> REFUSED
+    REFUSED --retry_after--> (none)
+
+    idle: no watcher, no read and no follower for idle_timeout.
 
 Until it is READY, ``cacher`` returns None and the request is answered as before the cache
 existed: JSON to a client that accepts it (client-go's ``protobuf, */*``), pass-through
