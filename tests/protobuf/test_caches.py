@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.protobuf.recorded import PB, RecordedUpstream, b, load
-from tests.support.processes import Stack, logged, start_stack
+from tests.support.processes import Stack, logged, start, start_stack, wait_ready
 from tests.support.waiting import until
 from watchcache.cache.store import CacheConfig
 from watchcache.resources import CONFIGMAPS, PODS, ResourceType
@@ -95,3 +95,27 @@ def test_in_front_of_the_simulated_cluster_protobuf_is_refused_as_kube_refuses_i
     _, _, metrics = get(proxy.url, "/metrics", "text/plain")
     line = next(x for x in metrics.decode().splitlines() if 'passthrough_requests_total{reason="protobuf"}' in x)
     assert float(line.rsplit(" ", 1)[1]) == 3
+
+
+def test_protobuf_watches_count_toward_max_watchers(record: dict[str, Any]) -> None:
+    fake = RecordedUpstream(record)
+    proxy = start(
+        "serve", "--upstream", fake.url, "--authentication", "none", "--workers", "1",
+        "--resources", "configmaps", "--max-watchers", "1",
+    )  # fmt: skip
+    try:
+        wait_ready(proxy)
+        deadline = time.monotonic() + 20
+        while get(proxy.url, "/api/v1/configmaps", PB + ", */*")[1] != PB:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        conn = http.client.HTTPConnection(proxy.url.removeprefix("http://"), timeout=10)
+        conn.request("GET", "/api/v1/configmaps?watch=1&resourceVersion=0", headers={"Accept": PB})
+        first = conn.getresponse()
+        assert (first.status, first.getheader("Content-Type")) == (200, PB + ";stream=watch")
+        status, _, _ = get(proxy.url, "/api/v1/configmaps?watch=1&resourceVersion=0", "application/json")
+        assert status == 429  # the protobuf watch holds the one slot
+        conn.close()
+    finally:
+        proxy.stop()
+        fake.stop()

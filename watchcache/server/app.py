@@ -167,7 +167,8 @@ class ApiHandler:
 
     def watchers(self) -> int:
         """Watches open: registered on a cache, or passed through (--max-watchers)."""
-        return sum(len(c.dispatcher) for c in list(self.ctx.cachers.values())) + self.streams
+        caches = [*self.ctx.cachers.values(), *self.ctx.more_cachers()]
+        return sum(len(c.dispatcher) for c in caches) + self.streams
 
     def status(self) -> dict[str, Any]:
         """This process's part of /debug/cache and /readyz?verbose."""

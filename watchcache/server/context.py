@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -142,6 +142,9 @@ class ApiContext:
     # Full objects in protobuf: the resource's protobuf cache if it is ready (made on first use),
     # else None (the read is answered as without one). None: no protobuf caches here.
     protobuf: Callable[[ResourceType], Cacher | None] | None = None
+    # Caches besides ``cachers`` (the protobuf caches and their followers): ticked, counted toward
+    # --max-watchers, and their watchers ended at shutdown, as the others.
+    more_cachers: Callable[[], Iterable[Cacher]] = tuple
     # Delegated authentication + authorization of cached reads (None: --authentication none).
     gate: Gate | None = None
     # Per-request and per-flush observations (None: not measured, e.g. in unit tests).

@@ -77,9 +77,6 @@ class Wiring:
     reflectors: list[Reflector] = field(default_factory=list)
     # The followers this worker runs (for their metrics).
     following: Callable[[], Iterable[Follower]] = tuple
-    # Caches besides ``ctx.cachers`` (the protobuf caches): ticked, and their watchers ended at
-    # shutdown, as the others.
-    more_cachers: Callable[[], Iterable[Cacher]] = tuple
     # Given this process's own exposition, the /metrics route (a worker's gathers every worker's).
     metrics_route: Callable[[Callable[[], bytes]], MetricsRoute] | None = None
     # Called once the port is open (ready or not: service.readiness logs when /readyz turns 200).
@@ -185,7 +182,7 @@ async def serve(
         listening()
     tasks = [
         *wiring.tasks,
-        asyncio.ensure_future(_tick(cachers, wiring.more_cachers, wiring.housekeeping, stop)),
+        asyncio.ensure_future(_tick(cachers, wiring.ctx.more_cachers, wiring.housekeeping, stop)),
         asyncio.ensure_future(_log_readiness(readiness)),
     ]
     await stop.wait()
@@ -196,7 +193,7 @@ async def serve(
         task.cancel()
     # Every watcher that asked for bookmarks gets a last one at the newest rv, so its client
     # resumes from there (on another worker or replica) without relisting; then all end.
-    for cacher in [*cachers.values(), *wiring.more_cachers()]:
+    for cacher in [*cachers.values(), *wiring.ctx.more_cachers()]:
         for watcher in list(cacher.dispatcher.watchers()):
             watcher.bookmark(cacher.rv, final=True)
             watcher.close(CloseReason.SHUTDOWN)
@@ -210,7 +207,7 @@ async def serve(
         h2.goaway_all()
     while wiring.handler.inflight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    for cacher in [*cachers.values(), *wiring.more_cachers()]:
+    for cacher in [*cachers.values(), *wiring.ctx.more_cachers()]:
         cacher.stop()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(server.wait_closed(), 2.0)

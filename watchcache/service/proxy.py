@@ -110,7 +110,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True, forward_upgrades=True), [], [client.close], consistent)
     wiring.housekeeping.append(client.reload_certificates)
     wiring.housekeeping.append(protobuf.drop_idle)
-    wiring.more_cachers = protobuf.cachers
+    wiring.ctx.more_cachers = protobuf.cachers
     wiring.collectors += [TunnelCollector(tunnels), IdentityCollector(identity)]
     tunnels.rejected = wiring.handler.rejected
 

@@ -58,7 +58,7 @@ async def wire_shard(
 
         follow.owned_protobuf = owned_protobuf
         wiring.housekeeping.append(pb_followers.drop_idle)
-        wiring.more_cachers = lambda: [*protobuf.cachers(), *pb_followers.cachers.values()]
+        wiring.ctx.more_cachers = lambda: [*protobuf.cachers(), *pb_followers.cachers.values()]
 
     async def shard_map() -> bytes:
         return _shard_map(ctx, shard, followers)
