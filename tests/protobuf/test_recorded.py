@@ -103,7 +103,17 @@ def bookmark_meta(frame: bytes) -> tuple[str, dict[str, str]]:
     return objects.bookmark_meta(objects.unknown(objects.watch_event(frame)[1]).raw)
 
 
+def passed_through(proc: Proc) -> float:
+    """Requests this proxy passed through so far, whatever the reason."""
+    _, _, body = request(proc, "/metrics", "text/plain")
+    lines = body.decode().splitlines()
+    return sum(float(x.rsplit(" ", 1)[1]) for x in lines if x.startswith("watchcache_passthrough_requests_total{"))
+
+
 def test_gets_and_lists_are_kube_apiservers_bytes(proxy: Proc, record: dict[str, Any]) -> None:
+    for kind in record["kinds"].values():  # every protobuf cache ready (until then: JSON)
+        in_protobuf(proxy, kind["path"] + "?resourceVersion=0")
+    before = passed_through(proxy)
     for read in record["reads"]:
         expected = b(read["body"])
         got = in_protobuf(proxy, read["path"])
@@ -113,6 +123,7 @@ def test_gets_and_lists_are_kube_apiservers_bytes(proxy: Proc, record: dict[str,
             assert without_continue(got)[4]
         else:
             assert got == expected, read["path"]
+    assert passed_through(proxy) == before  # every answer from the cache
 
 
 def test_a_client_that_accepts_only_protobuf_gets_it_from_the_cache(proxy: Proc, record: dict[str, Any]) -> None:

@@ -171,9 +171,10 @@ def ref() -> Iterator[Ref]:
         wait_ready(proc)
         proxy = Target(proc.url, kube.token)
         deadline = time.monotonic() + 30
-        while not fetch(proxy, CONFIGMAPS, "application/vnd.kubernetes.protobuf, */*").content_type.startswith(
-            "application/vnd.kubernetes.protobuf"
-        ):
+        # at resourceVersion=0: a consistent read of a few objects may pass through (kube answers protobuf)
+        while not fetch(
+            proxy, query(CONFIGMAPS, resourceVersion="0"), "application/vnd.kubernetes.protobuf, */*"
+        ).content_type.startswith("application/vnd.kubernetes.protobuf"):
             assert time.monotonic() < deadline, "the proxy's protobuf cache of configmaps is not ready"
             time.sleep(0.2)
         yield Ref(kube, proxy, proc)
