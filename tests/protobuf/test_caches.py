@@ -16,6 +16,7 @@ from tests.protobuf.recorded import PB, RecordedUpstream, b, load
 from tests.support.processes import Stack, logged, start, start_stack, wait_ready
 from tests.support.waiting import until
 from watchcache.cache.store import CacheConfig
+from watchcache.kubeproto import objects
 from watchcache.resources import CONFIGMAPS, PODS, ResourceType
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import UpstreamConfig
@@ -115,6 +116,33 @@ def test_protobuf_watches_count_toward_max_watchers(record: dict[str, Any]) -> N
         assert (first.status, first.getheader("Content-Type")) == (200, PB + ";stream=watch")
         status, _, _ = get(proxy.url, "/api/v1/configmaps?watch=1&resourceVersion=0", "application/json")
         assert status == 429  # the protobuf watch holds the one slot
+        conn.close()
+    finally:
+        proxy.stop()
+        fake.stop()
+
+
+def test_at_shutdown_a_protobuf_watch_gets_its_final_bookmark(record: dict[str, Any]) -> None:
+    fake = RecordedUpstream(record)
+    proxy = start(
+        "serve", "--upstream", fake.url, "--authentication", "none", "--workers", "1", "--resources", "configmaps"
+    )  # fmt: skip
+    try:
+        wait_ready(proxy)
+        deadline = time.monotonic() + 20
+        while get(proxy.url, "/api/v1/configmaps?resourceVersion=0", PB + ", */*")[1] != PB:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        conn = http.client.HTTPConnection(proxy.url.removeprefix("http://"), timeout=10)
+        path = f"/api/v1/configmaps?watch=1&allowWatchBookmarks=true&resourceVersion={record['R']}"
+        conn.request("GET", path, headers={"Accept": PB})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        proxy.stop()  # SIGTERM
+        frames, rest = objects.split_frames(resp.read())  # to the end of the stream
+        assert rest == b"" and [objects.watch_event(f)[0] for f in frames] == ["BOOKMARK"]
+        rv, _ = objects.bookmark_meta(objects.unknown(objects.watch_event(frames[0])[1]).raw)
+        assert int(rv) >= int(record["R"])
         conn.close()
     finally:
         proxy.stop()
