@@ -12,6 +12,7 @@ import pytest
 
 from tests.protobuf.recorded import PB, RecordedUpstream, b, load
 from tests.protobuf.test_recorded import TYPED, request
+from tests.support.metrics import scrape, total
 from tests.support.processes import Proc, start, wait_ready
 
 RESOURCES = "pods,configmaps,secrets,nodes,namespaces"
@@ -70,3 +71,22 @@ def test_every_worker_answers_kubes_protobuf_with_one_upstream_watch(
         time.sleep(0.1)
     for kind in RESOURCES.split(","):
         assert len(long_watches(kind)) == 1, (kind, long_watches(kind))
+
+
+def test_the_protobuf_caches_are_in_the_metrics(group: Proc, record: dict[str, Any]) -> None:
+    """Any worker's /metrics has every worker's protobuf caches: the owner's, and followers of it."""
+    pods = next(r["path"] for r in record["reads"] if r["kind"] == "pods" and "?" not in r["path"])
+    deadline = time.monotonic() + 30
+    while True:  # a few requests, so that both workers have a cache of pods (owner, follower)
+        in_pb = [request(group, pods, TYPED)[1] == PB for _ in range(6)]
+        _, samples = scrape(group.url)
+        replicas = {s.labels["replica"] for s in samples.get("watchcache_protobuf_cache_ready", [])
+                    if s.labels["resource"] == "pods" and s.value == 1}  # fmt: skip
+        if (all(in_pb) and replicas == {"owner", "follower"}) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert replicas == {"owner", "follower"}
+    assert total(samples, "watchcache_protobuf_cache_objects", resource="pods", replica="owner") == 3
+    assert total(samples, "watchcache_protobuf_cache_objects", resource="pods", replica="follower") == 3
+    assert total(samples, "watchcache_protobuf_caches_started_total") == len(RESOURCES.split(","))
+    assert total(samples, "watchcache_protobuf_caches_refused") == 0

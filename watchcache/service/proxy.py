@@ -34,7 +34,7 @@ from watchcache.upstream.discovery import (
 )
 from watchcache.upstream.failures import LastFailures
 from watchcache.upstream.identity import PassthroughIdentity
-from watchcache.upstream.metrics import IdentityCollector
+from watchcache.upstream.metrics import IdentityCollector, ProtobufCollector
 from watchcache.upstream.protobuf import ProtobufCaches
 from watchcache.upstream.reflector import Reflector
 
@@ -111,7 +111,11 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     wiring.housekeeping.append(client.reload_certificates)
     wiring.housekeeping.append(protobuf.drop_idle)
     wiring.ctx.more_cachers = protobuf.cachers
-    wiring.collectors += [TunnelCollector(tunnels), IdentityCollector(identity)]
+    wiring.collectors += [
+        TunnelCollector(tunnels),
+        IdentityCollector(identity),
+        ProtobufCollector(protobuf, lambda: wiring.ctx.more_cachers()),
+    ]
     tunnels.rejected = wiring.handler.rejected
 
     async def close_tunnels() -> None:

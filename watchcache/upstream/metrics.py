@@ -1,7 +1,7 @@
 """The feed's metric families: reflectors, the proxy's own failed requests, consistent-read proofs, identities.
 
-Read at scrape time from the plain counters of ``Reflector``, ``LastFailures``, ``ConsistentReads``
-and ``PassthroughIdentity``.
+Read at scrape time from the plain counters of ``Reflector``, ``LastFailures``, ``ConsistentReads``,
+``PassthroughIdentity`` and ``ProtobufCaches``.
 """
 
 from __future__ import annotations
@@ -12,12 +12,20 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from watchcache.dispatch.cacher import Cacher
 from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.failures import LastFailures
 from watchcache.upstream.identity import PassthroughIdentity
+from watchcache.upstream.protobuf import ProtobufCaches
 from watchcache.upstream.reflector import Reflector
 
-__all__ = ["ConsistencyCollector", "IdentityCollector", "ReflectorCollector", "UpstreamErrorsCollector"]
+__all__ = [
+    "ConsistencyCollector",
+    "IdentityCollector",
+    "ProtobufCollector",
+    "ReflectorCollector",
+    "UpstreamErrorsCollector",
+]
 
 _LABELS = ["group", "resource"]
 
@@ -131,3 +139,51 @@ class IdentityCollector(Collector):
             routes.add_metric([route], self.identity.forwarded.get(route, 0))
         routes.add_metric(["refused"], self.identity.refused)
         yield routes
+
+
+class ProtobufCollector(Collector):
+    """The protobuf caches (full objects in protobuf, ``upstream/protobuf.py``): per cache its objects,
+    watchers and readiness (``replica``: the owner's, or a follower of it in another worker), and how
+    many were started, dropped idle, and refused by the upstream.
+
+    Apart from ``watchcache_cache_*``, whose samples are one per resource: a resource has a protobuf
+    cache only while protobuf clients read it.
+    """
+
+    def __init__(self, caches: ProtobufCaches, every: Callable[[], Iterable[Cacher]]) -> None:
+        self.caches = caches
+        # Called at each scrape: this worker's protobuf caches, its followers of the others' included.
+        self.every = every
+
+    def collect(self) -> Iterator[Metric]:
+        lbl = [*_LABELS, "replica"]
+        objects = GaugeMetricFamily(
+            "watchcache_protobuf_cache_objects", "Objects in a protobuf cache (kube's protobuf bytes)", labels=lbl
+        )
+        watchers = GaugeMetricFamily(
+            "watchcache_protobuf_cache_watchers", "Watches open on a protobuf cache", labels=lbl
+        )
+        ready = GaugeMetricFamily(
+            "watchcache_protobuf_cache_ready", "1 once a protobuf cache has synced (until then: JSON)", labels=lbl
+        )
+        owned = set(self.caches.cachers())
+        for cacher in self.every():
+            lv = [cacher.resource.group, cacher.resource.resource, "owner" if cacher in owned else "follower"]
+            objects.add_metric(lv, len(cacher.cache))
+            watchers.add_metric(lv, len(cacher.dispatcher))
+            ready.add_metric(lv, 1 if cacher.ready else 0)
+        started = CounterMetricFamily(
+            "watchcache_protobuf_caches_started", "Protobuf caches started by this worker (a protobuf read)"
+        )
+        started.add_metric([], self.caches.started)
+        dropped = CounterMetricFamily(
+            "watchcache_protobuf_caches_dropped", "Protobuf caches this worker dropped when idle"
+        )
+        dropped.add_metric([], self.caches.dropped)
+        refused = GaugeMetricFamily(
+            "watchcache_protobuf_caches_refused",
+            "Resources whose upstream refused protobuf (406/415), not asked again for a while",
+        )
+        now = time.monotonic()
+        refused.add_metric([], sum(1 for until in self.caches.refused.values() if until > now))
+        yield from (objects, watchers, ready, started, dropped, refused)
