@@ -56,7 +56,8 @@ def json_list_meta(
 RELIST_DIFF_ANNOTATION = "watchcache.io/relist-diff-end"
 
 
-def _annotations(initial_events_end: bool, relist_diff_end: int | None) -> dict[str, str]:
+def bookmark_annotations(initial_events_end: bool, relist_diff_end: int | None) -> dict[str, str]:
+    """A bookmark's annotations: the end of initial events, the end of a relist diff."""
     out = {}
     if initial_events_end:
         out["k8s.io/initial-events-end"] = "true"
@@ -67,7 +68,7 @@ def _annotations(initial_events_end: bool, relist_diff_end: int | None) -> dict[
 
 def bookmark_meta(rv: int, initial_events_end: bool, relist_diff_end: int | None = None) -> bytes:
     meta = b'"metadata":{"resourceVersion":"' + str(rv).encode() + b'"'
-    annotations = _annotations(initial_events_end, relist_diff_end)
+    annotations = bookmark_annotations(initial_events_end, relist_diff_end)
     if annotations:
         meta += b',"annotations":' + orjson.dumps(annotations)
     return meta + b"}"
@@ -293,7 +294,7 @@ class MetadataProtobuf(_PartialObjectMetadata):
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
         meta: dict[str, object] = {"resourceVersion": str(rv)}
-        annotations = _annotations(initial_events_end, relist_diff_end)
+        annotations = bookmark_annotations(initial_events_end, relist_diff_end)
         if annotations:
             meta["annotations"] = annotations
         return wire.watch_frame(b"BOOKMARK", self._envelope(wire.object_meta(meta)))

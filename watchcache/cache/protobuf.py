@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from watchcache.apierrors import StatusError
-from watchcache.cache.encoding import PROTOBUF, Encoding, _annotations
+from watchcache.cache.encoding import PROTOBUF, Encoding, bookmark_annotations
 from watchcache.cache.events import WatchEvent
 from watchcache.cache.object import CachedObject, ObjectError, object_key, parse_resource_version
 from watchcache.kubeproto import objects, wire
@@ -193,7 +193,7 @@ class FullProtobuf(Encoding):
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
         meta: dict[str, object] = {"resourceVersion": str(rv)}
-        annotations = _annotations(initial_events_end, relist_diff_end)
+        annotations = bookmark_annotations(initial_events_end, relist_diff_end)
         if annotations:
             meta["annotations"] = annotations
         om = wire.object_meta(meta)
