@@ -9,6 +9,8 @@ client-go's typed Accept (``protobuf, */*``) and with protobuf alone:
   remainingItemCount (its continue token is the proxy's own);
 - watches from that rv (one with a label selector an object leaves: its DELETED) get kube's frames
   for the same changes;
+- a ``sendInitialEvents`` watch of every kind gets kube's ADDED frames and its end bookmark (the
+  kind's empty object);
 - none of these reads passed through (``watchcache_passthrough_requests_total``, every reason).
 
 One worker (``--workers 1``): every request finds the protobuf cache once it is ready (a worker
@@ -161,3 +163,36 @@ def test_watch_frames_are_kube_apiservers(env: Env) -> None:
 
 def _enough(count: int) -> Any:
     return lambda frames: len(frames) >= count
+
+
+def test_initial_events_of_every_kind_are_kube_apiservers(env: Env) -> None:
+    """A ``sendInitialEvents`` watch of each kind: kube's ADDED frames, then its end bookmark (the kind's
+    empty object; its rv is each server's own)."""
+    for path, _, _ in capture.KINDS.values():
+        warm(env, with_query(path, labelSelector=LABEL, resourceVersion="0"))
+        watch = with_query(
+            path,
+            labelSelector=LABEL,
+            watch="1",
+            sendInitialEvents="true",
+            resourceVersionMatch="NotOlderThan",
+            allowWatchBookmarks="true",
+            timeoutSeconds="20",
+        )
+        got: dict[str, list[bytes]] = {}
+        for target, api in (("kube", env.api), ("proxy", env.proxy)):
+            frames = got[target] = []
+            watch_frames(api, watch, frames, until=_ends_initial)
+        kube, proxy = got["kube"], got["proxy"]
+        assert [objects.watch_event(f)[0] for f in proxy] == [objects.watch_event(f)[0] for f in kube], path
+        assert proxy[:-1] == kube[:-1], path
+        assert _empty_object(proxy[-1]) == _empty_object(kube[-1]), path
+
+
+def _ends_initial(frames: list[bytes]) -> bool:
+    return bool(frames) and objects.watch_event(frames[-1])[0] == "BOOKMARK"
+
+
+def _empty_object(frame: bytes) -> tuple[str, bytes, bytes, dict[str, str]]:
+    unknown = objects.unknown(objects.watch_event(frame)[1])
+    return (unknown.kind, *objects.without_meta(unknown.raw), objects.bookmark_meta(unknown.raw)[1])
