@@ -138,8 +138,12 @@ class FullProtobuf(Encoding):
         rv: int,
         continue_token: str | None,
         remaining: int | None,
+        *,
+        shard_info: str | None = None,
     ) -> list[bytes]:
-        lm = wire.list_meta(str(rv), continue_token or "", remaining if continue_token is not None else None)
+        lm = wire.list_meta(
+            str(rv), continue_token or "", remaining if continue_token is not None else None, shard_info
+        )
         body: list[bytes] = [wire.delimited(1, len(lm)) + lm]
         append = body.append
         size = len(body[0])

@@ -145,12 +145,21 @@ def object_meta(meta: Mapping[str, Any]) -> bytes:
     return om.SerializeToString(deterministic=True)
 
 
-def list_meta(resource_version: str, continue_token: str = "", remaining: int | None = None) -> bytes:
+def list_meta(
+    resource_version: str, continue_token: str = "", remaining: int | None = None, shard_info: str | None = None
+) -> bytes:
     lm = pb.ListMeta(selfLink="", resourceVersion=resource_version)
     setattr(lm, "continue", continue_token)
     if remaining is not None:
         lm.remainingItemCount = remaining
-    return lm.SerializeToString()
+    out = lm.SerializeToString()
+    if shard_info is not None:
+        # ListMeta.shardInfo = 5, a ShardInfo whose selector = 1 (KEP-5866, kube v1.36's generated.proto),
+        # after field 4 as Go's encoder orders fields.
+        selector = shard_info.encode()
+        info = b"\x0a" + varint(len(selector)) + selector
+        out += b"\x2a" + varint(len(info)) + info
+    return out
 
 
 def status(doc: Mapping[str, Any]) -> bytes:
