@@ -5,7 +5,10 @@ On a real socket, in a thread of its own: discovery, each kind's collection in J
 upstream frames of pods and configmaps newer than its ``resourceVersion`` — from ``R`` only once
 ``release()`` is called, so that reads at the recorded ``R`` see kube's state at ``R`` — then the
 kind's recorded bookmark if it is newer still, and stays open until its ``timeoutSeconds``. A
-JSON watch stays open, silent (the JSON cache stays at ``R``). Anything else: 404.
+JSON watch stays open, silent (the JSON cache stays at ``R``). A metadata LIST
+(``as=PartialObjectMetadataList``, what the proxy's consistent-read proofs ask) of a collection or of
+one namespace of it answers the recorded objects' metadata at the recorded rv, as kube would with
+nothing written since. Anything else (a GET of one object among them): 404.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from watchcache.kubeproto import objects
+from watchcache.kubeproto import meta_pb2, objects, wire
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PB = "application/vnd.kubernetes.protobuf"
@@ -32,6 +35,12 @@ def load() -> dict[str, Any]:
 
 def b(text: str) -> bytes:
     return base64.b64decode(text)
+
+
+def from_cache(path: str) -> str:
+    """A recorded read as the cache answers it: a GET of one object at any rv (``resourceVersion=0``; one
+    without goes to the upstream, as kube-apiserver sends it to etcd); the recorded LISTs name their rv."""
+    return path if "?" in path else path + "?resourceVersion=0"
 
 
 def frame_rv(frame: bytes) -> int:
@@ -79,7 +88,10 @@ class RecordedUpstream:
         self.requests.append((request.path, request.query_string, accept))
         if request.path in self.record["discovery"]:
             return web.json_response(self.record["discovery"][request.path])
-        found = self.by_path.get(request.path)
+        path = request.path
+        if "as=PartialObjectMetadataList" in accept:
+            return self._metadata_list(path)
+        found = self.by_path.get(path)
         if found is None:
             body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
             return web.json_response(body, status=404)
@@ -90,6 +102,32 @@ class RecordedUpstream:
         if protobuf:
             return web.Response(body=b(entry["protobuf"]), content_type=PB)
         return web.json_response(entry["json"])
+
+    def _metadata_list(self, path: str) -> web.Response:
+        """The recorded collection's objects (of one namespace, for a namespaced path), metadata only."""
+        namespace = None
+        parts = path.split("/")
+        if "namespaces" in parts[:-1] and len(parts) > parts.index("namespaces") + 2:
+            i = parts.index("namespaces")
+            namespace, path = parts[i + 1], "/".join(parts[:i] + parts[i + 2 :])
+        found = self.by_path.get(path)
+        if found is None:
+            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+            return web.json_response(body, status=404)
+        page = objects.list_page(objects.unknown(b(found[1]["protobuf"])).raw)
+        items = []
+        for raw in page.items:
+            attrs = objects.read_object(raw)
+            if namespace is None or attrs.namespace == namespace:
+                meta = meta_pb2.ObjectMeta(
+                    name=attrs.name, namespace=attrs.namespace, resourceVersion=attrs.resource_version
+                )
+                items.append(meta_pb2.PartialObjectMetadata(metadata=meta))
+        listed = meta_pb2.PartialObjectMetadataList(
+            metadata=meta_pb2.ListMeta(resourceVersion=page.resource_version), items=items
+        )
+        type_meta = wire.type_meta("meta.k8s.io/v1", "PartialObjectMetadataList")
+        return web.Response(body=wire.envelope(type_meta, listed.SerializeToString()), content_type=PB)
 
     async def _watch(
         self, request: web.Request, kind: str, entry: dict[str, Any], protobuf: bool

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.protobuf.recorded import PB, RecordedUpstream, b, load
+from tests.protobuf.recorded import PB, RecordedUpstream, b, from_cache, load
 from tests.support.processes import Proc, start, wait_ready
 from watchcache.kubeproto import meta_pb2, objects
 
@@ -116,7 +116,7 @@ def test_gets_and_lists_are_kube_apiservers_bytes(proxy: Proc, record: dict[str,
     before = passed_through(proxy)
     for read in record["reads"]:
         expected = b(read["body"])
-        got = in_protobuf(proxy, read["path"])
+        got = in_protobuf(proxy, from_cache(read["path"]))
         if "limit=" in read["path"]:
             # the continue token is the proxy's own (signed); everything else is kube's
             assert without_continue(got) == without_continue(expected), read["path"]
@@ -128,7 +128,7 @@ def test_gets_and_lists_are_kube_apiservers_bytes(proxy: Proc, record: dict[str,
 
 def test_a_client_that_accepts_only_protobuf_gets_it_from_the_cache(proxy: Proc, record: dict[str, Any]) -> None:
     for read in record["reads"][:6]:
-        assert in_protobuf(proxy, read["path"], PB) == b(read["body"]), read["path"]
+        assert in_protobuf(proxy, from_cache(read["path"]), PB) == b(read["body"]), read["path"]
     status, _content_type, body = request(proxy, "/metrics", "text/plain")
     assert status == 200
     line = next(x for x in body.decode().splitlines() if 'passthrough_requests_total{reason="protobuf"}' in x)

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from tests.protobuf.recorded import PB, RecordedUpstream, b, load
+from tests.protobuf.recorded import PB, RecordedUpstream, b, from_cache, load
 from tests.protobuf.test_recorded import TYPED, request
 from tests.support.metrics import scrape, total
 from tests.support.processes import Proc, start, wait_ready
@@ -48,7 +48,7 @@ def test_every_worker_answers_kubes_protobuf_with_one_upstream_watch(
     # Each request on a new connection: the kernel spreads them over both workers (SO_REUSEPORT).
     deadline = time.monotonic() + 30
     while True:
-        answers = [request(group, r["path"], TYPED) for r in reads for _ in range(3)]
+        answers = [request(group, from_cache(r["path"]), TYPED) for r in reads for _ in range(3)]
         if all(content_type == PB for _, content_type, _ in answers) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
