@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import random
 import re
 import ssl
 import time
@@ -204,13 +205,18 @@ async def sequential(direct: Client, proxy: Client, reads: int) -> dict[str, lis
     get = f"/api/v1/namespaces/{NS}/configmaps/cm-00000"
     lst = f"/api/v1/namespaces/{NS}/configmaps"
     out: dict[str, list[float]] = {"get-direct": [], "get-proxy": [], "list-direct": [], "list-proxy": []}
-    for i in range(reads):
-        pairs = [("direct", direct), ("proxy", proxy)]
-        if i % 2:
-            pairs.reverse()
-        for name, client in pairs:
-            out[f"get-{name}"].append(await client.timed(get))
-            out[f"list-{name}"].append(await client.timed(lst))
+    rng = random.Random(1)
+    reads_of_a_round = [(f"{verb}-{name}", client, path) for verb, path in (("get", get), ("list", lst))
+                        for name, client in (("direct", direct), ("proxy", proxy))]  # fmt: skip
+    for _ in range(reads):
+        # In a random order, each after a random pause: kube-apiserver's consistent reads wait (up to
+        # ~100 ms) for its watch cache to catch up with etcd when a write came since its last progress
+        # notification, so a fixed order correlates each target's reads with that cycle (one run in a
+        # fixed order put the proxy's LIST p50 at 18x direct's; sequential runs of each alone: 1.2x).
+        rng.shuffle(reads_of_a_round)
+        for key, client, path in reads_of_a_round:
+            await asyncio.sleep(rng.uniform(0, 0.02))
+            out[key].append(await client.timed(path))
     return out
 
 
