@@ -1,17 +1,16 @@
-"""Waiting for a resourceVersion: the one path a read takes when the cache is behind what it needs (invariant 8).
+"""The waits of a read whose cache is behind what it needs (invariant 8).
 
-A read needs the cache at ``target``: a requested rv (NotOlderThan/Exact/continue, a watch
-from an rv), or for a "Most Recent" read the upstream's rv at the time of the request.
+A consistent LIST or watch waits for its scope's proof (``reach_scope``: one shared round trip,
+``Progress.prove_scope``; docs/consistency.md). A read at a requested rv (NotOlderThan/Exact/
+continue, a watch from an rv) waits for the cache to reach it (``reach``):
 
-1. **Target.** A consistent read first learns it: ``Progress.current_rv`` (the proxy: a
-   consistent ``limit=1`` LIST started after the read arrived).
+1. **Target.** The requested rv (``target=None``: the upstream's rv now, ``Progress.current_rv``,
+   the proxy's consistent ``limit=1`` LIST started after the call; used to bring a relisted cache
+   up to date).
 2. **Events.** The cache reaches ``target`` by its own feed: events, the reflector's bookmarks.
 3. **Proof.** Once the cache is known to be behind, the upstream proves progress meanwhile
    (``Progress.proving``: the proxy's probe watches, docs/consistency.md); a proof moves the
    cache's rv, waking every read whose target it reaches, whichever read asked for it.
-   A small consistent read (``prove=False``) skips this step: after a short ``patience`` it is
-   cheaper for everyone to pass it through than to wait for a proof (at best the next
-   bookmark tick of the upstream, up to 1.25 s away).
 4. **Give up** ``timeout`` after the read started (``--fresh-wait``; kube-apiserver: 3 s): the
    caller answers 504 "Too large resource version" (a requested rv) or passes the read
    through to the upstream (a consistent read). A stale answer is a bug; a pass-through a cost.
@@ -21,7 +20,6 @@ The timing of each phase is returned for the metrics (docs/consistency.md lists 
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import time
 from contextlib import AbstractContextManager
@@ -56,7 +54,7 @@ class Reached(enum.Enum):
     EVENTS = "events"  # its own events brought it there
     PROGRESS = "progress"  # a proof of progress (probe or bookmark) did
     TIMEOUT = "timeout"  # not within the time allowed
-    IMPATIENT = "impatient"  # a small consistent read, not within its patience: passed through by choice
+    IMPATIENT = "impatient"  # a scope that changed as it was proven, not caught up within its patience
     NO_TARGET = "no_target"  # the upstream's rv could not be read
 
 
@@ -97,15 +95,10 @@ async def reach(
     target: int | None,
     progress: Progress,
     timeout: float,
-    *,
-    prove: bool = True,
-    patience: float | None = None,
 ) -> Wait:
     """Wait (at most ``timeout``) until ``cacher`` provably holds the state at ``target``.
 
-    ``target=None``: the upstream's state as of this call (a "Most Recent" read).
-    ``prove=False``: wait for the cache's own feed only (no probe is started for this read),
-    and at most ``patience`` seconds once the target is known.
+    ``target=None``: the upstream's state as of this call.
     """
     if target is not None and cacher.rv >= target:
         return Wait(Reached.AT_ONCE, target)
@@ -122,13 +115,12 @@ async def reach(
     # Proofs start once the cache is known to be behind (on a busy resource events bring it
     # there, and a probe would be wasted). A proof under way for another read counts too:
     # it is sound whenever its probe started.
-    wait = deadline - known if patience is None else min(deadline - known, patience)
-    with progress.proving(cacher) if prove else contextlib.nullcontext():
-        reached = await cacher.wait_for_rv(target, wait)
+    with progress.proving(cacher):
+        reached = await cacher.wait_for_rv(target, deadline - known)
     done = time.monotonic()
     newest_event = cacher.cache.history.newest_rv
     if not reached:
-        how = Reached.IMPATIENT if patience is not None and patience < deadline - known else Reached.TIMEOUT
+        how = Reached.TIMEOUT
     elif newest_event is not None and newest_event >= target:
         how = Reached.EVENTS
     else:
