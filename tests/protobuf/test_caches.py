@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.protobuf.recorded import PB, RecordedUpstream, b, load
+from tests.protobuf.recorded import PB, RecordedUpstream, b
 from tests.support.processes import Stack, logged, start, start_stack, wait_ready
 from tests.support.waiting import until
 from watchcache.cache.store import CacheConfig
@@ -22,11 +22,6 @@ from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.protobuf import ProtobufCaches
 from watchcache.upstream.reflector import ReflectorConfig
-
-
-@pytest.fixture(scope="module")
-def record() -> dict[str, Any]:
-    return load()
 
 
 def test_a_protobuf_cache_is_made_on_first_use_and_dropped_when_idle(record: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.protobuf.recorded import b, load
+from tests.protobuf.recorded import b
 from watchcache.cache.encoding import FULL_JSON
 from watchcache.cache.object import ObjectError, encode_object
 from watchcache.cache.protobuf import FULL_PROTOBUF, ProtobufObject, decode_protobuf_object, protobuf_supported
@@ -34,11 +34,6 @@ RESOURCES = {
     "serviceaccounts": SERVICEACCOUNTS,
     "deployments": DEPLOYMENTS,
 }
-
-
-@pytest.fixture(scope="module")
-def record() -> dict[str, Any]:
-    return load()
 
 
 def items(entry: dict[str, Any]) -> list[bytes]:

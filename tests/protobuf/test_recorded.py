@@ -17,24 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.protobuf.recorded import PB, RecordedUpstream, b, from_cache, load
+from tests.protobuf.recorded import PB, RecordedUpstream, b, from_cache
 from tests.support.processes import Proc, start, wait_ready
 from watchcache.kubeproto import meta_pb2, objects
 
 TYPED = PB + ", */*"  # client-go's typed clients
 RESOURCES = "pods,configmaps,secrets,nodes,namespaces,services,serviceaccounts,apps/v1/deployments"
-
-
-@pytest.fixture(scope="module")
-def record() -> dict[str, Any]:
-    return load()
-
-
-@pytest.fixture(scope="module")
-def upstream(record: dict[str, Any]) -> Iterator[RecordedUpstream]:
-    fake = RecordedUpstream(record)
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture(scope="module")

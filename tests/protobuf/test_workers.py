@@ -10,24 +10,12 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from tests.protobuf.recorded import PB, RecordedUpstream, b, from_cache, load
+from tests.protobuf.recorded import PB, RecordedUpstream, b, from_cache
 from tests.protobuf.test_recorded import TYPED, request
 from tests.support.metrics import scrape, total
 from tests.support.processes import Proc, start, wait_ready
 
 RESOURCES = "pods,configmaps,secrets,nodes,namespaces"
-
-
-@pytest.fixture(scope="module")
-def record() -> dict[str, Any]:
-    return load()
-
-
-@pytest.fixture(scope="module")
-def upstream(record: dict[str, Any]) -> Iterator[RecordedUpstream]:
-    fake = RecordedUpstream(record)
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture(scope="module")
