@@ -124,7 +124,6 @@ class Answers:
         # A generated SETTINGS_HEADER_TABLE_SIZE may let the server's encoder grow its table past hpack's
         # default 4,096 (RFC 7541 §4.2): this client accepts whatever its frames advertised.
         self.decoder.max_allowed_table_size = 2**32 - 1
-        self.decoder.max_allowed_table_size = 1 << 16
         self.block = b""
         self.statuses: list[int] = []
         self.resets: list[int] = []

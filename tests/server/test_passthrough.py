@@ -1,4 +1,8 @@
-"""Pass-through headers over real sockets: client -> our HTTP server -> forward() -> an echo upstream."""
+"""Pass-through headers over real sockets: client -> our HTTP server -> forward() -> an echo upstream.
+
+Each test runs on both paths a pass-through takes: aiohttp's (``forward``, a POST here) and the
+pooled exchange of short GETs (``exchange``), which must forward and answer the same headers.
+"""
 
 from __future__ import annotations
 
@@ -18,21 +22,36 @@ from watchcache.upstream.config import from_flags
 Serve = Callable[..., ServerThread]
 
 
-@pytest.fixture
-def proxy(serve: Serve) -> Iterator[tuple[ServerThread, EchoUpstream]]:
+@pytest.fixture(params=["forward", "exchange"])
+def proxy(serve: Serve, request: pytest.FixtureRequest) -> Iterator[tuple[ServerThread, EchoUpstream]]:
     with EchoUpstream() as upstream:
         client = UpstreamClient(from_flags(upstream.url))
 
-        async def handler(request: Request, response: Response) -> None:
-            await passthrough.forward(client, request, response)
+        async def handler(req: Request, response: Response) -> None:
+            if passthrough.exchangeable(client, req):
+                await passthrough.exchange(client, req, response)
+            else:
+                await passthrough.forward(client, req, response)
 
         srv = serve(handler)
         srv.call(client.start())
+        METHOD[srv] = "GET" if request.param == "exchange" else "POST"
         yield srv, upstream
         srv.call(client.close())
 
 
+METHOD: dict[ServerThread, str] = {}
+
+
 def forward(srv: ServerThread, headers: bytes, body: bytes = b"") -> tuple[int, list[tuple[str, str]], dict]:
+    """The request (a POST with ``body``, or a GET without one on the exchange path) and the echo."""
+    method = METHOD[srv]
+    if method == "GET":
+        head = b"GET /api/v1/namespaces/default/secrets/s HTTP/1.1\r\nHost: proxy\r\n" + headers + b"\r\n"
+        status, lines, payload = raw_request(srv.host, srv.port, head, b"")
+        echoed = json.loads(payload)
+        assert (echoed["method"], echoed["body"]) == ("GET", "")
+        return status, lines, echoed
     head = b"POST /apis/authentication.k8s.io/v1/selfsubjectreviews HTTP/1.1\r\nHost: proxy\r\n" + headers
     head += b"Content-Length: %d\r\n\r\n" % len(body)
     status, lines, payload = raw_request(srv.host, srv.port, head, body)
@@ -53,7 +72,7 @@ def test_repeated_request_headers_are_forwarded_as_repeated_lines(proxy: tuple[S
     assert [v for n, v in lines if n == "impersonate-group"] == ["a", "b", "c, d"]
     assert [v for n, v in lines if n == "impersonate-extra-scopes"] == ["s1", "s2"]
     assert ("impersonate-user", "x") in lines
-    assert echoed["body"] == "{}"
+    assert echoed["body"] == ("{}" if echoed["method"] == "POST" else "")
 
 
 def test_hop_by_hop_and_connection_named_headers_are_dropped_both_ways(

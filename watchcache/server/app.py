@@ -29,7 +29,7 @@ from watchcache.cache.protobuf import FULL_PROTOBUF
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.request import Request
 from watchcache.http.response import Response
-from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
+from watchcache.http.routing import InvalidPath, RequestInfo, long_running, parse_request_info
 from watchcache.resources import ResourceType
 from watchcache.server import seats
 from watchcache.server.context import ApiContext, PassThrough
@@ -60,21 +60,11 @@ _READ_VERBS = frozenset({"get", "list", "watch"})
 _SHUTTING_DOWN = "[-]shutdown failed: the process is shutting down"
 _EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 _NEGOTIATED_MAX = 1024
-# kube-apiserver's LongRunningRequestCheck (controlplane/apiserver/config.go): these verbs and subresources.
-_LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
-_LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "log", "portforward", "proxy"})
 
 
 #: What a request was, for its metrics (verb, resource), and the watch that goes on without its
 #: handler, if any (``serve_watch``: its end is the request's end).
 Handled = tuple[str, ResourceType | None, HttpWatchStream | None]
-
-
-def long_running(info: RequestInfo) -> bool:
-    """As kube-apiserver: a watch (a GET, never a POST with ``?watch``), or a streaming subresource."""
-    return info.verb in _LONG_RUNNING_VERBS or (
-        info.is_resource_request and info.subresource in _LONG_RUNNING_SUBRESOURCES
-    )
 
 
 def request_timed_out() -> apierrors.StatusError:
@@ -247,8 +237,8 @@ class ApiHandler:
             if detached is not None:
                 return  # counted when it ends (``_detached_ended``), as one the handler waited for
             # Watches and tunnels (101) last as long as their clients: no latency to observe.
-            long_running = verb == "WATCH" or response.status in (0, 101)
-            metrics.request(verb, resource, response.status, None if long_running else time.monotonic() - started)
+            endless = verb == "WATCH" or response.status in (0, 101)
+            metrics.request(verb, resource, response.status, None if endless else time.monotonic() - started)
 
     async def _within(
         self, request: Request, response: Response, slot: Seat | None, deadline: asyncio.Timeout
@@ -437,6 +427,15 @@ class ApiHandler:
             if len(self._negotiated) >= _NEGOTIATED_MAX:
                 self._negotiated.clear()  # bounded whatever headers clients invent
             self._negotiated[key] = decision
+        if (
+            info.verb == "get"
+            and self.ctx.upstream.delegates_consistent_gets
+            and not request.query_value("resourceVersion")
+        ):
+            # A consistent GET goes upstream (``serve_get``), whatever its encoding: decided here, it
+            # costs no review (the upstream authorizes its client), no wait for the cache to sync and
+            # no protobuf cache made for it.
+            return PassReason.CONSISTENT_GET
         return decision
 
     def _cache_for(self, resource: ResourceType | None) -> bool:

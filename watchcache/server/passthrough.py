@@ -113,13 +113,18 @@ def as_sent(lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 _UNSAFE_TARGET = re.compile(rb"[^\x21-\x7e]")
 
 
-def upstream_url(client: UpstreamClient, target: bytes) -> URL:
-    """The upstream URL of a request target, its bytes as sent (escapes kept as they came, bytes
-    outside ASCII's visible range percent-encoded, as Go's URL.EscapedPath does)."""
+def escaped_target(target: bytes) -> str:
+    """A request target's bytes as sent: escapes kept as they came, bytes outside ASCII's visible
+    range percent-encoded, as Go's URL.EscapedPath does."""
     if _UNSAFE_TARGET.search(target) is not None:
         target = _UNSAFE_TARGET.sub(lambda m: b"%%%02X" % m[0][0], target)
+    return target.decode("ascii")
+
+
+def upstream_url(client: UpstreamClient, target: bytes) -> URL:
+    """The upstream URL of a request target, its bytes as sent (``escaped_target``)."""
     try:
-        return URL(client.url(target.decode("ascii")), encoded=True)
+        return URL(client.url(escaped_target(target)), encoded=True)
     except ValueError:
         raise apierrors.bad_request("invalid request target") from None
 
@@ -144,6 +149,59 @@ def response_headers(lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     lines = list(lines)
     drop = _dropped(_RESPONSE_DROP, [v for k, v in lines if k.lower() == "connection"])
     return [(k, v) for k, v in lines if k.lower() not in drop]
+
+
+def exchangeable(client: UpstreamClient, request: Request) -> bool:
+    """Whether ``exchange`` may carry this request: a GET without a body, on a direct connection.
+    The caller knows it ends (not a watch, not a stream)."""
+    return client.exchanges is not None and request.method == "GET" and not request.body and request.upgrade is None
+
+
+async def exchange(
+    client: UpstreamClient, request: Request, response: Response, identity: PassthroughIdentity | None = None
+) -> None:
+    """``forward`` for a short GET (``exchangeable``): the upstream's answer held, up to 1 MiB, and
+    sent whole with a Content-Length; a larger one streamed. Same headers, identity and errors."""
+    identity = identity or PassthroughIdentity()
+    forwarding = prepare(client, request, identity)
+    try:
+        answer = await client.exchange(forwarding.route, escaped_target(request.raw_path), forwarding.headers)
+    except (OSError, TimeoutError) as e:
+        log.warning("pass-through %s %s failed: %s", request.method, request.path, e)
+        raise apierrors.StatusError(503, "ServiceUnavailable", "the upstream apiserver is unreachable") from None
+    except ValueError as e:
+        raise apierrors.bad_request(f"the request cannot be forwarded: {e}") from None
+    try:
+        explained = identity.explain(request, answer.status)
+        if explained is not None:
+            raise explained
+        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.headers]
+        extra = response_headers(raw)
+        content_type = next((v for k, v in raw if k.lower() == "content-type"), "application/json")
+        if answer.status in (204, 304):
+            response.send(answer.status, b"", content_type=content_type, headers=extra)
+            return
+        await answer.settle()
+        if answer.complete:
+            response.send(answer.status, b"".join(answer.chunks), content_type=content_type, headers=extra)
+            return
+        response.start_chunked(answer.status, content_type=content_type, headers=extra)
+        try:
+            while chunks := await answer.more():
+                if response.closed:
+                    return
+                response.write_chunk(chunks)
+                if not response.writable:
+                    await response.drain()
+        except ConnectionClosed:
+            return
+        except (OSError, TimeoutError) as e:
+            log.info("pass-through %s %s ended by the upstream: %s", request.method, request.path, e)
+            response.abort()
+            return
+        response.end_chunked()
+    finally:
+        client.exchanges.finish(answer)  # type: ignore[union-attr]
 
 
 async def forward(

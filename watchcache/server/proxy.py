@@ -8,7 +8,7 @@ from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.freshness import Reached
 from watchcache.http.request import Request
 from watchcache.http.response import Response
-from watchcache.http.routing import RequestInfo
+from watchcache.http.routing import RequestInfo, long_running
 from watchcache.server import passthrough
 from watchcache.server.tunnel import Tunnels
 from watchcache.upstream.client import UpstreamClient
@@ -48,5 +48,7 @@ class ProxyUpstream:
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         if request.upgrade is not None:
             await self.tunnels.forward(request, response)
+        elif (info is None or not long_running(info)) and passthrough.exchangeable(self.client, request):
+            await passthrough.exchange(self.client, request, response, self.identity)
         else:
             await passthrough.forward(self.client, request, response, self.identity)

@@ -37,7 +37,8 @@ from watchcache.kubeproto.wire import MAGIC, METADATA_LIST_PROTOBUF, object_vers
 from watchcache.resources import ResourceType
 from watchcache.upstream.config import ClientCertificate, UpstreamConfig, load_cert_chain_data
 from watchcache.upstream.credentials import Credentials
-from watchcache.upstream.dialing import open_connection, session_options
+from watchcache.upstream.dialing import open_connection, proxy_for, session_options
+from watchcache.upstream.exchange import Answer, Exchanges
 from watchcache.upstream.identity import IdentityOptions, Route
 
 USER_AGENT = "watchcache/0.1"
@@ -218,6 +219,9 @@ class UpstreamClient:
         # The reflectors' open watch streams (``watch_into``): closed with the session's connections
         # when an exec plugin's certificate rotates.
         self.watch_streams: set[_WatchStream] = set()
+        # Short pass-throughs on pooled connections of their own (``exchange``): None through an
+        # http(s)/socks proxy, where aiohttp's sessions carry them.
+        self.exchanges: Exchanges | None = None if proxy_for(config) is not None else Exchanges()
 
     def _own_session(self) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
@@ -239,6 +243,8 @@ class UpstreamClient:
             asyncio.get_running_loop().create_task(old.close())
         for stream in list(self.watch_streams):
             stream.end(ConnectionResetError("the exec plugin's client certificate changed"))
+        if self.exchanges is not None:
+            self.exchanges.close()  # idle connections that presented the previous certificate
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, connect=10.0)
@@ -291,9 +297,36 @@ class UpstreamClient:
             self.front_proxy_cert.reload_if_changed()
 
     async def close(self) -> None:
+        if self.exchanges is not None:
+            self.exchanges.close()
         for s in (self.session, *self.passthrough.values()):
             if s is not None:
                 await s.close()
+
+    async def exchange(self, route: Route, target: str, header_lines: list[tuple[str, str]]) -> Answer:
+        """A GET of ``target`` (escaped path and query, as sent) with ``header_lines`` on a pooled
+        connection of ``route``'s TLS identity; returns once the answer's head came
+        (``upstream/exchange.py``). Raises ValueError for a header that cannot be written."""
+        assert self.exchanges is not None, "exchange() through a proxy: use the pass-through session"
+        url = urlsplit(self.config.server)
+        default_port = 443 if url.scheme == "https" else 80
+        port = url.port or default_port
+        host = url.hostname or ""
+        lines = [f"GET {url.path.rstrip('/')}{target} HTTP/1.1", f"Host: {url.netloc.rpartition('@')[2]}"]
+        for name, value in header_lines:
+            if "\r" in value or "\n" in value or "\x00" in value or not name.isascii():
+                raise ValueError(f"header {name!r} has a value that cannot be written")
+            lines.append(f"{name}: {value}")
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
+        ssl_context = self.passthrough_ssl.get(route) if url.scheme == "https" else None
+        server_hostname = (self.config.tls_server_name or host) if ssl_context is not None else None
+
+        async def dial(protocol: asyncio.Protocol) -> object:
+            return await open_connection(
+                self.config, lambda: protocol, host, port, ssl_context=ssl_context, server_hostname=server_hostname
+            )
+
+        return await self.exchanges.request(route, dial, request)
 
     def url(self, path: str) -> str:
         return self.config.server + path

@@ -1,0 +1,232 @@
+"""Short requests on pooled connections (``upstream/exchange.py``) against a real local server.
+
+The server is a raw asyncio one whose answers each test scripts byte for byte, so the framing
+cases the pass-through meets (Content-Length, chunked, unframed until close, interim 1xx, a
+keep-alive connection the server closed while it idled) are exercised on real sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from watchcache.upstream import exchange as ex
+from watchcache.upstream.exchange import Exchanges
+
+Script = Callable[[bytes, int], list[bytes] | None]
+
+
+def sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Runs an async test on its own loop (the suite runs no asyncio plugin)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+class Server:
+    """Answers each request (read up to its blank line) with what ``script(request, n)`` returns:
+    the chunks to write (a final ``b""`` closes the connection), None to close without a word."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.writers.append(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.requests.append(head)
+                chunks = self.script(head, len(self.requests))
+                if chunks is None:
+                    writer.close()
+                    return
+                for chunk in chunks:
+                    if chunk == b"":
+                        writer.close()
+                        return
+                    writer.write(chunk)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def dial(self, protocol: asyncio.Protocol) -> object:
+        assert self.server is not None
+        port = self.server.sockets[0].getsockname()[1]
+        return await asyncio.get_running_loop().create_connection(lambda: protocol, "127.0.0.1", port)
+
+
+@contextlib.asynccontextmanager
+async def serving(script: Script) -> AsyncIterator[Server]:
+    srv = Server(script)
+    srv.server = await asyncio.start_server(srv.handle, "127.0.0.1", 0)
+    try:
+        yield srv
+    finally:
+        for w in srv.writers:
+            w.close()
+        srv.server.close()
+        await srv.server.wait_closed()
+
+
+def ok(body: bytes, extra: bytes = b"") -> list[bytes]:
+    return [
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + extra
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    ]
+
+
+REQUEST = b"GET /api/v1/namespaces/a/configmaps/b HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+async def read_all(answer: ex.Answer) -> bytes:
+    out = []
+    while chunks := await answer.more():
+        out.extend(chunks)
+    return b"".join(out)
+
+
+@sync
+async def test_a_connection_is_reused_for_the_next_request() -> None:
+    async with serving(lambda req, n: ok(b'{"n":%d}' % n)) as srv:
+        pool = Exchanges()
+        for n in (1, 2, 3):
+            answer = await pool.request("r", srv.dial, REQUEST)
+            await answer.settle()
+            assert answer.complete and answer.status == 200
+            assert b"".join(answer.chunks) == b'{"n":%d}' % n
+            assert (b"content-type", b"application/json") in [(k.lower(), v) for k, v in answer.headers]
+            pool.finish(answer)
+        assert srv.connections == 1
+        assert srv.requests == [REQUEST] * 3
+
+
+@sync
+async def test_a_reused_connection_closed_before_answering_is_retried_once_on_a_new_one() -> None:
+    # The pooled connection is closed by the server when the second request arrives (an idle
+    # timeout racing the request): that request goes out again on a new connection.
+    def script(req: bytes, n: int) -> list[bytes] | None:
+        return None if n == 2 else ok(b"answer %d" % n)
+
+    async with serving(script) as srv:
+        pool = Exchanges()
+        answer = await pool.request("r", srv.dial, REQUEST)
+        assert await read_all(answer) == b"answer 1"
+        pool.finish(answer)
+        answer = await pool.request("r", srv.dial, REQUEST)
+        assert await read_all(answer) == b"answer 3"
+        assert srv.connections == 2 and len(srv.requests) == 3
+
+
+@sync
+async def test_a_new_connection_that_fails_is_not_retried() -> None:
+    async with serving(lambda req, n: None) as srv:
+        pool = Exchanges()
+        with pytest.raises(ConnectionError):
+            await pool.request("r", srv.dial, REQUEST)
+        assert srv.connections == 1
+
+
+@sync
+async def test_chunked_and_interim_answers() -> None:
+    chunked = [
+        b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n",
+        b"3\r\nabc\r\n",
+        b"2\r\nde\r\n0\r\n\r\n",
+    ]
+    async with serving(lambda req, n: chunked) as srv:
+        pool = Exchanges()
+        answer = await pool.request("r", srv.dial, REQUEST)
+        assert answer.status == 200
+        assert [k for k, _ in answer.headers] == [b"Transfer-Encoding", b"X-A"]  # not the 103's Link
+        assert await read_all(answer) == b"abcde"
+        pool.finish(answer)
+        answer = await pool.request("r", srv.dial, REQUEST)  # and the connection is still good
+        assert await read_all(answer) == b"abcde"
+        assert srv.connections == 1
+
+
+@sync
+async def test_an_unframed_body_ends_with_the_connection_which_is_not_reused() -> None:
+    async with serving(lambda req, n: [b"HTTP/1.1 200 OK\r\n\r\n", b"until ", b"close", b""]) as srv:
+        pool = Exchanges()
+        answer = await pool.request("r", srv.dial, REQUEST)
+        assert await read_all(answer) == b"until close"
+        pool.finish(answer)
+        answer = await pool.request("r", srv.dial, REQUEST)
+        assert await read_all(answer) == b"until close"
+        assert srv.connections == 2
+
+
+@sync
+async def test_a_connection_closed_mid_body_is_an_error_for_the_reader() -> None:
+    async with serving(lambda req, n: [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial", b""]) as srv:
+        pool = Exchanges()
+        answer = await pool.request("r", srv.dial, REQUEST)
+        with pytest.raises(ConnectionError):
+            await read_all(answer)
+
+
+@sync
+async def test_a_large_answer_pauses_reading_and_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ex, "BUFFERED_MAX", 64 * 1024)
+    body = bytes(range(256)) * 4096  # 1 MiB
+    pieces = [body[i : i + 16384] for i in range(0, len(body), 16384)]
+    async with serving(lambda req, n: [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body), *pieces]) as srv:
+        pool = Exchanges()
+        answer = await pool.request("r", srv.dial, REQUEST)
+        await answer.settle()
+        assert not answer.complete  # held up to the limit, then reading paused
+        conn = answer.connection
+        assert conn is not None and conn.paused
+        assert answer.buffered < 2 * 64 * 1024
+        assert await read_all(answer) == body
+        pool.finish(answer)
+        assert srv.connections == 1
+
+
+@sync
+async def test_an_answer_left_midway_closes_its_connection() -> None:
+    async with serving(lambda req, n: [b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12345"]) as srv:
+        pool = Exchanges()
+        answer = await pool.request("r", srv.dial, REQUEST)
+        pool.finish(answer)  # the caller gave up (its client left, its deadline passed)
+        conn = answer.connection
+        assert conn is not None and not conn.open
+        assert pool.pools["r"].idle == []
+
+
+@sync
+async def test_a_garbled_answer_is_a_connection_error() -> None:
+    async with serving(lambda req, n: [b"NOT HTTP AT ALL\r\n\r\n"]) as srv:
+        pool = Exchanges()
+        with pytest.raises(ConnectionError):
+            await pool.request("r", srv.dial, REQUEST)
+
+
+@sync
+async def test_idle_connections_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ex, "IDLE_MAX", 2)
+    async with serving(lambda req, n: ok(b"x")) as srv:
+        pool = Exchanges()
+        answers = await asyncio.gather(*(pool.request("r", srv.dial, REQUEST) for _ in range(5)))
+        for a in answers:
+            await a.settle()
+            pool.finish(a)
+        assert srv.connections == 5
+        assert len(pool.pools["r"].idle) == 2
