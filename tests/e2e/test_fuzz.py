@@ -8,6 +8,7 @@ import json
 import os
 import random
 import socket
+import subprocess
 import time
 from urllib.parse import quote
 
@@ -126,6 +127,22 @@ class Client:
             return 0, b""
 
 
+def sockets_of(port: int) -> str:
+    """Both ends of every TCP connection to ``port`` (states, queues), to tell which side holds a
+    connection when the server's gauge says one is left."""
+    try:
+        out = subprocess.run(
+            ["ss", "-tnoi", "state", "all", f"( sport = :{port} or dport = :{port} )"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"(ss: {e})"
+    return out.stdout[-4000:]
+
+
 def assert_no_server_error(status: int, body: bytes, what: str) -> None:
     assert status < 500 or status in (503, 504), f"{status} for {what}: {body[:300]!r}"
     if status >= 400 and body[:1] == b"{":
@@ -239,7 +256,7 @@ def test_generated_requests_get_status_errors_never_5xx_and_the_server_survives(
             }
             if gauges["watchcache_http_connections"] == 1 and gauges["watchcache_http_request_buffer_bytes"] < 200:
                 break
-            assert time.monotonic() < deadline, gauges
+            assert time.monotonic() < deadline, (gauges, sockets_of(int(port)))
             time.sleep(0.2)
     finally:
         proc.stop()
