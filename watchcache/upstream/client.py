@@ -42,6 +42,8 @@ from watchcache.upstream.exchange import Answer, Exchanges
 from watchcache.upstream.identity import IdentityOptions, Route
 
 USER_AGENT = "watchcache/0.1"
+# The pool key of the proxy's own exchange connections (pass-through ones are keyed by ``Route``).
+_OWN = "own"
 
 
 class UpstreamError(Exception):
@@ -307,7 +309,12 @@ class UpstreamClient:
         """A GET of ``target`` (escaped path and query, as sent) with ``header_lines`` on a pooled
         connection of ``route``'s TLS identity; returns once the answer's head came
         (``upstream/exchange.py``). Raises ValueError for a header that cannot be written."""
-        assert self.exchanges is not None, "exchange() through a proxy: use the pass-through session"
+        return await self._exchange(route, self.passthrough_ssl.get(route), target, header_lines)
+
+    async def _exchange(
+        self, key: Route | str, ssl_context: ssl.SSLContext | None, target: str, header_lines: list[tuple[str, str]]
+    ) -> Answer:
+        assert self.exchanges is not None, "exchange() through a proxy: use an aiohttp session"
         url = urlsplit(self.config.server)
         default_port = 443 if url.scheme == "https" else 80
         port = url.port or default_port
@@ -318,7 +325,8 @@ class UpstreamClient:
                 raise ValueError(f"header {name!r} has a value that cannot be written")
             lines.append(f"{name}: {value}")
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
-        ssl_context = self.passthrough_ssl.get(route) if url.scheme == "https" else None
+        if url.scheme != "https":
+            ssl_context = None
         server_hostname = (self.config.tls_server_name or host) if ssl_context is not None else None
 
         async def dial(protocol: asyncio.Protocol) -> object:
@@ -326,7 +334,19 @@ class UpstreamClient:
                 self.config, lambda: protocol, host, port, ssl_context=ssl_context, server_hostname=server_hostname
             )
 
-        return await self.exchanges.request(route, dial, request)
+        return await self.exchanges.request(key, dial, request)
+
+    async def _own_get(self, target: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        """The proxy's own GET on a pooled exchange connection (its identity: ``own_ssl``)."""
+        assert self.exchanges is not None
+        answer = await self._exchange(_OWN, self.own_ssl, target, [("User-Agent", USER_AGENT), *headers.items()])
+        try:
+            body: list[bytes] = []
+            while chunks := await answer.more():
+                body += chunks
+            return answer.status, b"".join(body)
+        finally:
+            self.exchanges.finish(answer)
 
     def url(self, path: str) -> str:
         return self.config.server + path
@@ -346,8 +366,23 @@ class UpstreamClient:
         *,
         accept: str = "application/json",
     ) -> bytes:
-        """A GET's body (raises UpstreamError for a non-200 answer; a 401 tells the credentials)."""
+        """A GET's body (raises UpstreamError for a non-200 answer; a 401 tells the credentials).
+
+        On a pooled exchange connection when there is no proxy in the way: the consistent reads'
+        proofs are such GETs, one per consistent LIST, and aiohttp's client cost more CPU than the
+        rest of the proof (``upstream/exchange.py``). No ``Accept-Encoding``: the proxy's reads are
+        small, or large ones on a fast network, where gzip costs both ends more CPU than it saves.
+        """
         credential = await self.tokens.fresh_headers()
+        if self.exchanges is not None:
+            target = path + ("?" + urlencode(params) if params else "")
+            async with asyncio.timeout(timeout):
+                status, body = await self._own_get(target, {"Accept": accept, **credential})
+            if status != 200:
+                if status == 401:
+                    self.tokens.rejected(credential)
+                raise _error_from_body(status, body)
+            return body
         async with self._own().get(
             self.url(path),
             params=params,
