@@ -1,8 +1,10 @@
 """The scope proof's comparison against a reference model: equal iff the scope's objects and versions are.
 
-The model is the plain definition: the cache's (key -> rv) within the scope, with its overlay
-of undone keys applied (a snapshot at an older rv), equals the upstream's listed (key -> rv).
-When they differ, the rv asked for is the highest listed version the cache lacks.
+The model is the plain definition: the cache's (key -> rv) within the scope, as of its snapshot's rv,
+equals the upstream's listed (key -> rv). Both come from one history of writes, as they do in the
+proxy: the cache has applied a prefix of it (its snapshot may be read back at an older rv) and the
+upstream lists the scope after at least as much of it. When they differ, the rv asked for is the
+highest listed version the cache lacks (0: only a deletion it has not applied).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.factories import pod
-from watchcache.cache.events import DELETED, MODIFIED
+from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.listing import ListScope
 from watchcache.cache.object import object_key
 from watchcache.cache.scopestate import ScopeState, missing_rv
@@ -20,49 +22,67 @@ from watchcache.resources import PODS
 
 NAMESPACES = ["a", "a-b", "b"]
 keys = st.tuples(st.sampled_from(NAMESPACES), st.sampled_from([f"p{i}" for i in range(4)]))
-states = st.dictionaries(keys, st.integers(1, 6), max_size=8)
 
 
-@settings(max_examples=400, deadline=None)
+def state_after(initial: dict[str, int], writes: list[tuple[str, bool, int]]) -> dict[str, int]:
+    state = dict(initial)
+    for key, delete, rv in writes:
+        if delete:
+            state.pop(key, None)
+        else:
+            state[key] = rv
+    return state
+
+
+@settings(max_examples=500, deadline=None)
 @given(
-    cached=states,
-    later=st.lists(st.tuples(keys, st.booleans()), max_size=4),
-    upstream=states,
+    initial=st.dictionaries(keys, st.integers(1, 10), max_size=8),
+    history=st.lists(st.tuples(keys, st.booleans()), max_size=8),
+    data=st.data(),
     namespace=st.sampled_from([None, *NAMESPACES]),
-    read_back=st.booleans(),
 )
 def test_missing_rv_agrees_with_the_reference_model(
-    cached: dict[tuple[str, str], int],
-    later: list[tuple[tuple[str, str], bool]],
-    upstream: dict[tuple[str, str], int],
+    initial: dict[tuple[str, str], int],
+    history: list[tuple[tuple[str, str], bool]],
+    data: st.DataObject,
     namespace: str | None,
-    read_back: bool,
 ) -> None:
-    cache = ResourceCache(PODS, CacheConfig(history_max_events=100), lambda: 0.0)
-    cache.replace([pod(name, ns=ns, rv=rv) for (ns, name), rv in cached.items()], 10)
-    model = {object_key(ns, name): rv for (ns, name), rv in cached.items()}
-    at_10 = dict(model)
-    rv = 10
-    for (ns, name), delete in later:  # writes after rv 10 (a snapshot read back at 10 overlays them)
-        rv += 1
+    # One history after rv 10: deletions of absent objects dropped, each write one rv.
+    at_10 = {object_key(ns, name): rv for (ns, name), rv in initial.items()}
+    writes: list[tuple[str, bool, int]] = []
+    live = dict(at_10)
+    for (ns, name), delete in history:
         key = object_key(ns, name)
-        if delete and key not in model:
+        if delete and key not in live:
             continue
-        cache.apply([(DELETED if delete else MODIFIED, pod(name, ns=ns, rv=rv))])
-        if delete:
-            del model[key]
-        else:
-            model[key] = rv
-    snapshot = cache.snapshot(10) if read_back else cache.snapshot()
-    seen = at_10 if read_back else model
-    scope = ListScope.of(namespace)
-    listed = {object_key(ns, name): v for (ns, name), v in upstream.items() if namespace is None or ns == namespace}
-    state = ScopeState(1000, listed)
+        rv = 11 + len(writes)
+        writes.append((key, delete, rv))
+        live = state_after(live, [(key, delete, rv)])
+    applied = data.draw(st.integers(0, len(writes)), label="writes the cache applied")
+    read_at = data.draw(st.integers(0, applied), label="writes before the snapshot's rv")
+    listed_after = data.draw(st.integers(read_at, len(writes)), label="writes before the upstream's listing")
 
-    in_scope = {k: v for k, v in seen.items() if namespace is None or k.startswith(namespace + "/")}
-    got = missing_rv(snapshot, scope, state)
-    if in_scope == listed:
+    cache = ResourceCache(PODS, CacheConfig(history_max_events=100), lambda: 0.0)
+    cache.replace([pod(name, ns=ns, rv=rv) for (ns, name), rv in initial.items()], 10)
+    seen = dict(at_10)
+    for key, delete, rv in writes[:applied]:
+        ns, name = key.split("/")
+        kind = DELETED if delete else (MODIFIED if key in seen else ADDED)
+        cache.apply([(kind, pod(name, ns=ns, rv=rv))])
+        seen = state_after(seen, [(key, delete, rv)])
+    snapshot = cache.snapshot(10 + read_at)
+    assert snapshot.rv == 10 + read_at
+
+    def in_scope(state: dict[str, int]) -> dict[str, int]:
+        return {k: v for k, v in state.items() if namespace is None or k.startswith(namespace + "/")}
+
+    cached = in_scope(state_after(at_10, writes[:read_at]))
+    listed = in_scope(state_after(at_10, writes[:listed_after]))
+    state = ScopeState(10 + listed_after, len(listed), max(listed.values(), default=0))
+
+    got = missing_rv(snapshot, ListScope.of(namespace), state)
+    if cached == listed:
         assert got is None
     else:
-        lacking = [v for k, v in listed.items() if k not in in_scope or in_scope[k] < v]
+        lacking = [v for k, v in listed.items() if k not in cached or cached[k] < v]
         assert got == max(lacking, default=0)

@@ -14,37 +14,37 @@ object a new rv, a creation adds one, a deletion removes one), so the cache's st
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from watchcache.cache.listing import ListScope
 from watchcache.cache.store import Snapshot
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScopeState:
-    """The upstream's objects of one scope at ``rv``: each object's key and resourceVersion."""
+    """The upstream's objects of one scope at ``rv``: how many, and the newest one's resourceVersion."""
 
     rv: int
-    versions: Mapping[str, int]
+    count: int
+    newest: int
 
 
 def missing_rv(snapshot: Snapshot, scope: ListScope, state: ScopeState) -> int | None:
     """None when ``snapshot`` holds exactly ``state``'s objects of ``scope``, at their versions.
 
-    Otherwise the highest rv of an object the cache has not caught up with (0 when the only
-    difference is objects the cache still holds: a deletion it has not applied, whose rv the
-    metadata cannot tell). The caller waits for that rv, then compares again.
+    Otherwise the rv to wait for: the newest listed version, which the cache lacks (0 when the
+    only difference is an object the cache still holds: a deletion it has not applied, whose rv
+    the metadata cannot tell). The caller waits for that rv, then compares again.
+
+    Why a count and the newest version are enough, for a snapshot at ``s`` of the same history
+    as the upstream's listing at ``state.rv`` >= ``s`` (the caller's case; at ``state.rv`` < ``s``
+    the cache is past the proof and needs none). An object listed with an rv <= ``s`` was last
+    written at or before ``s``, so the cache holds it at that rv: every listed object is in the
+    cache as listed unless it was written after ``s``. If none was (newest <= ``s``), the listing
+    is a subset of the cache's scope, and equal to it iff the counts are equal: a deletion after
+    ``s`` leaves the cache one more. If one was, the cache lacks it, and the newest is the last
+    of what it lacks.
     """
-    needed = 0
-    equal = snapshot.count_range(scope.lo, scope.hi) == len(state.versions)
-    get = snapshot.get
-    for key, rv in state.versions.items():
-        obj = get(key)
-        if obj is None or obj.rv < rv:
-            equal = False
-            if rv > needed:
-                needed = rv
-        elif obj.rv != rv:  # newer in the cache: it is past the state at ``state.rv`` for this object
-            equal = False
-    return None if equal else needed
+    if state.newest <= snapshot.rv:
+        return None if snapshot.count_range(scope.lo, scope.hi) == state.count else 0
+    return state.newest

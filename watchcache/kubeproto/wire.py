@@ -197,11 +197,13 @@ def status_body(doc: Mapping[str, Any]) -> bytes:
 METADATA_LIST_PROTOBUF = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
-def object_versions(body: bytes) -> tuple[int, list[tuple[str, str, int]]]:
-    """A protobuf ``PartialObjectMetadataList``'s rv and each item's (namespace, name, resourceVersion).
+def scope_summary(body: bytes) -> tuple[int, int, int]:
+    """A protobuf ``PartialObjectMetadataList``'s rv, its number of items and its newest item's rv.
 
-    Parsed by the protobuf runtime (upb, in C): ~10x cheaper per item than orjson on the same
-    list in JSON, whose managedFields dominate. Raises ValueError on anything else.
+    All a scope's proof needs (``cache/scopestate.py``): no names, so no per-item tuples or keys.
+    Parsed by the protobuf runtime (upb, in C); reading one field per item is what is left in
+    Python (~1 µs an item: each nested message access makes a wrapper). Raises ValueError on
+    anything else.
     """
     if not body.startswith(MAGIC):
         raise ValueError("not a protobuf body (no k8s\\0 magic)")
@@ -210,7 +212,7 @@ def object_versions(body: bytes) -> tuple[int, list[tuple[str, str, int]]]:
         if unknown.typeMeta.kind != "PartialObjectMetadataList":
             raise ValueError(f"expected a PartialObjectMetadataList, got {unknown.typeMeta.kind!r}")
         items = pb.PartialObjectMetadataList.FromString(unknown.raw)
-    except Exception as e:  # DecodeError, or a message of the wrong shape
+        newest = max(map(int, [i.metadata.resourceVersion for i in items.items]), default=0)
+        return int(items.metadata.resourceVersion), len(items.items), newest
+    except Exception as e:  # DecodeError, a message of the wrong shape, an rv that is not a number
         raise ValueError(f"undecodable PartialObjectMetadataList: {e}") from None
-    versions = [(m.namespace, m.name, int(m.resourceVersion)) for m in (i.metadata for i in items.items)]
-    return int(items.metadata.resourceVersion), versions

@@ -30,10 +30,9 @@ import httptools
 import orjson
 from google.protobuf.message import DecodeError
 
-from watchcache.cache.object import object_key
 from watchcache.cache.scopestate import ScopeState
 from watchcache.kubeproto import meta_pb2, objects
-from watchcache.kubeproto.wire import MAGIC, METADATA_LIST_PROTOBUF, object_versions
+from watchcache.kubeproto.wire import MAGIC, METADATA_LIST_PROTOBUF, scope_summary
 from watchcache.resources import ResourceType
 from watchcache.upstream.config import ClientCertificate, UpstreamConfig, load_cert_chain_data
 from watchcache.upstream.credentials import Credentials
@@ -402,16 +401,14 @@ class UpstreamClient:
         return int(data["metadata"]["resourceVersion"])
 
     async def list_versions(self, resource: ResourceType, namespace: str | None, timeout: float = 10.0) -> ScopeState:
-        """A consistent LIST of a scope's metadata only: each object's rv at the upstream's rv.
+        """A consistent LIST of a scope's metadata only: how many objects, and the newest one's rv,
+        at the upstream's rv (``cache/scopestate.py``).
 
         In protobuf, as kube's own components read metadata: kube encodes it several times
-        faster than JSON, and the proxy decodes it in C (``scopestate``; docs/consistency.md).
+        faster than JSON, and the proxy decodes it in C (docs/consistency.md).
         """
         body = await self.get_bytes(collection_path(resource, namespace), None, timeout, accept=METADATA_LIST_PROTOBUF)
-        rv, items = object_versions(body)
-        if resource.namespaced:
-            return ScopeState(rv, {object_key(ns, name): item_rv for ns, name, item_rv in items})
-        return ScopeState(rv, {name: item_rv for _, name, item_rv in items})
+        return ScopeState(*scope_summary(body))
 
     async def watch_into(
         self,
