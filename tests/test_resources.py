@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchcache.resources import BUILTIN, PODS, _path_getter, compile_fields
+from watchcache.resources import BUILTIN, NODES, PODS, _path_getter, compile_fields
 
 
 class _Str(str):
@@ -63,5 +63,28 @@ def test_every_builtin_extracts_its_selectable_fields_in_their_order() -> None:
     assert fields["status.podIP"] == ""
     assert fields["spec.schedulerName"] == ""
     for resource in BUILTIN:
-        assert resource.extract_fields(pod) == _reference(list(resource.getters), pod)
-        assert resource.extract_fields({}) == dict.fromkeys(resource.getters, "")
+        assert resource.extract_fields(pod) == {p: get(pod) for p, get in resource.getters.items()}
+        zeros = {p: "false" if p in ("spec.hostNetwork", "spec.unschedulable") else "" for p in resource.getters}
+        assert resource.extract_fields({}) == zeros
+
+
+@settings(max_examples=200, deadline=None)
+@given(paths=_paths, obj=_maps(_values), data=st.data())
+def test_compiled_fields_equal_one_walk_per_field_with_false_zeros(paths: list[str], obj: Any, data: Any) -> None:
+    falses = data.draw(st.lists(st.sampled_from(paths), unique=True))
+    zeros = dict.fromkeys(falses, "false")
+    reference = {p: _path_getter(p, zeros.get(p, ""))(obj) for p in paths}
+    assert compile_fields(paths, zeros)(obj) == reference
+
+
+def test_an_omitted_bool_selects_as_false_as_on_kubes_typed_objects() -> None:
+    # kube: strconv.FormatBool(pod.Spec.HostNetwork), FormatBool(node.Spec.Unschedulable).
+    pod = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1"}}
+    assert PODS.extract_fields(pod)["spec.hostNetwork"] == "false"
+    assert PODS.getters["spec.hostNetwork"](pod) == "false"
+    assert PODS.extract_fields({"metadata": {"name": "p"}})["spec.hostNetwork"] == "false"
+    assert PODS.extract_fields(pod)["spec.restartPolicy"] == ""  # a string's absence stays ""
+    assert NODES.extract_fields({"metadata": {"name": "n"}, "spec": {}})["spec.unschedulable"] == "false"
+    assert NODES.extract_fields({"metadata": {"name": "n"}, "spec": {"unschedulable": True}})["spec.unschedulable"] == (
+        "true"
+    )

@@ -16,8 +16,12 @@ from typing import Any
 FieldGetter = Callable[[Mapping[str, Any]], str]
 
 
-def _path_getter(path: str) -> FieldGetter:
-    """One field's value, as kube's field selectors see it: the reference ``compile_fields`` must agree with."""
+def _path_getter(path: str, zero: str = "") -> FieldGetter:
+    """One field's value, as kube's field selectors see it: the reference ``compile_fields`` must agree with.
+
+    ``zero``: the value of an absent field. kube selects on its typed objects, where an omitted
+    bool is false (``strconv.FormatBool``): ``spec.hostNetwork=false`` matches a pod without one.
+    """
     parts = tuple(path.split("."))
 
     def get(obj: Mapping[str, Any]) -> str:
@@ -25,10 +29,10 @@ def _path_getter(path: str) -> FieldGetter:
         for part in parts:
             # dict first: decoded JSON is always a dict, and an ABC isinstance costs ~10x more.
             if not isinstance(value, dict) and not isinstance(value, Mapping):
-                return ""
+                return zero
             value = value.get(part)
             if value is None:
-                return ""
+                return zero
         return _field_string(value)
 
     return get
@@ -53,10 +57,14 @@ def _leaf(value: Any) -> str:
     return "" if value is None else _field_string(value)
 
 
+def _false_leaf(value: Any) -> str:
+    return "false" if value is None else _field_string(value)
+
+
 FieldsExtractor = Callable[[Mapping[str, Any]], dict[str, str]]
 
 
-def compile_fields(paths: Sequence[str]) -> FieldsExtractor:
+def compile_fields(paths: Sequence[str], zeros: Mapping[str, str] | None = None) -> FieldsExtractor:
     """One function extracting every selectable field, each shared path prefix walked once.
 
     Every object entering the cache has its fields extracted (invariant 5): for pods that was
@@ -76,12 +84,15 @@ def compile_fields(paths: Sequence[str]) -> FieldsExtractor:
             parent = names[parts[: i - 1]]
             key = repr(prefix[-1])
             body.append(f"    {var} = {parent}.get({key}) if type({parent}) is dict else _child({parent}, {key})")
+    zeros = zeros or {}
+    if any(z not in ("", "false") for z in zeros.values()):
+        raise ValueError(f"field zero values are '' or 'false': {zeros}")
     items = ", ".join(
-        f"{path!r}: {v} if type({v}) is str else _leaf({v})"
+        f"{path!r}: {v} if type({v}) is str else {'_false_leaf' if zeros.get(path) == 'false' else '_leaf'}({v})"
         for path, v in ((path, names[tuple(path.split("."))]) for path in paths)
     )
     source = "\n".join(["def extract(obj):", *body, f"    return {{{items}}}"])
-    namespace: dict[str, Any] = {"_child": _child, "_leaf": _leaf}
+    namespace: dict[str, Any] = {"_child": _child, "_leaf": _leaf, "_false_leaf": _false_leaf}
     exec(compile(source, f"<fields {', '.join(paths)}>", "exec"), namespace)  # our own paths, keys repr'd
     extract: FieldsExtractor = namespace["extract"]
     return extract
@@ -120,6 +131,15 @@ BUILTIN_GROUPS = frozenset(
 )
 
 
+# Selectable fields of built-in kinds whose absence reads as "false": bools of kube's typed objects
+# (pods' ``spec.hostNetwork``, nodes' ``spec.unschedulable``, formatted by ``strconv.FormatBool`` in their
+# ``ToSelectableFields``), as the protobuf caches read them too (kubeproto/objects.py).
+_ZERO_FIELDS: dict[tuple[str, str], dict[str, str]] = {
+    ("", "Pod"): {"spec.hostNetwork": "false"},
+    ("", "Node"): {"spec.unschedulable": "false"},
+}
+
+
 @dataclass(frozen=True)
 class ResourceType:
     group: str
@@ -145,8 +165,9 @@ class ResourceType:
         # A cluster-scoped custom resource cannot select on metadata.namespace (kube's crConverter).
         scope = ("metadata.namespace",) if self.namespaced or not self.custom else ()
         fields = ("metadata.name", *scope, *self.extra_fields)
-        object.__setattr__(self, "getters", {f: _path_getter(f) for f in fields})
-        object.__setattr__(self, "extract_fields", compile_fields(fields))
+        zeros = _ZERO_FIELDS.get((self.group, self.kind), {}) if not self.custom else {}
+        object.__setattr__(self, "getters", {f: _path_getter(f, zeros.get(f, "")) for f in fields})
+        object.__setattr__(self, "extract_fields", compile_fields(fields, zeros))
         # Every object's JSON is stored without its opening brace; this prefix turns it
         # back into a typed object for GET and watch frames at the cost of a writelines.
         prefix = b'{"kind":"' + self.kind.encode() + b'","apiVersion":"' + self.api_version.encode() + b'",'

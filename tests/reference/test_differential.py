@@ -332,6 +332,8 @@ POD_FIELDS = [
     "status.phase=Pending",
     "spec.nodeName=",
     "spec.schedulerName!=other,status.phase!=Running",
+    "spec.hostNetwork=false",  # pods without it: an omitted bool is false on kube's typed objects
+    "spec.hostNetwork!=true",
     "spec.containers.image=x",  # 400: not selectable
 ]
 
