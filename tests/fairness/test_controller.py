@@ -1,0 +1,122 @@
+"""FlowControl: admission waits in the queue, times out with kube's reason, and follows live changes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from watchcache.fairness.classify import RequestDigest
+from watchcache.fairness.config import parse_flow_schema, parse_priority_level
+from watchcache.fairness.controller import FlowControl, Rejected
+from watchcache.fairness.defaults import flow_schemas, priority_levels
+
+SA = ("system:serviceaccounts", "system:authenticated")
+
+
+def control(limit: int) -> FlowControl:
+    fc = FlowControl(limit)
+    fc.configure([parse_flow_schema(o) for o in flow_schemas()], [parse_priority_level(o) for o in priority_levels()])
+    return fc
+
+
+def sa(name: str) -> RequestDigest:
+    return RequestDigest(f"system:serviceaccount:t:{name}", SA, "list", True, resource="pods", namespace="t")
+
+
+def test_nominal_limits_follow_kube_formula() -> None:
+    fc = control(8)
+    # Shares: 30+40+10+40+100+20+5 (+0 exempt) = 245; ceil(8 * shares / 245), at least 1.
+    limits = {n: lv.queueset.limit for n, lv in fc.levels.items() if lv.queueset is not None}
+    assert limits == {"system": 1, "node-high": 2, "leader-election": 1, "workload-high": 2, "workload-low": 4,
+                      "global-default": 1, "catch-all": 1}  # fmt: skip
+    assert fc.levels["exempt"].queueset is None
+
+
+def test_quiet_flow_is_dispatched_before_the_noisy_backlog() -> None:
+    asyncio.run(_quiet_flow_is_dispatched_before_the_noisy_backlog())
+
+
+async def _quiet_flow_is_dispatched_before_the_noisy_backlog() -> None:
+    fc = control(8)  # workload-low: 4 seats
+    c_noisy, c_quiet = fc.classify(sa("noisy")), fc.classify(sa("quiet"))
+    grants = [await fc.admit(c_noisy, None) for _ in range(4)]
+    order: list[str] = []
+
+    async def one(c, who):  # type: ignore[no-untyped-def]
+        g = await fc.admit(c, None)
+        order.append(who)
+        return g
+
+    noisy = [asyncio.create_task(one(c_noisy, "noisy")) for _ in range(40)]
+    await asyncio.sleep(0)
+    quiet = asyncio.create_task(one(c_quiet, "quiet"))
+    await asyncio.sleep(0)
+    stats = fc.stats[("workload-low", "service-accounts")]
+    assert stats.inqueue == 41 and stats.executing == 4
+    grants[0].release()
+    grants[1].release()
+    await asyncio.sleep(0)
+    assert "quiet" in order[:2]
+    for g in grants[2:]:
+        g.release()
+    (await quiet).release()
+    for t in noisy:
+        (await t).release()
+    assert stats.inqueue == 0 and stats.executing == 0 and stats.dispatched == 45
+
+
+def test_wait_budget_gives_time_out_and_queue_full_is_at_once() -> None:
+    asyncio.run(_wait_budget_gives_time_out_and_queue_full_is_at_once())
+
+
+async def _wait_budget_gives_time_out_and_queue_full_is_at_once() -> None:
+    fc = control(1)
+    c = fc.classify(sa("noisy"))
+    held = await fc.admit(c, None)
+    with pytest.raises(Rejected) as e:
+        await fc.admit(c, 0.01)
+    assert e.value.reason == "time-out"
+    level = fc.levels["workload-low"].queueset
+    assert level is not None and level.waiting == 0
+    # One flow waits in the shortest queue of its hand (6 of 128): 6 x queueLengthLimit (50) fill it.
+    waiters = [asyncio.create_task(fc.admit(c, None)) for _ in range(300)]
+    await asyncio.sleep(0)
+    assert level.waiting == 300
+    with pytest.raises(Rejected) as e:
+        await asyncio.wait_for(fc.admit(c, None), 1)
+    assert e.value.reason == "queue-full"
+    for w in waiters:
+        w.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    assert level.waiting == 0
+    held.release()
+    held.release()  # idempotent
+    assert level.executing == 0
+    stats = fc.stats[("workload-low", "service-accounts")]
+    assert stats.rejected == {"time-out": 1, "queue-full": 1, "cancelled": 300}
+
+
+def test_exempt_never_waits_and_live_change_applies() -> None:
+    asyncio.run(_exempt_never_waits_and_live_change_applies())
+
+
+async def _exempt_never_waits_and_live_change_applies() -> None:
+    fc = control(1)
+    admin = fc.classify(RequestDigest("root", ("system:masters",), "list", True, resource="pods"))
+    grants = [await fc.admit(admin, 0) for _ in range(100)]
+    for g in grants:
+        g.release()
+    c = fc.classify(sa("a"))
+    held = await fc.admit(c, None)
+    waiter = asyncio.create_task(fc.admit(c, None))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    fc.server_limit = 1000  # more seats: the waiter goes at once
+    fc.configure([parse_flow_schema(o) for o in flow_schemas()], [parse_priority_level(o) for o in priority_levels()])
+    (await asyncio.wait_for(waiter, 1)).release()
+    held.release()
+    # A configuration without the suggested objects: everyone authenticated is catch-all.
+    fc.configure([], [], source="test")
+    assert fc.classify(sa("a")).flow_schema.name == "catch-all"
+    assert fc.source == "test"

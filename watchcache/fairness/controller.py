@@ -1,0 +1,207 @@
+"""One worker's flow control: its configuration, its priority levels' queue sets, the waiters.
+
+``FlowControl.admit`` is the whole life of a request here: classified (``classify``), it is
+offered to its level's queue set and, unless dispatched at once, waits on a future until a seat
+is its, its queue is found full, or its wait budget runs out (kube's ``time-out``). An exempt
+level has no seats: its requests execute at once. The returned ``Grant`` gives the seat back
+(``release``), and lends it while the request waits for something else (``vacate`` /
+``reoccupy``: ``server/seats.py``).
+
+Seats per level are kube's nominal concurrency limits: ``ceil(server * shares / sum of all
+levels' shares)``, ``server`` being ``--max-requests-inflight`` (per worker; kube adds
+--max-mutating-requests-inflight, which the proxy has not). Borrowing between levels
+(lendablePercent, kube's 10 s seat-demand adjustment) is not done: each level has its nominal
+seats, at least one. A configuration change applies at once: a level whose queue shape changed
+gets a new queue set, and the old one serves the requests it already holds until they end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from watchcache.fairness.classify import Classification, Classifier, RequestDigest
+from watchcache.fairness.config import FlowSchema, PriorityLevel
+from watchcache.fairness.queueset import EXECUTING, Entry, QueueSet
+from watchcache.fairness.shuffle import flow_hash
+
+__all__ = ["WAIT_BUCKETS", "FlowControl", "FlowStats", "Grant", "Level", "Rejected"]
+
+#: kube's buckets of apiserver_flowcontrol_request_wait_duration_seconds.
+WAIT_BUCKETS = (0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0)
+
+
+class Rejected(Exception):
+    """The request may not execute: ``reason`` as kube's metric (queue-full, concurrency-limit, time-out)."""
+
+    def __init__(self, classification: Classification, reason: str) -> None:
+        super().__init__(reason)
+        self.classification = classification
+        self.reason = reason
+
+
+@dataclass
+class FlowStats:
+    """Counters of one (priority level, flow schema), read at scrape time."""
+
+    inqueue: int = 0
+    executing: int = 0
+    dispatched: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    # execute "true"/"false" -> (bucket counts, sum): the wait of dispatched and of rejected requests.
+    waits: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
+
+    def observe_wait(self, executed: bool, seconds: float) -> None:
+        key = "true" if executed else "false"
+        counts, total = self.waits.setdefault(key, ([0] * (len(WAIT_BUCKETS) + 1), [0.0]))
+        counts[bisect.bisect_left(WAIT_BUCKETS, seconds)] += 1
+        total[0] += seconds
+
+
+class Level:
+    """A priority level as configured now: its seats (None when exempt) and its limit."""
+
+    __slots__ = ("config", "queueset")
+
+    def __init__(self, config: PriorityLevel, limit: int) -> None:
+        self.config = config
+        self.queueset = None if config.exempt else QueueSet(limit, *config.shape)
+
+
+class Grant:
+    """A dispatched request's seat (none for an exempt level)."""
+
+    __slots__ = ("_control", "_queueset", "_released", "classification", "entry", "stats")
+
+    def __init__(
+        self,
+        control: FlowControl,
+        classification: Classification,
+        queueset: QueueSet | None,
+        entry: Entry | None,
+        stats: FlowStats,
+    ) -> None:
+        self._control = control
+        self._queueset = queueset
+        self.classification = classification
+        self.entry = entry
+        self.stats = stats
+        self._released = False
+        stats.executing += 1
+
+    def release(self) -> None:
+        """The request ended (a watch: its initial events were sent); idempotent."""
+        if self._released:
+            return
+        self._released = True
+        self.stats.executing -= 1
+        if self.entry is not None and self._queueset is not None:
+            self._control.wake(self._queueset.finish(self.entry))
+
+    def vacate(self) -> None:
+        if self.entry is not None and self._queueset is not None:
+            self._control.wake(self._queueset.vacate(self.entry))
+
+    def reoccupy(self) -> None:
+        if self.entry is not None and self._queueset is not None:
+            self._queueset.reoccupy(self.entry)
+
+
+class FlowControl:
+    """Classify and admit the requests of one worker, with ``server_limit`` seats shared by the levels."""
+
+    def __init__(self, server_limit: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.server_limit = server_limit
+        self.clock = clock
+        self.classifier = Classifier((), ())
+        self.levels: dict[str, Level] = {}
+        self.stats: dict[tuple[str, str], FlowStats] = {}
+        # Where the configuration came from, for /readyz?verbose.
+        self.source = "kube's suggested defaults"
+        self.configure((), ())
+
+    def configure(self, schemas: Iterable[FlowSchema], levels: Iterable[PriorityLevel], source: str = "") -> None:
+        """Apply a configuration (the mandatory objects added where missing); live, as kube's controller."""
+        classifier = Classifier(schemas, levels)
+        shares = sum(level.nominal_concurrency_shares for level in classifier.levels.values()) or 1
+        new: dict[str, Level] = {}
+        for name, config in classifier.levels.items():
+            limit = max(1, math.ceil(self.server_limit * config.nominal_concurrency_shares / shares))
+            old = self.levels.get(name)
+            if old is not None and old.config.exempt == config.exempt and old.config.shape == config.shape:
+                old.config = config
+                if old.queueset is not None:
+                    self.wake(old.queueset.set_limit(limit))
+                new[name] = old
+            else:
+                new[name] = Level(config, limit)
+        self.levels = new
+        self.classifier = classifier
+        if source:
+            self.source = source
+
+    def classify(self, digest: RequestDigest) -> Classification:
+        return self.classifier.classify(digest)
+
+    def stats_for(self, c: Classification) -> FlowStats:
+        key = (c.priority_level.name, c.flow_schema.name)
+        stats = self.stats.get(key)
+        if stats is None:
+            stats = self.stats[key] = FlowStats()
+        return stats
+
+    async def admit(self, c: Classification, wait: float | None) -> Grant:
+        """A seat for a classified request, after waiting at most ``wait`` seconds; raises ``Rejected``."""
+        stats = self.stats_for(c)
+        level = self.levels.get(c.priority_level.name)
+        queueset = None if level is None else level.queueset
+        if queueset is None:  # exempt (or a level gone since classification: not worth a 429)
+            stats.dispatched += 1
+            return Grant(self, c, None, None, stats)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = queueset.offer(flow_hash(c.flow_schema.name, c.distinguisher), future)
+        if entry.state == EXECUTING:
+            stats.dispatched += 1
+            stats.observe_wait(True, 0.0)
+            return Grant(self, c, queueset, entry, stats)
+        if entry.reason:  # rejected at once
+            self._reject(stats, entry.reason, 0.0)
+            raise Rejected(c, entry.reason)
+        started = self.clock()
+        stats.inqueue += 1
+        try:
+            async with asyncio.timeout(wait):
+                await future
+        except TimeoutError:
+            if queueset.cancel(entry, "time-out"):
+                self._reject(stats, "time-out", self.clock() - started)
+                raise Rejected(c, "time-out") from None
+            # Dispatched just as the wait ended: the seat is this request's.
+        except BaseException:
+            # Cancelled (the client went, the request's deadline): out of the queue, or the seat back.
+            if not queueset.cancel(entry, "cancelled"):
+                self.wake(queueset.finish(entry))
+            else:
+                self._reject(stats, "cancelled", self.clock() - started)
+            raise
+        finally:
+            stats.inqueue -= 1
+        stats.dispatched += 1
+        stats.observe_wait(True, self.clock() - started)
+        return Grant(self, c, queueset, entry, stats)
+
+    def _reject(self, stats: FlowStats, reason: str, waited: float) -> None:
+        stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
+        stats.observe_wait(False, waited)
+
+    @staticmethod
+    def wake(entries: list[Entry]) -> None:
+        """Resolve the futures of requests just dispatched."""
+        for entry in entries:
+            future = entry.payload
+            if not future.done():
+                future.set_result(None)
