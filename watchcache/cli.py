@@ -128,6 +128,13 @@ def _limits(g: Group) -> None:
           "freshness, the upstream) holds no seat")
     _flag(g, "--max-requests-waiting", _AT_LEAST_0, s.max_requests_waiting, "requests waiting without a seat at once "
           "per worker (for a review, a proof of freshness, the upstream); past it a waiting request keeps its seat")
+    g.add_argument("--enable-priority-and-fairness", action=argparse.BooleanOptionalAction, default=True, help="API "
+                   "Priority and Fairness, as kube-apiserver's: requests are classified by the upstream's FlowSchemas "
+                   "(else kube's suggested ones) and wait in their flow's queue for a seat of their priority level, "
+                   "each level's share of --max-requests-inflight; 429 only when the flow's queues are full or the "
+                   "wait passes a quarter of --request-timeout (docs/flowcontrol.md). "
+                   "--no-enable-priority-and-fairness: 429 as soon as --max-requests-inflight are busy "
+                   "(default %(default)s)")
     _flag(g, "--request-timeout", _NOT_NEGATIVE, s.request_timeout, "seconds a request that is not a watch or a tunnel "
           "may take, its answer written included (kube-apiserver's --request-timeout): then 504, or the answer is "
           "abandoned and its slot given back; a connection none of whose waiting bytes a client takes for this long "

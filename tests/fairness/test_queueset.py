@@ -9,6 +9,7 @@ from watchcache.fairness.queueset import EXECUTING, REJECTED, WAITING, QueueSet
 from watchcache.fairness.shuffle import deal, flow_hash
 
 
+@settings(deadline=None)
 @given(st.integers(0, (1 << 64) - 1), st.integers(1, 128), st.data())
 def test_deal_gives_distinct_cards_in_the_deck(h: int, deck: int, data: st.DataObject) -> None:
     hand = data.draw(st.integers(1, min(deck, 8)))
@@ -36,7 +37,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 16), st.data(), ops)
 def test_invariants(limit: int, queues: int, data: st.DataObject, program: list[tuple[str, int]]) -> None:
     hand = data.draw(st.integers(1, queues))
@@ -75,7 +76,7 @@ def test_invariants(limit: int, queues: int, data: st.DataObject, program: list[
         assert not waiting or qs.executing == limit
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(st.integers(1, 4), st.integers(2, 64), st.integers(1, 12), st.integers(0, 25))
 def test_quiet_flow_waits_at_most_one_round(limit: int, queues: int, noisy_flows: int, turns: int) -> None:
     """Noisy flows keep their queues full; a quiet flow's request with ``k`` requests ahead of it in
@@ -101,7 +102,7 @@ def test_quiet_flow_waits_at_most_one_round(limit: int, queues: int, noisy_flows
         assert dispatches <= rounds * nonempty
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(st.integers(1, 4), st.integers(2, 32), st.lists(st.integers(0, 50), min_size=2, max_size=10, unique=True))
 def test_backlogged_queues_are_served_alike(limit: int, queues: int, flows: list[int]) -> None:
     """Max-min fairness (the model): while queues stay backlogged, the numbers of requests dispatched

@@ -165,21 +165,30 @@ class Gate:
         return user
 
     async def check(
-        self, request: Request, info: RequestInfo, *, peercert: Mapping[str, Any] | None = None
+        self,
+        request: Request,
+        info: RequestInfo,
+        *,
+        peercert: Mapping[str, Any] | None = None,
+        user: UserInfo | None = None,
     ) -> UserInfo:
         """Authenticate and authorize a cached read of ``info``; the user, or raise 401/403/500.
 
         ``peercert`` is ``getpeercert()`` of a TLS connection whose context verifies client
-        certificates (None for plain HTTP).
+        certificates (None for plain HTTP). ``user``: already authenticated (for flow control).
         """
-        user = await self.authenticate(request, peercert)
+        if user is None:
+            user = await self.authenticate(request, peercert)
         await self.authorize(user, ResourceAttributes.from_request_info(info, request.query_value("fieldSelector")))
         return user
 
-    async def check_path(self, request: Request, *, peercert: Mapping[str, Any] | None = None) -> UserInfo:
+    async def check_path(
+        self, request: Request, *, peercert: Mapping[str, Any] | None = None, user: UserInfo | None = None
+    ) -> UserInfo:
         """Authenticate and authorize a request for a non-resource path the proxy answers itself
         (``/metrics``, ``/debug/...``), as kube-apiserver does its own: verb = the lower-cased method."""
-        user = await self.authenticate(request, peercert)
+        if user is None:
+            user = await self.authenticate(request, peercert)
         await self.authorize(user, NonResourceAttributes(request.method.lower(), request.path))
         return user
 

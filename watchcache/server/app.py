@@ -18,7 +18,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import orjson
 
@@ -27,11 +27,12 @@ from watchcache.auth.authn import bearer_token
 from watchcache.cache.encoding import Encoding
 from watchcache.cache.protobuf import FULL_PROTOBUF
 from watchcache.dispatch.cacher import Cacher
+from watchcache.fairness.controller import FlowControl, Grant
 from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.http.routing import InvalidPath, RequestInfo, long_running, parse_request_info
 from watchcache.resources import ResourceType
-from watchcache.server import seats
+from watchcache.server import fairness, seats
 from watchcache.server.context import ApiContext, PassThrough
 from watchcache.server.deprecation import warning_headers
 from watchcache.server.negotiation import (
@@ -128,6 +129,9 @@ class ApiHandler:
         self.workers = 1
         self.owns: Callable[[ResourceType], bool] = lambda resource: True
         self.peer_statuses: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+        # API Priority and Fairness (``server/fairness.py``): requests queue for a seat of their
+        # priority level instead of a 429 when --max-requests-inflight are busy. None: that 429.
+        self.flow_control = FlowControl(ctx.config.max_requests_inflight) if ctx.config.priority_and_fairness else None
 
     @property
     def active(self) -> int:
@@ -204,16 +208,48 @@ class ApiHandler:
         if request.path in _EXEMPT or request.upgrade is not None:
             await self._measured(request, response, None, deadline)
             return
-        if self.seats.active >= self.ctx.config.max_requests_inflight:
+        grant = None
+        if self.flow_control is not None:
+            admitted = await self._admit(request, response)
+            if admitted is None:
+                return
+            grant, response = admitted
+        elif self.seats.active >= self.ctx.config.max_requests_inflight:
             self._reject("inflight", "too many requests in flight, please try again later")
         kind = "readOnly" if request.method in ("GET", "HEAD", "OPTIONS") else "mutating"
-        slot = Seat(self.seats, kind)
+        slot = Seat(self.seats, kind, grant)
         token = seats.current.set(slot)
         try:
             await self._measured(request, response, slot, deadline)
+        except apierrors.StatusError as e:
+            if not isinstance(response, fairness.ClassifiedResponse) or response.started:
+                raise
+            # As the protocol would answer it, with the PF headers (kube sets them on every answer).
+            retry = () if e.retry_after is None else (("Retry-After", str(e.retry_after)),)
+            response.send(e.code, e.body(), content_type=e.content_type, headers=retry)
         finally:
             seats.current.reset(token)
             slot.release()
+
+    async def _admit(self, request: Request, response: Response) -> tuple[Grant | None, Response] | None:
+        """Flow control: the request's grant and its response with the PF headers, after its wait in
+        its priority level's queues; None once answered with kube's 429. A long-running request that
+        is not a watch (a log stream) is not flow-controlled, as in kube."""
+        control = self.flow_control
+        assert control is not None
+        info = fairness.request_info(request)
+        long = info is not None and long_running(info)
+        if long and info is not None and info.verb != "watch":
+            return None, response
+        wait = fairness.wait_budget(self.ctx.config.request_timeout, long)
+        grant, classification = await fairness.admit(control, self.ctx.gate, request, info, wait)
+        classified = fairness.ClassifiedResponse(response, classification)
+        if grant is None:
+            self.rejected["priority_and_fairness"] = self.rejected.get("priority_and_fairness", 0) + 1
+            error = fairness.rejected()
+            classified.send(error.code, error.body(), headers=(("Retry-After", str(error.retry_after)),))
+            return None
+        return grant, cast(Response, classified)
 
     def _reject(self, limit: str, message: str) -> NoReturn:
         self.rejected[limit] = self.rejected.get(limit, 0) + 1
@@ -385,12 +421,15 @@ class ApiHandler:
         401/403 encoded as kube encodes them for the client's Accept (protobuf for client-go's typed clients)."""
         gate = self.ctx.gate
         assert gate is not None
+        known = fairness.authenticated.get()  # authenticated already, for flow control
         try:
+            if isinstance(known, apierrors.StatusError):
+                raise known
             with seats.waiting():  # a TokenReview or SubjectAccessReview, unless cached
                 if info is None:
-                    await gate.check_path(request, peercert=request.peercert)
+                    await gate.check_path(request, peercert=request.peercert, user=known)
                 else:
-                    await gate.check(request, info, peercert=request.peercert)
+                    await gate.check(request, info, peercert=request.peercert, user=known)
         except apierrors.StatusError as e:
             raise render_error(e, request.headers.get("accept"), self.endpoint) from None
 

@@ -77,6 +77,9 @@ class ServeConfig:
     # Requests waiting without a seat (for a review, a proof, the upstream) per worker; past it a
     # waiting request keeps its seat. Each holds its head and a task while it waits (server/seats.py).
     max_requests_waiting: int = 2000
+    # API Priority and Fairness (kube: --enable-priority-and-fairness): a request finding its
+    # priority level's seats busy waits in its flow's queue; off: it gets 429 at once.
+    priority_and_fairness: bool = False
     # A request that is not long-running (not a watch or a tunnel) is ended after this many seconds,
     # its answer written or not, and its in-flight slot given back (kube: --request-timeout=60s).
     request_timeout: float = 60.0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
+from typing import Protocol
 
 
 class Seats:
@@ -31,14 +32,26 @@ class Seats:
         self.max_waiting = max_waiting
 
 
+class Lent(Protocol):
+    """The seat of a priority level behind this one (``fairness.controller.Grant``): lent and given back alike."""
+
+    def release(self) -> None: ...
+    def vacate(self) -> None: ...
+    def reoccupy(self) -> None: ...
+
+
 class Seat:
-    """One request's seat, given back once at its end (or when a watch starts); vacated while it waits."""
+    """One request's seat, given back once at its end (or when a watch starts); vacated while it waits.
 
-    __slots__ = ("held", "kind", "seats", "vacated")
+    ``grant``: its priority level's seat (API Priority and Fairness), vacated and given back with it.
+    """
 
-    def __init__(self, seats: Seats, kind: str) -> None:
+    __slots__ = ("grant", "held", "kind", "seats", "vacated")
+
+    def __init__(self, seats: Seats, kind: str, grant: Lent | None = None) -> None:
         self.seats = seats
         self.kind = kind
+        self.grant = grant
         self.held = True
         self.vacated = False
         seats.active += 1
@@ -51,6 +64,8 @@ class Seat:
             self.held = False
             self.seats.active -= 1
             self.seats.active_by_kind[self.kind] -= 1
+            if self.grant is not None:
+                self.grant.release()
 
     def vacate(self) -> bool:
         """Give the seat up while waiting; False if it is kept (not held, or too many waiting)."""
@@ -61,10 +76,14 @@ class Seat:
         seats.active -= 1
         seats.active_by_kind[self.kind] -= 1
         seats.waiting += 1
+        if self.grant is not None:
+            self.grant.vacate()
         return True
 
     def _return(self) -> None:
         self.vacated = False
+        if self.grant is not None:
+            self.grant.reoccupy()
         seats = self.seats
         seats.waiting -= 1
         seats.active += 1

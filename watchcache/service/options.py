@@ -113,6 +113,7 @@ class RunOptions:
                 watch_max_total_bytes=args.max_watch_buffer_total_bytes,
                 max_requests_inflight=args.max_requests_inflight,
                 max_requests_waiting=args.max_requests_waiting,
+                priority_and_fairness=args.enable_priority_and_fairness,
                 request_timeout=args.request_timeout,
                 delivery_sample=args.delivery_sample,
                 watch_flush_interval=args.watch_flush_interval,
