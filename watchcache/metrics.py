@@ -18,6 +18,7 @@ typed with the components' own classes so that ``mypy`` catches a renamed counte
 | requests, read waits, consistent reads and fallbacks, delivery latency, frame sizes | ``server/metrics.py`` |
 | pass-through by reason, refusals by limit, requests in flight | ``server/metrics.py`` |
 | tunnels | ``server/tunnel.py`` (``TunnelCollector``) |
+| API Priority and Fairness (``apiserver_flowcontrol_*``), skipped flow control objects | ``fairness/metrics.py`` |
 
 ``service.lifecycle`` registers them in one registry per process (``process_registry``: with
 ``watchcache_build_info``, as kube's ``kubernetes_build_info``, and without prometheus-client's

@@ -121,7 +121,7 @@ def _int(value: Any, what: str, default: int, low: int, high: int | None = None)
 
 
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = _map(obj.get("metadata"), "metadata")
+    meta = _map(_map(obj, "object").get("metadata"), "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError("metadata.name: required")

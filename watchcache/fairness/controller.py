@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from watchcache.fairness import defaults
 from watchcache.fairness.classify import Classification, Classifier, RequestDigest
-from watchcache.fairness.config import FlowSchema, PriorityLevel
+from watchcache.fairness.config import FlowSchema, PriorityLevel, parse_flow_schema, parse_priority_level
 from watchcache.fairness.queueset import EXECUTING, Entry, QueueSet
 from watchcache.fairness.shuffle import flow_hash
 
@@ -112,7 +113,8 @@ class Grant:
 
 
 class FlowControl:
-    """Classify and admit the requests of one worker, with ``server_limit`` seats shared by the levels."""
+    """Classify and admit the requests of one worker, with ``server_limit`` seats shared by the levels;
+    configured with kube's suggested objects until ``configure`` is given others."""
 
     def __init__(self, server_limit: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.server_limit = server_limit
@@ -121,8 +123,13 @@ class FlowControl:
         self.levels: dict[str, Level] = {}
         self.stats: dict[tuple[str, str], FlowStats] = {}
         # Where the configuration came from, for /readyz?verbose.
-        self.source = "kube's suggested defaults"
-        self.configure((), ())
+        self.source = "kube's suggested defaults (none read from an upstream)"
+        # Objects skipped (by kind) because they could not be followed: counted by their source.
+        self.skipped: dict[str, int] = {}
+        self.configure(
+            [parse_flow_schema(o) for o in defaults.flow_schemas()],
+            [parse_priority_level(o) for o in defaults.priority_levels()],
+        )
 
     def configure(self, schemas: Iterable[FlowSchema], levels: Iterable[PriorityLevel], source: str = "") -> None:
         """Apply a configuration (the mandatory objects added where missing); live, as kube's controller."""

@@ -132,6 +132,8 @@ class ApiHandler:
         # API Priority and Fairness (``server/fairness.py``): requests queue for a seat of their
         # priority level instead of a 429 when --max-requests-inflight are busy. None: that 429.
         self.flow_control = FlowControl(ctx.config.max_requests_inflight) if ctx.config.priority_and_fairness else None
+        if self.flow_control is not None:
+            self.readiness_checks.append(functools.partial(fairness.readiness, self.flow_control))
 
     @property
     def active(self) -> int:

@@ -160,3 +160,8 @@ async def admit(
 def rejected() -> apierrors.StatusError:
     """kube's APF refusal: 429 with Retry-After 1 (kube writes it as text; a Status here, as the proxy's others)."""
     return apierrors.too_many_requests("Too many requests, please try again later.", 1)
+
+
+def readiness(control: FlowControl) -> tuple[bool, str]:
+    """The /readyz?verbose line naming the configuration in force (never failing: defaults always apply)."""
+    return True, f"[+]priority-and-fairness ok (configuration: {control.source})"

@@ -198,7 +198,7 @@ class HandlerCollector(Collector):
             "Requests (or connections) refused by a limit: 429, 408 or closed (see docs/security.md)",
             labels=["limit"],
         )
-        for limit in ("inflight", "watchers", "tunnels", "shutdown", "request_timeout"):
+        for limit in ("inflight", "priority_and_fairness", "watchers", "tunnels", "shutdown", "request_timeout"):
             rejected.add_metric([limit], handler.rejected.get(limit, 0))
         if self.admission is not None:
             for limit, count in self.admission.rejected.items():

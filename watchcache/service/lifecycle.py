@@ -33,6 +33,7 @@ from watchcache.auth.requestheader import ca_subjects
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.metrics import BackfillCollector, CacherCollector
+from watchcache.fairness.metrics import FlowControlCollector
 from watchcache.http.admission import Admission
 from watchcache.http.h2protocol import create_h2_factory
 from watchcache.http.listener import bind_listener
@@ -227,6 +228,7 @@ def _collectors(wiring: Wiring, admission: Admission, shard: ShardOptions | None
         FollowerCollector(wiring.following),
         HandlerCollector(wiring.handler, admission),
         AdmissionCollector(admission),
+        FlowControlCollector(lambda: wiring.handler.flow_control),
     ]
     if ctx.gate is not None:
         collectors.append(GateCollector(ctx.gate))

@@ -19,6 +19,7 @@ from watchcache.server.context import ApiContext
 from watchcache.server.proxy import ProxyUpstream
 from watchcache.server.tables import CRDS_ID
 from watchcache.server.tunnel import TunnelCollector, Tunnels
+from watchcache.service.flowconfig import FlowConfigSource
 from watchcache.service.lifecycle import Wiring, api_context, run
 from watchcache.service.options import RunOptions, first_worker, owns
 from watchcache.service.shard import wire_shard
@@ -138,6 +139,8 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     ]
     if identity.mode == "front-proxy":
         wiring.tasks.append(asyncio.ensure_future(identity.learn_upstream_names(client)))
+    if wiring.handler.flow_control is not None:  # API Priority and Fairness: the upstream's configuration
+        wiring.tasks.append(asyncio.ensure_future(FlowConfigSource(wiring.handler.flow_control, client.get_json).run()))
     return wiring
 
 

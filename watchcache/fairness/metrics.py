@@ -1,0 +1,82 @@
+"""Flow control's metric families, under kube's names and labels (``util/flowcontrol/metrics``).
+
+Read at scrape time from the controller's plain counters (``FlowStats``); kube's buckets for the
+wait histogram. ``watchcache_flowcontrol_skipped_objects_total`` is the proxy's own: the
+FlowSchemas and PriorityLevelConfigurations it could not follow (kube's validation refuses them
+at write time; an apiserver of another version may serve what this one cannot read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from watchcache.fairness.controller import WAIT_BUCKETS, FlowControl
+
+__all__ = ["FlowControlCollector"]
+
+_PF = "apiserver_flowcontrol_"
+_LABELS = ["priority_level", "flow_schema"]
+
+
+class FlowControlCollector(Collector):
+    def __init__(self, control: Callable[[], FlowControl | None]) -> None:
+        self.control = control
+
+    def collect(self) -> Iterator[Metric]:
+        control = self.control()
+        if control is None:
+            return
+        inqueue = GaugeMetricFamily(_PF + "current_inqueue_requests", "Requests pending in queues", labels=_LABELS)
+        seats = GaugeMetricFamily(
+            _PF + "current_executing_seats",
+            "Seats occupied by executing requests (a watch's initial stage only)",
+            labels=_LABELS,
+        )
+        executing = GaugeMetricFamily(
+            _PF + "current_executing_requests", "Requests executing (a watch's initial stage only)", labels=_LABELS
+        )
+        dispatched = CounterMetricFamily(_PF + "dispatched_requests", "Requests executed", labels=_LABELS)
+        rejected = CounterMetricFamily(
+            _PF + "rejected_requests", "Requests rejected (queue-full, concurrency-limit, time-out, cancelled)",
+            labels=[*_LABELS, "reason"],
+        )  # fmt: skip
+        waits = HistogramMetricFamily(
+            _PF + "request_wait_duration_seconds", "Time a request spent waiting in its queue",
+            labels=[*_LABELS, "execute"],
+        )  # fmt: skip
+        for (level, schema), stats in sorted(control.stats.items()):
+            labels = [level, schema]
+            inqueue.add_metric(labels, stats.inqueue)
+            seats.add_metric(labels, stats.executing)
+            executing.add_metric(labels, stats.executing)
+            dispatched.add_metric(labels, stats.dispatched)
+            for reason, count in sorted(stats.rejected.items()):
+                rejected.add_metric([*labels, reason], count)
+            for execute, (counts, total) in sorted(stats.waits.items()):
+                cumulative, buckets = 0, []
+                for bound, count in zip([*map(_le, WAIT_BUCKETS), "+Inf"], counts, strict=True):
+                    cumulative += count
+                    buckets.append((bound, cumulative))
+                waits.add_metric([*labels, execute], buckets, total[0])
+        yield from (inqueue, seats, executing, dispatched, rejected, waits)
+        limits = GaugeMetricFamily(
+            _PF + "nominal_limit_seats", "Nominal seats of each priority level", labels=["priority_level"]
+        )
+        for name, pl in sorted(control.levels.items()):
+            limits.add_metric([name], 0 if pl.queueset is None else pl.queueset.limit)
+        yield limits
+        skipped = CounterMetricFamily(
+            "watchcache_flowcontrol_skipped_objects",
+            "FlowSchemas and PriorityLevelConfigurations skipped: the proxy could not follow them",
+            labels=["kind"],
+        )
+        for kind, count in sorted(control.skipped.items()):
+            skipped.add_metric([kind], count)
+        yield skipped
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
