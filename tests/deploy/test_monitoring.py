@@ -131,6 +131,7 @@ def test_prometheus_rule_shape() -> None:
         "WatchcacheUpstreamFailing",
         "WatchcacheServerErrors",
         "WatchcacheRejectingRequests",
+        "WatchcacheFlowControlRejecting",
         "WatchcacheWorkerRestarting",
         "WatchcacheRelisting",
         "WatchcacheSlowWatchersExpired",

@@ -214,9 +214,11 @@ def test_connection_limits_per_client_and_total():
 
 
 def test_waiting_watches_hold_no_seat_until_too_many_wait_and_watch_param_is_not_a_watch():
+    # Without flow control: a request finding the seats busy gets 429 at once (with it, it would
+    # wait in its queue for the watch's seat: tests/e2e/test_flowcontrol.py).
     proc = start(
         "serve", "--simulated", "--sim-objects", "5", "--max-requests-inflight", "1", "--max-requests-waiting", "1",
-        "--fresh-wait", "5",
+        "--fresh-wait", "5", "--no-enable-priority-and-fairness",
     )  # fmt: skip
     waiting: list[http.client.HTTPConnection] = []
     try:

@@ -102,7 +102,10 @@ def rule_matches(rule: PolicyRule, digest: RequestDigest) -> bool:
 class Classifier:
     """One configuration's schemas in matching order, with their levels."""
 
-    __slots__ = ("levels", "schemas")
+    __slots__ = ("_memo", "levels", "schemas")
+
+    #: Classifications remembered (a request's digest repeats: the same clients ask the same things).
+    MEMO = 4096
 
     def __init__(self, schemas: Iterable[FlowSchema], levels: Iterable[PriorityLevel]) -> None:
         by_name = {level.name: level for level in levels}
@@ -119,8 +122,17 @@ class Classifier:
             (s for s in named.values() if s.priority_level in by_name),
             key=lambda s: (s.matching_precedence, s.name),
         )
+        self._memo: dict[RequestDigest, Classification] = {}
 
     def classify(self, digest: RequestDigest) -> Classification:
+        known = self._memo.get(digest)
+        if known is None:
+            if len(self._memo) >= self.MEMO:
+                self._memo.clear()  # bounded whatever users and paths clients send
+            known = self._memo[digest] = self._match(digest)
+        return known
+
+    def _match(self, digest: RequestDigest) -> Classification:
         for schema in self.schemas:
             if any(rule_matches(rule, digest) for rule in schema.rules):
                 if schema.distinguisher == "ByUser":

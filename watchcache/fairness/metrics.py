@@ -19,6 +19,7 @@ __all__ = ["FlowControlCollector"]
 
 _PF = "apiserver_flowcontrol_"
 _LABELS = ["priority_level", "flow_schema"]
+REASONS = ("cancelled", "concurrency-limit", "queue-full", "time-out")
 
 
 class FlowControlCollector(Collector):
@@ -53,8 +54,9 @@ class FlowControlCollector(Collector):
             seats.add_metric(labels, stats.executing)
             executing.add_metric(labels, stats.executing)
             dispatched.add_metric(labels, stats.dispatched)
-            for reason, count in sorted(stats.rejected.items()):
-                rejected.add_metric([*labels, reason], count)
+            # Every reason, zeros included: an alert's rate() has a series before the first refusal.
+            for reason in sorted({*REASONS, *stats.rejected}):
+                rejected.add_metric([*labels, reason], stats.rejected.get(reason, 0))
             for execute, (counts, total) in sorted(stats.waits.items()):
                 cumulative, buckets = 0, []
                 for bound, count in zip([*map(_le, WAIT_BUCKETS), "+Inf"], counts, strict=True):
