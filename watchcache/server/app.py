@@ -245,13 +245,14 @@ class ApiHandler:
             return None, response
         wait = fairness.wait_budget(self.ctx.config.request_timeout, long)
         grant, classification = await fairness.admit(control, self.ctx.gate, request, info, wait)
-        classified = fairness.ClassifiedResponse(response, classification)
+        if classification is not None:
+            response = cast(Response, fairness.ClassifiedResponse(response, classification))
         if grant is None:
             self.rejected["priority_and_fairness"] = self.rejected.get("priority_and_fairness", 0) + 1
             error = fairness.rejected()
-            classified.send(error.code, error.body(), headers=(("Retry-After", str(error.retry_after)),))
+            response.send(error.code, error.body(), headers=(("Retry-After", str(error.retry_after)),))
             return None
-        return grant, cast(Response, classified)
+        return grant, response
 
     def _reject(self, limit: str, message: str) -> NoReturn:
         self.rejected[limit] = self.rejected.get(limit, 0) + 1

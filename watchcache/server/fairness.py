@@ -147,14 +147,17 @@ class ClassifiedResponse:
 
 async def admit(
     control: FlowControl, gate: Gate | None, request: Request, info: RequestInfo | None, wait: float
-) -> tuple[Grant | None, Classification]:
-    """Authenticate, classify and queue ``request`` for at most ``wait`` s: its grant, or None (kube's 429)."""
+) -> tuple[Grant | None, Classification | None]:
+    """Authenticate, classify and queue ``request`` for at most ``wait`` s: its grant (None: kube's 429),
+    and its classification for the PF headers (None when authentication failed: kube answers those
+    before flow control, so they carry no PF headers; here they still queue, as anonymous)."""
     user = await _user(gate, request)
     c = control.classify(digest(request, info, user))
+    shown = None if isinstance(authenticated.get(), apierrors.StatusError) else c
     try:
-        return await control.admit(c, wait), c
+        return await control.admit(c, wait), shown
     except Rejected:
-        return None, c
+        return None, shown
 
 
 def rejected() -> apierrors.StatusError:
