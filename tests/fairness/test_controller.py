@@ -40,29 +40,30 @@ def test_quiet_flow_is_dispatched_before_the_noisy_backlog() -> None:
 async def _quiet_flow_is_dispatched_before_the_noisy_backlog() -> None:
     fc = control(8)  # workload-low: 4 seats
     c_noisy, c_quiet = fc.classify(sa("noisy")), fc.classify(sa("quiet"))
-    grants = [await fc.admit(c_noisy, None) for _ in range(4)]
+    running = [await fc.admit(c_noisy, None) for _ in range(4)]
     order: list[str] = []
 
     async def one(c, who):  # type: ignore[no-untyped-def]
         g = await fc.admit(c, None)
         order.append(who)
-        return g
+        running.append(g)
 
     noisy = [asyncio.create_task(one(c_noisy, "noisy")) for _ in range(40)]
     await asyncio.sleep(0)
+    stats = fc.stats[("workload-low", "service-accounts")]
+    assert stats.inqueue == 40 and stats.executing == 4
+    while len(order) < 6:  # each of the noisy flow's queues (a hand of 6) served once: a steady backlog
+        running.pop(0).release()
+        await asyncio.sleep(0)
     quiet = asyncio.create_task(one(c_quiet, "quiet"))
     await asyncio.sleep(0)
-    stats = fc.stats[("workload-low", "service-accounts")]
-    assert stats.inqueue == 41 and stats.executing == 4
-    grants[0].release()
-    grants[1].release()
+    running.pop(0).release()
     await asyncio.sleep(0)
-    assert "quiet" in order[:2]
-    for g in grants[2:]:
-        g.release()
-    (await quiet).release()
-    for t in noisy:
-        (await t).release()
+    assert order[6] == "quiet", order  # the next free seat is the quiet flow's, ahead of 34 noisy requests
+    while running:
+        running.pop(0).release()
+        await asyncio.sleep(0)
+    await asyncio.gather(quiet, *noisy)
     assert stats.inqueue == 0 and stats.executing == 0 and stats.dispatched == 45
 
 
@@ -120,3 +121,24 @@ async def _exempt_never_waits_and_live_change_applies() -> None:
     fc.configure([], [], source="test")
     assert fc.classify(sa("a")).flow_schema.name == "catch-all"
     assert fc.source == "test"
+
+
+def test_a_waiting_request_gives_its_seat_back_for_good() -> None:
+    asyncio.run(_a_waiting_request_gives_its_seat_back_for_good())
+
+
+async def _a_waiting_request_gives_its_seat_back_for_good() -> None:
+    fc = control(1)
+    c = fc.classify(sa("noisy"))
+    first = await fc.admit(c, None)
+    second = asyncio.create_task(fc.admit(c, None))
+    await asyncio.sleep(0)
+    first.vacate()  # waits for a proof: the next request goes
+    g = await asyncio.wait_for(second, 1)
+    first.reoccupy()  # back at work, outside the level's seats: newcomers are not held behind it
+    level = fc.levels["workload-low"].queueset
+    assert level is not None and level.executing == 1
+    first.release()
+    assert level.executing == 1
+    g.release()
+    assert level.executing == 0 and fc.stats[("workload-low", "service-accounts")].executing == 0

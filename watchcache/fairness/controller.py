@@ -4,8 +4,8 @@
 offered to its level's queue set and, unless dispatched at once, waits on a future until a seat
 is its, its queue is found full, or its wait budget runs out (kube's ``time-out``). An exempt
 level has no seats: its requests execute at once. The returned ``Grant`` gives the seat back
-(``release``), and lends it while the request waits for something else (``vacate`` /
-``reoccupy``: ``server/seats.py``).
+when the request ends (``release``), or as soon as it waits for something else (``vacate``:
+``server/seats.py``), as a watch's once its initial events are sent.
 
 Seats per level are kube's nominal concurrency limits: ``ceil(server * shares / sum of all
 levels' shares)``, ``server`` being ``--max-requests-inflight`` (per worker; kube adds
@@ -104,12 +104,16 @@ class Grant:
             self._control.wake(self._queueset.finish(self.entry))
 
     def vacate(self) -> None:
-        if self.entry is not None and self._queueset is not None:
-            self._control.wake(self._queueset.vacate(self.entry))
+        """The request waits (a review, a proof, the upstream): its seat goes back for good, as a
+        watch's once its initial events are sent. Were it taken again after the wait without
+        queueing (the request was admitted once), a flood's vacated requests, all back at work at
+        once, would keep the level over its limit and every newcomer, a quiet flow's included,
+        queued behind them: fairness only orders the queue."""
+        self.release()
 
     def reoccupy(self) -> None:
-        if self.entry is not None and self._queueset is not None:
-            self._queueset.reoccupy(self.entry)
+        """After its wait the request's remaining work (its answer, from the cache) takes no level seat;
+        the waits themselves are bounded by --max-requests-waiting and their deadlines."""
 
 
 class FlowControl:

@@ -6,15 +6,13 @@ dispatched that still execute (kube's queue choice); if that queue already holds
 ``queue_length_limit`` requests it is rejected (``queue-full``). A level whose limitResponse is
 Reject has no queues: a request finding no free seat is rejected at once
 (``concurrency-limit``). Whenever a seat is free, the next request goes from the queues in
-round-robin order, one request per non-empty queue per round: a flow with one request waiting
-goes within one round however many requests other flows queue. kube orders its queues by
-virtual finish time, which also weighs how long each queue's requests execute; round-robin
+round-robin order, one request per non-empty queue per round, a queue that just became
+non-empty first (FQ-CoDel's new and old lists): a flow with one request at a time (below its
+fair share) goes at the next free seat, and a flow that keeps its queues full gets one request
+per round like every other. kube orders its queues by virtual finish time, which gives a newly
+active queue the same precedence and also weighs how long each queue's requests execute; this
 weighs every request alike (kube's work estimates, seats per request > 1, are not done here
 either: every request takes one seat).
-
-Seats may be vacated and taken again by a request that waits while it executes (for a review,
-the upstream: ``server/seats.py``); taking one again does not wait for the limit (the request
-was dispatched once), so ``executing`` may pass ``limit`` for a moment.
 """
 
 from __future__ import annotations
@@ -36,22 +34,22 @@ DONE = "done"
 class Entry:
     """A request offered to a queue set; ``payload`` is the caller's (a future, in ``controller``)."""
 
-    __slots__ = ("payload", "queue", "reason", "seated", "state")
+    __slots__ = ("payload", "queue", "reason", "state")
 
     def __init__(self, payload: Any) -> None:
         self.payload = payload
         self.queue = -1
         self.state = WAITING
         self.reason = ""
-        # Holds one of the level's seats now (False while vacated).
-        self.seated = False
 
 
 class QueueSet:
     """Seats ``limit``; ``queues`` queues (0: reject instead of queuing), hands of ``hand_size``."""
 
     __slots__ = (
-        "_next",
+        "_listed",
+        "_new",
+        "_old",
         "executing",
         "hand_size",
         "limit",
@@ -70,7 +68,11 @@ class QueueSet:
         self.queue_executing = [0] * queues
         self.executing = 0  # seats taken
         self.waiting = 0
-        self._next = 0
+        # Queues with requests, in the order they are served: those just become non-empty first,
+        # then the others round-robin. A queue emptied by a cancel stays listed until reached.
+        self._new: deque[int] = deque()
+        self._old: deque[int] = deque()
+        self._listed = [False] * queues
 
     def offer(self, hash_value: int, payload: Any) -> Entry:
         """A new request: ``state`` executing (a seat is its), waiting, or rejected with ``reason``."""
@@ -89,6 +91,9 @@ class QueueSet:
         entry.queue = best
         self.queues[best].append(entry)
         self.waiting += 1
+        if not self._listed[best]:
+            self._listed[best] = True
+            self._new.append(best)
         self.dispatch()
         return entry
 
@@ -108,47 +113,33 @@ class QueueSet:
         entry.state = DONE
         if entry.queue >= 0:
             self.queue_executing[entry.queue] -= 1
-        if entry.seated:
-            entry.seated = False
-            self.executing -= 1
-        return self.dispatch()
-
-    def vacate(self, entry: Entry) -> list[Entry]:
-        """An executing request waits without its seat; returns the requests dispatched to it."""
-        if entry.state != EXECUTING or not entry.seated:
-            return []
-        entry.seated = False
         self.executing -= 1
         return self.dispatch()
-
-    def reoccupy(self, entry: Entry) -> None:
-        """A vacated request works again: a seat, whatever the limit (it was dispatched once)."""
-        if entry.state == EXECUTING and not entry.seated:
-            entry.seated = True
-            self.executing += 1
 
     def set_limit(self, limit: int) -> list[Entry]:
         self.limit = limit
         return self.dispatch()
 
     def dispatch(self) -> list[Entry]:
-        """While a seat is free, the head of the next non-empty queue in round-robin order."""
+        """While a seat is free, the head of the next queue: newly non-empty ones first, then round-robin."""
         out: list[Entry] = []
         queues = self.queues
-        count = len(queues)
         while self.waiting and self.executing < self.limit:
-            q = self._next
-            while not queues[q]:
-                q = (q + 1) % count
+            q = self._new.popleft() if self._new else self._old.popleft()
+            if not queues[q]:  # emptied by cancels while listed
+                self._listed[q] = False
+                continue
             entry = queues[q].popleft()
             self.waiting -= 1
             self.queue_executing[q] += 1
             self._seat(entry)
-            self._next = (q + 1) % count
+            if queues[q]:
+                self._old.append(q)
+            else:
+                self._listed[q] = False
             out.append(entry)
         return out
 
     def _seat(self, entry: Entry) -> None:
         entry.state = EXECUTING
-        entry.seated = True
         self.executing += 1

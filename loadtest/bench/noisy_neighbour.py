@@ -1,0 +1,164 @@
+"""The noisy neighbour (issue 31): two ServiceAccounts, one flooding, through the proxy and direct, in one run.
+
+Against kube-apiserver of the reference kit (``eval "$(/work/shared/tools/kube-reference/env.sh)"``):
+
+* two ServiceAccounts, ``noisy`` and ``quiet``, of a namespace of this run's own (tokens from
+  TokenRequest, ``view`` bound in the namespace): each is a flow of its own in kube's
+  ``service-accounts`` FlowSchema (priority level ``workload-low``);
+* ``noisy`` runs ``--noisy`` concurrent LIST loops while ``quiet`` makes one LIST at a time, for
+  ``--seconds`` per phase, in three read modes: ``consistent`` (no resourceVersion), ``rv0``
+  (``resourceVersion=0``), ``passthrough`` (a resource the proxy does not cache);
+* targets, one after another in each mode (the order rotating, a pause before each):
+  kube-apiserver directly, the proxy with API Priority and Fairness (its default), and the proxy
+  with ``--no-enable-priority-and-fairness`` (429 as soon as its seats are busy); both proxies TLS,
+  delegated authentication, ``--workers 1``, ``--max-requests-inflight`` as given (8: workload-low
+  gets ceil(8*100/245) = 4 seats).
+
+Reported per mode and target: each flow's answers by status (429s above all), the quiet flow's
+p50/p99, and the load average. Run: ``.venv/bin/python -m loadtest.bench.noisy_neighbour``.
+The last line is ``BENCH {json}``; docs/performance.md records a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import ssl
+import time
+from typing import Any
+
+import aiohttp
+
+from loadtest.bench import lib as bl
+from loadtest.bench.kubecluster import Upstream, kube_upstream, start_proxy
+
+NS = "bench-apf"
+MODES = {
+    "consistent": f"/api/v1/namespaces/{NS}/configmaps",
+    "rv0": f"/api/v1/namespaces/{NS}/configmaps?resourceVersion=0",
+    "passthrough": f"/api/v1/namespaces/{NS}/serviceaccounts",  # not cached by the proxy (--resources)
+}
+
+
+def _ssl(ca: str) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=ca or None)
+    if not ca:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+async def _admin(up: Upstream, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=_ssl(up.ca))) as s:
+        headers = {"Authorization": f"Bearer {up.token}", "Accept": "application/json"}
+        async with s.request(method, up.url + path, json=body, headers=headers) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+
+async def setup(up: Upstream, configmaps: int) -> dict[str, str]:
+    """The namespace, its ConfigMaps, the two ServiceAccounts with ``view``; their tokens."""
+    await _admin(up, "POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
+    for i in range(configmaps):
+        body = {"metadata": {"name": f"cm-{i}"}, "data": {"k": "v" * 512}}
+        await _admin(up, "POST", f"/api/v1/namespaces/{NS}/configmaps", body)
+    tokens = {}
+    for name in ("noisy", "quiet"):
+        await _admin(up, "POST", f"/api/v1/namespaces/{NS}/serviceaccounts", {"metadata": {"name": name}})
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        }
+        status, review = await _admin(up, "POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{name}/token", request)
+        assert status == 201, review
+        tokens[name] = review["status"]["token"]
+    await _admin(up, "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings", {
+        "metadata": {"name": "view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": n, "namespace": NS} for n in tokens],
+    })  # fmt: skip
+    return tokens
+
+
+async def phase(url: str, ca: str, path: str, tokens: dict[str, str], noisy: int, seconds: float) -> dict[str, Any]:
+    """``noisy`` loops of the noisy flow and one of the quiet flow for ``seconds``."""
+    statuses: dict[str, dict[int, int]] = {"noisy": {}, "quiet": {}}
+    latencies: list[float] = []
+    end = time.monotonic() + seconds
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=_ssl(ca), limit=0)) as s:
+
+        async def loop(who: str) -> None:
+            headers = {"Authorization": f"Bearer {tokens[who]}", "Accept": "application/json"}
+            while time.monotonic() < end:
+                started = time.perf_counter()
+                try:
+                    async with s.get(url + path, headers=headers) as resp:
+                        await resp.read()
+                        status = resp.status
+                except aiohttp.ClientError:
+                    status = 0
+                if who == "quiet":
+                    latencies.append(time.perf_counter() - started)
+                statuses[who][status] = statuses[who].get(status, 0) + 1
+
+        await asyncio.gather(*(loop("noisy") for _ in range(noisy)), loop("quiet"))
+    return {"noisy": statuses["noisy"], "quiet": statuses["quiet"], "quiet_ms": bl.summarize(latencies),
+            "load1": round(os.getloadavg()[0], 2)}  # fmt: skip
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    up = kube_upstream()
+    tokens = await setup(up, args.configmaps)
+    files = bl.ProductionFiles(False, True)
+    prod = bl.Production(tls=True, authentication="delegated", workers=1)
+    common = ["--max-requests-inflight", str(args.inflight), "--resources", "configmaps"]
+    results: dict[str, Any] = {}
+    proxies = {}
+    try:
+        proxies["proxy-no-apf"] = start_proxy(up, files, prod, [*common, "--no-enable-priority-and-fairness"])
+        proxies["proxy"] = start_proxy(up, files, prod, common)
+        targets = {"kube-apiserver": (up.url, up.ca), **{k: (proxies[k].url, "") for k in ("proxy", "proxy-no-apf")}}
+        names = list(targets)
+        for turn, (mode, path) in enumerate(MODES.items()):
+            # The order rotates from mode to mode, and each phase starts after a pause: a target's
+            # phase right after kube-apiserver's found it still busy with the flood's tail.
+            for target in names[turn % len(names) :] + names[: turn % len(names)]:
+                await asyncio.sleep(args.pause)
+                url, ca = targets[target]
+                bl.log(f"{mode}: {target}")
+                results[f"{mode}/{target}"] = await phase(url, ca, path, tokens, args.noisy, args.seconds)
+    finally:
+        bl.stop_all(proxies.values())
+        files.cleanup()
+    return results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--noisy", type=int, default=64, help="concurrent LIST loops of the noisy flow")
+    p.add_argument("--seconds", type=float, default=6.0, help="per mode and target")
+    p.add_argument("--inflight", type=int, default=8, help="the proxy's --max-requests-inflight")
+    p.add_argument("--pause", type=float, default=3.0, help="seconds between phases (the last flood settles)")
+    p.add_argument("--configmaps", type=int, default=50, help="ConfigMaps listed (~0.6 KB each)")
+    args = p.parse_args()
+    info = bl.machine_info()
+    results = asyncio.run(run(args))
+    rows = []
+    for key, r in results.items():
+        mode, target = key.split("/")
+        rows.append([
+            mode, target, r["noisy"].get(200, 0), r["noisy"].get(429, 0), r["quiet"].get(200, 0),
+            r["quiet"].get(429, 0), r["quiet_ms"]["p50"], r["quiet_ms"]["p99"], r["load1"],
+        ])  # fmt: skip
+    bl.print_table(
+        ["mode", "target", "noisy 200", "noisy 429", "quiet 200", "quiet 429", "quiet p50 ms", "quiet p99 ms", "load1"],
+        rows,
+        title=f"Noisy neighbour: {args.noisy} noisy loops, 1 quiet, {args.seconds:.0f} s each, "
+        f"--max-requests-inflight {args.inflight}",
+    )
+    bl.bench_line("noisy_neighbour", {"machine": info, "args": vars(args), "results": results})
+
+
+if __name__ == "__main__":
+    main()
