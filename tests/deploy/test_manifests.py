@@ -331,13 +331,15 @@ def _rbac_rules(target: str) -> dict[tuple[str, str], set[str]]:
 
 
 @pytest.mark.parametrize("target", ["base", "production"])
-def test_rbac_is_exactly_the_default_resources_plus_delegated_auth(target: str) -> None:
+def test_rbac_is_exactly_the_default_resources_plus_delegated_auth_and_flow_control(target: str) -> None:
     expected = {}
     for text in DEFAULT_RESOURCES:
         group, _, resource = parse_resource_id(text)
         expected[(group, resource)] = {"get", "list", "watch"}
     expected[("authentication.k8s.io", "tokenreviews")] = {"create"}
     expected[("authorization.k8s.io", "subjectaccessreviews")] = {"create"}
+    for resource in ("flowschemas", "prioritylevelconfigurations"):  # API Priority and Fairness's configuration
+        expected[("flowcontrol.apiserver.k8s.io", resource)] = {"list"}
     assert _rbac_rules(target) == expected
     binding = one(target, "ClusterRoleBinding", "watchcache")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "watchcache"}
