@@ -1,0 +1,88 @@
+"""The handler with API Priority and Fairness: a request finding its level's seats busy waits in its
+queue instead of a 429, gets kube's 429 (with the PF headers) only past its wait budget, and a watch's
+seat goes back once it is registered. One seat per level (``--max-requests-inflight 1``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.server.test_limits import PODS, finish, start, until
+from tests.support.harness import MODIFIED, Harness, arun
+from watchcache.fairness.defaults import flow_schemas, priority_levels
+from watchcache.http.request import Request
+from watchcache.server import fairness
+
+GLOBAL_DEFAULT = next(o["metadata"]["uid"] for o in flow_schemas() if o["metadata"]["name"] == "global-default")
+GLOBAL_LEVEL = next(o["metadata"]["uid"] for o in priority_levels() if o["metadata"]["name"] == "global-default")
+
+
+def pf(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:
+    found = dict(headers)
+    return found.get(fairness.FLOW_SCHEMA_UID), found.get(fairness.PRIORITY_LEVEL_UID)
+
+
+@arun
+async def test_a_request_waits_for_the_seat_a_waiting_watch_holds_instead_of_a_429() -> None:
+    h = Harness(fresh_wait=3.0, max_requests_inflight=1, max_requests_waiting=0, priority_and_fairness=True)
+    watch = start(h, PODS, {"watch": "1", "resourceVersion": "12"})  # no room to wait: it keeps its seat
+    await until(lambda: h.cacher.waiting == 1)
+    listing = start(h, PODS, {})
+    control = h.handler.flow_control
+    assert control is not None
+    stats = control.stats[("global-default", "global-default")]
+    await until(lambda: stats.inqueue == 1)
+    assert listing[1].status is None, "the LIST was answered while the only seat was held"
+    h.write(MODIFIED, "p1")
+    h.write(MODIFIED, "p2")  # rv 12: the watch is registered and gives its seat back
+    await until(lambda: listing[1].status is not None)
+    assert listing[1].status == 200
+    assert pf(listing[1].headers) == (GLOBAL_DEFAULT, GLOBAL_LEVEL)
+    await finish(*listing)
+    await finish(*watch)
+    assert stats.executing == 0 and stats.rejected.get("time-out", 0) == 0
+
+
+@arun
+async def test_past_its_wait_budget_a_request_gets_kubes_429_with_the_pf_headers() -> None:
+    # --request-timeout 0.4 s: a wait budget of 0.1 s.
+    h = Harness(
+        fresh_wait=3.0, max_requests_inflight=1, max_requests_waiting=0, request_timeout=0.4, priority_and_fairness=True
+    )
+    waiting = start(h, PODS, {"resourceVersion": "20"})  # a LIST waiting for rv 20, holding the seat
+    await until(lambda: h.cacher.waiting == 1)
+    res = await h.list()
+    assert res.status == 429
+    assert ("Retry-After", "1") in res.headers
+    assert pf(res.headers) == (GLOBAL_DEFAULT, GLOBAL_LEVEL)
+    assert h.handler.rejected["priority_and_fairness"] == 1
+    h.cacher.progress(20)
+    await finish(*waiting)
+
+
+def test_wait_budget_is_kubes() -> None:
+    assert fairness.wait_budget(60, False) == 15  # a quarter of the request timeout
+    assert fairness.wait_budget(600, False) == 60  # at most a minute
+    assert fairness.wait_budget(60, True) == 15  # a watch: no deadline, kube's default
+    assert fairness.wait_budget(0, False) == 15
+
+
+def test_without_a_gate_credentials_stand_for_the_user() -> None:
+    def req(headers: dict[str, str], cert: dict | None = None) -> Request:
+        return Request("GET", b"/api", "/api", {}, headers, b"", "1.1", "t", peercert=cert)
+
+    token = fairness._unverified_user(req({"authorization": "Bearer abc"}))
+    assert token.username.startswith("token:") and "system:authenticated" in token.groups
+    assert token == fairness._unverified_user(req({"authorization": "Bearer abc"}))
+    assert token != fairness._unverified_user(req({"authorization": "Bearer abd"}))
+    cert = {"subject": ((("commonName", "system:node:n1"),), (("organizationName", "system:nodes"),))}
+    node = fairness._unverified_user(req({}, cert))
+    assert (node.username, node.groups) == ("system:node:n1", ("system:nodes", "system:authenticated"))
+    assert fairness._unverified_user(req({})).username == "system:anonymous"
+
+
+def test_the_handler_builds_no_flow_control_when_off() -> None:
+    async def run() -> None:
+        assert Harness().handler.flow_control is None
+        assert Harness(priority_and_fairness=True).handler.flow_control is not None
+
+    asyncio.run(run())
