@@ -21,7 +21,7 @@ TEXT_FLAGS = {
     "--tls-cert-file", "--tls-private-key-file", "--client-ca-file", "--continue-token-key-file", "--policy-file",
     "--state-file", "--sim-policy-file", "--sim-state-file", "--requestheader-client-ca-file",
     "--requestheader-allowed-names", "--kubeconfig", "--context", "--upstream", "--token-file",
-    "--client-certificate", "--client-key", "--certificate-authority", "--resources", "--shard-dir",
+    "--client-certificate", "--client-key", "--certificate-authority", "--resources", "--cache-exclude", "--shard-dir",
     "--authorization-always-allow-groups", "--proxy-client-cert-file", "--proxy-client-key-file",
     "--requestheader-username-headers", "--requestheader-group-headers", "--requestheader-extra-headers-prefix",
 }  # fmt: skip

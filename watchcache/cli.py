@@ -19,7 +19,7 @@ from watchcache.logs import configure
 from watchcache.server.context import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
 from watchcache.service.openfiles import raise_open_files_limit
-from watchcache.service.options import RunOptions, worker_count
+from watchcache.service.options import CachingOptions, RunOptions, worker_count
 from watchcache.service.proxy import run_proxy
 from watchcache.shard.supervisor import Supervisor
 from watchcache.sim.options import SimOptions
@@ -37,6 +37,7 @@ _SERVE = ServeConfig()
 _REFLECTOR = ReflectorConfig()
 _SIM = SimOptions()
 _TUNNELS = TunnelLimits()
+_CACHING = CachingOptions()
 _BACKFILL = BackfillLimits()
 
 # Each flag's range (watchcache.argtypes): 0 is allowed where it has a meaning its help names ("0: no limit").
@@ -181,13 +182,25 @@ def _sim_flags(p: Group, prefix: str = "") -> None:
 
 def _resource_ids(text: str) -> str:
     """``--resources``: each id parses (RESOURCE, VERSION/RESOURCE, GROUP/VERSION/RESOURCE); whether the
-    upstream serves it is for discovery to say."""
-    for resource_id in filter(None, (i.strip() for i in text.split(","))):
+    upstream serves it is for discovery to say. ``all`` alone: every list-watchable kind."""
+    ids = [i.strip() for i in text.split(",") if i.strip()]
+    if "all" in ids:
+        if ids != ["all"]:
+            raise argparse.ArgumentTypeError("'all' cannot be combined with other resources (use --cache-exclude)")
+        return text
+    for resource_id in ids:
         try:
             parse_resource_id(resource_id)
         except ResourceResolutionError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def _excluded_ids(text: str) -> str:
+    """``--cache-exclude``: ids as ``--resources`` takes them (not ``all``: that is ``--no-cache-on-demand``)."""
+    if "all" in (i.strip() for i in text.split(",")):
+        raise argparse.ArgumentTypeError("'all' is not a resource: to cache only --resources, use --no-cache-on-demand")
+    return _resource_ids(text)
 
 
 def _upstream_flags(p: argparse.ArgumentParser) -> None:
@@ -208,9 +221,18 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
                    "certificate (never in production)")
     g.add_argument("--simulated", action="store_true", help="no apiserver: cache an embedded SIMULATED cluster "
                    "(demos and tests; shaped by the --sim-* flags; `watchcache demo` runs it as two processes)")
-    g.add_argument("--resources", type=_resource_ids, default="", help="comma-separated resources to cache, e.g. "
-                   "pods,configmaps,apps/v1/deployments (default: pods, nodes, namespaces, services, configmaps, "
+    g.add_argument("--resources", type=_resource_ids, default="", help="comma-separated resources cached from the "
+                   "start (readiness waits for them), e.g. pods,configmaps,apps/v1/deployments, or 'all': every "
+                   "list-watchable kind at once (default: pods, nodes, namespaces, services, configmaps, "
                    "serviceaccounts, endpoints, apps workloads, endpointslices; --simulated: all it has)")
+    g.add_argument("--cache-on-demand", action=argparse.BooleanOptionalAction, default=_CACHING.on_demand,
+                   help="cache any other list-watchable kind the upstream serves from its first LIST or WATCH "
+                   "(its reads pass through until it has synced) (default %(default)s)")
+    g.add_argument("--cache-exclude", type=_excluded_ids, default="", metavar="RESOURCES", help="comma-separated "
+                   "resources never cached (passed through), whatever --resources and --cache-on-demand say")
+    g.add_argument("--cache-idle", type=_NOT_NEGATIVE, default=_CACHING.idle, metavar="SECONDS", help="stop caching a "
+                   "kind a read started once nobody has read it (no watch, no read) for this long, freeing its "
+                   "memory; the next read starts it again; 0: never (default %(default)s)")
     g.add_argument("--worker-id", type=_AT_LEAST_0, help=argparse.SUPPRESS)
     g.add_argument("--shard-dir", help=argparse.SUPPRESS)
 

@@ -154,6 +154,9 @@ class ResourceType:
     # The field whose exact value indexes watchers (kube: pods by spec.nodeName).
     trigger_field: str | None = None
     categories: tuple[str, ...] = ()
+    # False for a kind whose selectable fields this table does not hold (a built-in kind learned from
+    # discovery, e.g. events): a field selector beyond metadata.name/namespace goes to the upstream.
+    known_fields: bool = True
     getters: Mapping[str, FieldGetter] = field(init=False, repr=False, compare=False)
     extract_fields: FieldsExtractor = field(init=False, repr=False, compare=False)
     typed_prefix: bytes = field(init=False, repr=False, compare=False)

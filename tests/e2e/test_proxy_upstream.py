@@ -283,7 +283,8 @@ def test_discovery_is_the_upstreams(small_stack: Stack, path: str) -> None:
 
 def test_an_uncached_resource_is_passed_through_and_counted() -> None:
     # One process: each worker of several keeps its own /debug/cache counts.
-    stack = start_stack("--resources", "pods", "--workers", "1", sim_args=("--objects", "20", "--namespaces", "2"))
+    sim_args = ("--objects", "20", "--namespaces", "2")
+    stack = start_stack("--resources", "pods", "--no-cache-on-demand", "--workers", "1", sim_args=sim_args)
     try:
         proxy, sim = stack.proxy.url, stack.sim.url
         before = debug_cache(proxy)

@@ -49,7 +49,8 @@ class UnsupportedField(SelectorError):
             message = template.format(field, q=go_quote(field))
         super().__init__(message)
         self.field = field
-        self.custom = resource.custom
+        # Only the upstream knows: a CRD's selectableFields, or a built-in kind learned from discovery.
+        self.custom = resource.custom or not resource.known_fields
 
 
 class SelectionPredicate:

@@ -134,6 +134,8 @@ class ApiHandler:
         self.flow_control = FlowControl(ctx.config.max_requests_inflight) if ctx.config.priority_and_fairness else None
         if self.flow_control is not None:
             self.readiness_checks.append(functools.partial(fairness.readiness, self.flow_control))
+        # Which kinds reads started and why (service/ondemand.py), for /debug/cache and /readyz?verbose.
+        self.caching: Callable[[], dict[str, Any]] | None = None
 
     @property
     def active(self) -> int:
@@ -175,6 +177,7 @@ class ApiHandler:
             passed_through=self.passed_through,
             inflight=self.inflight,
             checks=[check() for check in self.readiness_checks],
+            caching=self.caching() if self.caching is not None else None,
         )
 
     async def group_statuses(self) -> list[dict[str, Any]]:

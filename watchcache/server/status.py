@@ -27,8 +27,10 @@ def local_status(
     passed_through: dict[str, int],
     inflight: int,
     checks: Iterable[tuple[bool, str]],
+    caching: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """This process's part (JSON-able): caches by resource, failures, counts, readiness checks."""
+    """This process's part (JSON-able): caches by resource, failures, counts, readiness checks, and
+    ``caching``: the kinds reads started (or ``--resources all``), why and in which state."""
     failures = ctx.upstream_failures
     now = time.time()
     resources: dict[str, Any] = {}
@@ -56,6 +58,7 @@ def local_status(
         "discovery_failing": failures is not None and None in failures.failing,
         "upstream": ctx.upstream_description,
         "checks": [[ok, line] for ok, line in checks],
+        "caching": caching,
     }
 
 
@@ -89,6 +92,10 @@ def merge(statuses: list[dict[str, Any]], workers: int = 1) -> dict[str, Any]:
         own = {k: v for k, v in stats.items() if k not in summed and k != "role"}
         resources[name] = {**own, **entry, "owner": owner}
     discovery = [s["discovery_error"] for s in statuses if s.get("discovery_error")]
+    caching = _merged_caching(statuses)
+    for name, entry in resources.items():
+        kind = caching["kinds"].get(name) if caching else None
+        entry["cached_because"] = kind["why"] if kind else "--resources"
     return {
         "workers": workers,
         "answered": sorted(s.get("worker") or 0 for s in statuses),
@@ -97,6 +104,31 @@ def merge(statuses: list[dict[str, Any]], workers: int = 1) -> dict[str, Any]:
         "passed_through": passed,
         "inflight": inflight,
         "discovery_error": max(discovery, key=lambda d: d["time"]) if discovery else None,
+        "caching": caching,
+    }
+
+
+def _merged_caching(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The kinds reads started, in the group: each kind as its owner says (else a follower), counts summed."""
+    parts = [s["caching"] for s in statuses if s.get("caching")]
+    if not parts:
+        return None
+    kinds: dict[str, Any] = {}
+    for part in parts:
+        for name, kind in part["kinds"].items():
+            if name not in kinds or kind["role"] == "owner":
+                kinds[name] = kind
+    stopped: dict[str, int] = {}
+    for part in parts:
+        for reason, count in part["stopped"].items():
+            stopped[reason] = stopped.get(reason, 0) + count
+    return {
+        "on_demand": parts[0]["on_demand"],
+        "idle": parts[0]["idle"],
+        "kinds": dict(sorted(kinds.items())),
+        "started": sum(p["started"] for p in parts),
+        "stopped": stopped,
+        "passed_through_syncing": sum(p["passed_through_syncing"] for p in parts),
     }
 
 
@@ -116,6 +148,8 @@ def readiness_lines(statuses: list[dict[str, Any]], workers: int, local_checks: 
     for status in statuses:
         for name, stats in status["resources"].items():
             by_resource.setdefault(name, []).append((status, stats))
+    caching = _merged_caching(statuses)
+    started = caching["kinds"] if caching else {}
     for name in sorted(by_resource):
         replicas = sorted(by_resource[name], key=lambda p: p[1]["role"] != "owner")
         for status, stats in replicas:
@@ -125,7 +159,7 @@ def readiness_lines(statuses: list[dict[str, Any]], workers: int, local_checks: 
             where = "" if workers == 1 else f" ({_worker_name(status)}{'' if owner else ' replica'})"
             failing = stats.get("upstream_failing")
             if stats["ready"]:
-                detail = "ok"
+                detail = "ok" if name not in started else f"ok ({started[name]['why']})"
                 if failing:
                     detail += f"; {_failure_text(stats['last_upstream_error'])}"
                 lines.append(f"[+]cache-synced:{name}{where} {detail}")
@@ -134,6 +168,13 @@ def readiness_lines(statuses: list[dict[str, Any]], workers: int, local_checks: 
                 if stats.get("last_upstream_error"):
                     detail += f"; {_failure_text(stats['last_upstream_error'])}"
                 lines.append(f"[-]cache-synced:{name}{where} {detail}")
+    for name, kind in started.items():
+        if name in by_resource and kind["state"] == "cached":
+            continue  # its cache-synced line says it
+        # Never failed: readiness does not wait for a kind a read started (or --resources all's).
+        failure = kind.get("last_upstream_error")
+        detail = f"; {_failure_text(failure)}" if failure else ""
+        lines.append(f"[+]cache-{kind['state']}:{name} ({kind['why']}, {kind['seconds']:.0f}s){detail}")
     missing = sorted(set(range(workers)) - answered)
     if missing:
         lines.append(f"[-]workers-answered failed: workers {missing} did not answer")

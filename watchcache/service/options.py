@@ -17,6 +17,7 @@ from watchcache.auth.gate import AuthOptions
 from watchcache.auth.options import auth_options
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.backfill import BackfillLimits
+from watchcache.dispatch.lifecycle import CachePolicy
 from watchcache.http.limits import H2Limits, HttpLimits
 from watchcache.http.tls import TlsOptions
 from watchcache.resources import ResourceType
@@ -24,6 +25,7 @@ from watchcache.server.context import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
 from watchcache.shard.ownership import owner_of
 from watchcache.upstream.config import UpstreamConfig
+from watchcache.upstream.discovery import DEFAULT_RESOURCES, ResourceResolutionError, parse_resource_id
 from watchcache.upstream.identity import IdentityOptions
 from watchcache.upstream.identity_options import check_identity_files, identity_options
 from watchcache.upstream.reflector import ReflectorConfig
@@ -66,6 +68,29 @@ def first_worker(shard: ShardOptions | None) -> bool:
 
 
 @dataclass(frozen=True)
+class CachingOptions:
+    """Which kinds are cached besides ``--resources`` (``dispatch/lifecycle.py``)."""
+
+    # --cache-on-demand: a kind's first LIST or WATCH starts its cache.
+    on_demand: bool = True
+    # --cache-exclude: ids never cached.
+    exclude: tuple[str, ...] = ()
+    # --cache-idle: seconds unread after which an on-demand cache stops (0: never). Ten minutes: an
+    # informer's watch keeps its kind read, so this only frees what one-off reads (kubectl) started,
+    # and a restart costs one LIST.
+    idle: float = 600.0
+
+    def check(self) -> None:
+        if self.idle < 0:
+            raise ValueError("--cache-idle must be 0 (never) or more seconds")
+        for resource_id in self.exclude:
+            try:
+                parse_resource_id(resource_id)
+            except ResourceResolutionError as e:
+                raise ValueError(f"--cache-exclude: {e}") from None
+
+
+@dataclass(frozen=True)
 class RunOptions:
     host: str = "127.0.0.1"
     port: int = 8080
@@ -89,6 +114,7 @@ class RunOptions:
     identity: IdentityOptions | None = None
     # Reads and watches older than the window: fetched from the upstream (or the owner worker).
     backfill: BackfillLimits = field(default_factory=BackfillLimits)
+    caching: CachingOptions = field(default_factory=CachingOptions)
 
     @classmethod
     def from_args(
@@ -149,7 +175,37 @@ class RunOptions:
             identity=_identity(args) if "client_cert_passthrough" in g else None,
             shard=shard,
             backfill=_backfill(args),
+            caching=_caching(args),
         )
+
+
+def _caching(args: argparse.Namespace) -> CachingOptions:
+    g = vars(args)
+    if "cache_on_demand" not in g:  # watchcache sim, serve --simulated: everything is cached
+        return CachingOptions(on_demand=False)
+    caching = CachingOptions(
+        on_demand=args.cache_on_demand,
+        exclude=tuple(r.strip() for r in (args.cache_exclude or "").split(",") if r.strip()),
+        idle=args.cache_idle,
+    )
+    caching.check()
+    return caching
+
+
+def cache_policy(options: RunOptions) -> CachePolicy:
+    """The decisions ``options`` mean (``--resources``, ``--cache-*``, ``--authentication``)."""
+    all_kinds = options.resources == ("all",)
+    named = bool(options.resources) and not all_kinds
+    ids = options.resources if named else DEFAULT_RESOURCES
+    return CachePolicy(
+        from_start=frozenset(parse_resource_id(i) for i in ids),
+        defaults=not named,
+        all_kinds=all_kinds,
+        excluded=frozenset(parse_resource_id(i) for i in options.caching.exclude),
+        on_demand=options.caching.on_demand,
+        idle=options.caching.idle,
+        secrets_on_demand=options.auth is not None,
+    )
 
 
 def _continue_key(path: Path | None) -> bytes:

@@ -13,6 +13,7 @@ from watchcache.auth.authn import CertAuthenticator
 from watchcache.auth.gate import Gate
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.lifecycle import SECRETS, seconds
 from watchcache.resources import BUILTIN_GROUPS, ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext
@@ -21,7 +22,8 @@ from watchcache.server.tables import CRDS_ID
 from watchcache.server.tunnel import TunnelCollector, Tunnels
 from watchcache.service.flowconfig import FlowConfigSource
 from watchcache.service.lifecycle import Wiring, api_context, run
-from watchcache.service.options import RunOptions, first_worker, owns
+from watchcache.service.ondemand import OnDemandCaches
+from watchcache.service.options import RunOptions, cache_policy, first_worker, owns
 from watchcache.service.shard import wire_shard
 from watchcache.upstream.backfill import UpstreamBackfill
 from watchcache.upstream.client import UpstreamClient, UpstreamError
@@ -29,6 +31,7 @@ from watchcache.upstream.consistency import ConsistentReads
 from watchcache.upstream.discovery import (
     DEFAULT_RESOURCES,
     ResourceResolutionError,
+    discover_all,
     parse_resource_id,
     report_skipped,
     resolve,
@@ -70,7 +73,10 @@ async def wire_proxy(options: RunOptions) -> Wiring:
         )
     if client_ca:
         log.info("client-certificate users' pass-through requests: %s", identity.mode)
-    ids = with_printer_columns(options.resources or DEFAULT_RESOURCES)
+    policy = cache_policy(options)
+    ids = [i for i in with_printer_columns(_from_start(options)) if parse_resource_id(i) not in policy.excluded]
+    if speaks:
+        _say_policy(options)
     known = ResourceRegistry()
     provisional = [t for t in (known.by_id(i) for i in ids) if t is not None]
     registry = ResourceRegistry(tuple(provisional))
@@ -128,12 +134,42 @@ async def wire_proxy(options: RunOptions) -> Wiring:
 
     wiring.cleanup.insert(0, close_tunnels)
     wiring.cleanup.insert(0, stop_proofs)
+
+    # ---- on-demand caching (service/ondemand.py): the kinds a read starts, and --resources all's.
+    def start_owned(t: ResourceType) -> tuple[Cacher, Callable[[], None]]:
+        cacher = owned_cacher(t)
+        reflector = Reflector(client, cacher, options.reflector, ctx.upstream_failures)
+        reflector.after_relist = consistent.advance
+        wiring.reflectors.append(reflector)
+        task = asyncio.ensure_future(reflector.run())
+
+        def stop() -> None:
+            task.cancel()
+            if reflector in wiring.reflectors:
+                wiring.reflectors.remove(reflector)
+
+        return cacher, stop
+
+    ondemand = OnDemandCaches(ctx, policy, start_owned, lambda t: owns(options.shard, t))
+    ctx.on_demand = ondemand.cacher
+    protobuf_cacher = protobuf.cacher
+    ctx.protobuf = lambda t: protobuf_cacher(t) if policy.refusal(t) is None else None
+    wiring.housekeeping.append(ondemand.housekeeping)
+    more = wiring.ctx.more_cachers
+    wiring.ctx.more_cachers = lambda: [*more(), *ondemand.cachers()]
+    wiring.handler.caching = ondemand.status
+
+    async def stop_ondemand() -> None:
+        ondemand.stop()
+
+    wiring.cleanup.insert(0, stop_ondemand)
+    # ---- end of on-demand caching.
     if options.shard is not None:
-        await wire_shard(wiring, options, options.shard, protobuf)
+        await wire_shard(wiring, options, options.shard, protobuf, ondemand)
     wiring.tasks = [
         asyncio.ensure_future(
             _discover_and_reflect(
-                client, consistent, ctx, options, ids, wiring.reflectors, wiring.housekeeping, owned_cacher
+                client, consistent, ctx, options, ids, wiring.reflectors, wiring.housekeeping, owned_cacher, ondemand
             )
         )
     ]
@@ -153,13 +189,17 @@ async def _discover_and_reflect(
     running: list[Reflector],
     housekeeping: list[Callable[[], object]],
     owned_cacher: Callable[[ResourceType], Cacher],
+    ondemand: OnDemandCaches,
 ) -> None:
     backoff = Backoff(0.5, 10.0)
     failures = ctx.upstream_failures
     assert failures is not None
+    policy = ondemand.policy
     while True:
         try:
             resolved = await resolve(client, ids, strict=False)
+            # Every list-watchable kind, for the reads that start caches (and --resources all).
+            served = await discover_all(client) if policy.on_demand or policy.all_kinds else []
             break
         except (aiohttp.ClientError, OSError, TimeoutError, UpstreamError) as e:
             # Unreachable, refused, or overloaded (5xx/429): keep trying, loudly (with a hint), as
@@ -182,9 +222,20 @@ async def _discover_and_reflect(
             ctx.registry.add(t)
         if owns(options.shard, t) and t not in ctx.cachers:
             ctx.cachers[t] = owned_cacher(t)
+    for t in served:
+        if ctx.registry.get(t.group, t.version, t.resource) is None:
+            ctx.registry.add(t)
     owned = [c for t, c in ctx.cachers.items() if owns(options.shard, t)]
     ctx.discovered = True
     log.info("caching %s", ", ".join(c.resource.path_id() for c in owned))
+    if policy.on_demand and first_worker(options.shard):
+        later = [t for t in served if policy.started_by_read(t) and t not in ctx.cachers]
+        log.info(
+            "caching on demand (at a kind's first read; stopped after %s unread): %d more kinds the upstream serves",
+            seconds(policy.idle),
+            len(later),
+        )
+    ondemand.start_all(served)
     running.extend(Reflector(client, c, options.reflector, failures) for c in owned)
     for reflector in running:
         reflector.after_relist = consistent.advance
@@ -192,7 +243,9 @@ async def _discover_and_reflect(
     def move_past_barriers() -> None:
         # While a relist's group rv is still the cache's head, a watch from the rv a LIST returns
         # would get 410 (see ResourceCache.relist): keep proving progress until the cache moves on.
-        for cacher in owned:
+        for t, cacher in list(ctx.cachers.items()):
+            if not owns(options.shard, t):
+                continue
             if cacher.cache.unresumable_rv == cacher.rv:
                 consistent.advance(cacher)
 
@@ -218,6 +271,25 @@ def with_printer_columns(ids: Sequence[str]) -> Sequence[str]:
         log.info("caching %s too: the printer columns of the custom resources' Tables", CRDS_ID)
         return [*ids, CRDS_ID]
     return ids
+
+
+def _from_start(options: RunOptions) -> Sequence[str]:
+    """The ids cached from the start: ``--resources``, else the defaults (``--resources all``: the
+    defaults too, which readiness waits for; the rest start at once, see ``CachePolicy``)."""
+    if options.resources and options.resources != ("all",):
+        return options.resources
+    return DEFAULT_RESOURCES
+
+
+def _say_policy(options: RunOptions) -> None:
+    """At start, once per group: what is cached besides ``--resources``, and Secrets' fate."""
+    policy = cache_policy(options)
+    if policy.secrets_on_demand or SECRETS in policy.from_start or not (policy.on_demand or policy.all_kinds):
+        return
+    log.info(
+        "secrets pass through, never cached: --authentication none would serve them to anyone who reaches "
+        "the port (name them in --resources to cache them anyway)"
+    )
 
 
 def run_proxy(options: RunOptions, listener: socket.socket | None = None) -> None:

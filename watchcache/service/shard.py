@@ -23,6 +23,7 @@ from watchcache.metrics import merge_workers
 from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext
 from watchcache.service.lifecycle import MetricsRoute, Wiring
+from watchcache.service.ondemand import OnDemandCaches
 from watchcache.service.options import RunOptions, ShardOptions
 from watchcache.shard.follower import Followers
 from watchcache.shard.owner import FollowServer, fetch_metrics, fetch_status
@@ -33,11 +34,17 @@ log = logging.getLogger("watchcache")
 
 
 async def wire_shard(
-    wiring: Wiring, options: RunOptions, shard: ShardOptions, protobuf: ProtobufCaches | None = None
+    wiring: Wiring,
+    options: RunOptions,
+    shard: ShardOptions,
+    protobuf: ProtobufCaches | None = None,
+    ondemand: OnDemandCaches | None = None,
 ) -> None:
     """Adds followers, this worker's sockets, group readiness and ``/debug/shards`` to ``wiring``.
 
     ``protobuf``: this worker's protobuf caches; the others' are followed as the JSON caches are.
+    ``ondemand``: the caches reads start; a kind another worker owns is followed from it, which
+    starts it there (one reflector per kind in the group, on its owner).
     """
     ctx = wiring.ctx
 
@@ -46,7 +53,14 @@ async def wire_shard(
 
     followers = Followers(ctx.cachers, socket_of, shard.worker_id, options.cache, backfill=options.backfill)
     ctx.on_demand = lambda t: None if shard.owns(t) else followers.ensure(t)
-    follow, server = await _listen(ctx, shard)
+    # Followers of the kinds reads start: kept aside until synced (their reads pass through until
+    # then), published and dropped by ``ondemand``.
+    od_followers = Followers({}, socket_of, shard.worker_id, options.cache, backfill=options.backfill)
+    if ondemand is not None:
+        ondemand.follow_from_start = followers.ensure
+        ondemand.follow = lambda t: (od_followers.ensure(t), lambda: od_followers.drop(t))
+        ctx.on_demand = ondemand.cacher
+    follow, server = await _listen(ctx, shard, ondemand)
     if protobuf is not None:
         # No backfill from the owner: its protobuf cache has none (a watch from before its window gets 410).
         pb_followers = Followers({}, socket_of, shard.worker_id, options.cache, protobuf=True)
@@ -61,7 +75,7 @@ async def wire_shard(
         wiring.ctx.more_cachers = lambda: [*protobuf.cachers(), *pb_followers.cachers.values()]
 
     async def shard_map() -> bytes:
-        return _shard_map(ctx, shard, followers)
+        return _shard_map(ctx, shard, followers, od_followers)
 
     wiring.handler.routes["/debug/shards"] = shard_map
     handler = wiring.handler
@@ -75,7 +89,7 @@ async def wire_shard(
         return [orjson.loads(r) for r in replies if isinstance(r, bytes)]
 
     handler.peer_statuses = peer_statuses
-    wiring.following = lambda: [f for f, _ in followers.followers.values()]
+    wiring.following = lambda: [f for fs in (followers, od_followers) for f, _ in fs.followers.values()]
     wiring.metrics_route = lambda own: _gathered_metrics(own, shard, follow)
     wiring.housekeeping.append(followers.drop_idle)
     synced = shard.marker(shard.worker_id, "synced")
@@ -112,13 +126,17 @@ async def wire_shard(
 
     async def stop_shard() -> None:
         followers.stop()
+        od_followers.stop()
         server.close()
 
     wiring.cleanup.insert(0, stop_shard)
 
 
-async def _listen(ctx: ApiContext, shard: ShardOptions) -> tuple[FollowServer, asyncio.AbstractServer]:
-    """This worker's socket: the follow streams of the caches it owns, and its metrics."""
+async def _listen(
+    ctx: ApiContext, shard: ShardOptions, ondemand: OnDemandCaches | None
+) -> tuple[FollowServer, asyncio.AbstractServer]:
+    """This worker's socket: the follow streams of the caches it owns (started if a read may start
+    them: ``ondemand``), and its metrics."""
     path = shard.socket_path(shard.worker_id)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # left by a predecessor that was killed
@@ -126,7 +144,10 @@ async def _listen(ctx: ApiContext, shard: ShardOptions) -> tuple[FollowServer, a
 
     def lookup(resource_id: str) -> Cacher | None:
         t = ctx.registry.by_id(resource_id)
-        return ctx.cachers.get(t) if t is not None and shard.owns(t) else None
+        if t is None or not shard.owns(t):
+            return None
+        cached = ctx.cachers.get(t)
+        return cached if cached is not None or ondemand is None else ondemand.owned(t)
 
     follow = FollowServer(lookup)
     server = await asyncio.get_running_loop().create_unix_server(follow.protocol, path)
@@ -134,7 +155,7 @@ async def _listen(ctx: ApiContext, shard: ShardOptions) -> tuple[FollowServer, a
     return follow, server
 
 
-def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> bytes:
+def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers, more: Followers) -> bytes:
     return orjson.dumps(
         {
             "worker": shard.worker_id,
@@ -142,7 +163,7 @@ def _shard_map(ctx: ApiContext, shard: ShardOptions, followers: Followers) -> by
             "pid": os.getpid(),
             "owners": {t.path_id(): owner_of(t.path_id(), shard.workers) for t in ctx.registry.types},
             "owned": sorted(t.path_id() for t in ctx.cachers if shard.owns(t)),
-            "following": sorted(t.path_id() for t in followers.followers),
+            "following": sorted(t.path_id() for t in [*followers.followers, *more.followers]),
         }
     )
 

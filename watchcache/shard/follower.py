@@ -360,6 +360,15 @@ class Followers:
                 del self.followers[resource]
                 self.cachers.pop(resource, None)
 
+    def drop(self, resource: ResourceType) -> None:
+        """Stop following ``resource`` now (its cache stopped: ``service/ondemand.py``)."""
+        entry = self.followers.pop(resource, None)
+        if entry is not None:
+            entry[1].cancel()
+            entry[0].cacher.stop()
+            if self.cachers.get(resource) is entry[0].cacher:
+                del self.cachers[resource]
+
     def stop(self) -> None:
         for _, task in self.followers.values():
             task.cancel()

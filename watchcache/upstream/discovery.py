@@ -68,6 +68,7 @@ def resource_type_from(group: str, version: str, entry: dict[str, Any]) -> Resou
         entry.get("singularName") or entry["kind"].lower(),
         tuple(entry.get("shortNames") or ()),
         categories=tuple(entry.get("categories") or ()),
+        known_fields=False,
     )
 
 
@@ -130,3 +131,38 @@ def report_skipped(skipped: Sequence[tuple[str, str]], *, requested: bool) -> No
         "not caching %s: default resources the upstream does not serve (or not with list and watch)",
         ", ".join(text for text, _ in skipped),
     )
+
+
+async def discover_all(client: UpstreamClient) -> list[ResourceType]:
+    """Every list-watchable resource the upstream serves, each version of each group (kube's watch
+    cache serves them all): ``/api``, ``/apis``, then each group version's resource list.
+
+    Subresources (``pods/status``) are left out, as are resources without both list and watch. A
+    group version that fails (an aggregated API that is down answers 503) is skipped with a log
+    line: its kinds pass through, and the next discovery tries again.
+    """
+    versions: list[tuple[str, str]] = []
+    try:
+        core = await client.get_json("/api")
+        groups = await client.get_json("/apis")
+    except UpstreamError as e:
+        if e.code != 404:
+            raise  # retried by the caller
+        log.info("the upstream serves no discovery index (%s): only --resources are cached", e)
+        return []
+    versions += [("", v) for v in core.get("versions") or ()]
+    for group in groups.get("groups") or ():
+        versions += [(group["name"], gv["version"]) for gv in group.get("versions") or ()]
+    out: list[ResourceType] = []
+    for group, version in versions:
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            doc = await client.get_json(path)
+        except UpstreamError as e:
+            log.info("discovery of %s: %s; its resources pass through", path, e)
+            continue
+        for entry in doc.get("resources") or ():
+            if "/" in entry.get("name", "/") or not {"list", "watch"} <= set(entry.get("verbs") or ()):
+                continue
+            out.append(resource_type_from(group, version, entry))
+    return out

@@ -72,6 +72,9 @@ class CloseReason(enum.StrEnum):
     EXPIRED = "expired"
     # Delivering to this watcher raised (a bug on its path); its client resumes or relists.
     INTERNAL_ERROR = "internal_error"
+    # The cache of its kind stopped (idle, over the memory budget, or its CRD deleted): the stream
+    # ends as kube ends its watches when a kind's storage goes; the client watches again.
+    CACHE_STOPPED = "cache_stopped"
 
 
 def select_frame(predicate: SelectionPredicate, event: WatchEvent) -> bytes | None:

@@ -1,0 +1,161 @@
+"""On-demand caching through real processes: the simulated cluster, a proxy with --resources pods, and
+HTTP. Every other kind the sim serves is cached from its first read (service/ondemand.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.httpkube import WatchStream, cm_path, configmap, get, get_ok, path_with, write
+from tests.support.processes import Stack, start_stack
+from tests.support.waiting import wait_until
+
+CONFIGMAPS = "/api/v1/configmaps"
+DEPLOYMENTS = "/apis/apps/v1/deployments"
+SIM = ("--objects", "20", "--namespaces", "2")
+
+
+def debug_cache(url: str) -> dict[str, Any]:
+    return get_ok(url, "/debug/cache")
+
+
+def uncached(url: str) -> int:
+    return int(debug_cache(url)["passed_through"].get("uncached-resource", 0))
+
+
+def state(url: str, name: str) -> str | None:
+    kind = debug_cache(url)["caching"]["kinds"].get(name)
+    return kind["state"] if kind else None
+
+
+def synced(proxy: str, name: str) -> None:
+    """Wait until the kind a read started has synced (from then on its reads are the cache's)."""
+    wait_until(lambda: state(proxy, name) == "cached", timeout=10.0)
+
+
+@pytest.fixture
+def stack() -> Iterator[Stack]:
+    s = start_stack("--resources", "pods", "--workers", "1", "--cache-idle", "2", sim_args=SIM)
+    yield s
+    s.proxy.stop()
+    s.sim.stop()
+
+
+def test_a_kinds_first_read_starts_its_cache_and_later_reads_are_served_from_it(stack: Stack) -> None:
+    proxy, sim = stack.proxy.url, stack.sim.url
+    before = debug_cache(proxy)
+    assert set(before["resources"]) == {"pods"}, "nothing but --resources is cached before a read"
+    assert get_ok(proxy, CONFIGMAPS) == get_ok(sim, CONFIGMAPS)  # the first read: passed through
+    assert uncached(proxy) == 1
+    synced(proxy, "configmaps")
+    for _ in range(5):
+        through = get_ok(proxy, CONFIGMAPS)
+        assert through == get_ok(sim, CONFIGMAPS)
+    assert uncached(proxy) == 1, "served from the cache once synced"
+    view = debug_cache(proxy)
+    assert view["resources"]["configmaps"]["cached_because"] == "on demand"
+    assert view["resources"]["pods"]["cached_because"] == "--resources"
+    kind = view["caching"]["kinds"]["configmaps"]
+    assert kind["why"] == "on demand" and kind["sync_seconds"] is not None and kind["sync_seconds"] < 5.0
+    readyz = get(proxy, "/readyz?verbose").body.decode()
+    assert "[+]cache-synced:configmaps ok (on demand)" in readyz, readyz
+
+
+def test_a_watch_of_an_on_demand_kind_sees_writes_and_keeps_it_cached(stack: Stack) -> None:
+    proxy, sim = stack.proxy.url, stack.sim.url
+    get_ok(proxy, CONFIGMAPS)
+    synced(proxy, "configmaps")
+    listed = get_ok(proxy, cm_path("ns-1"))
+    query = path_with(cm_path("ns-1"), watch=1, resourceVersion=listed["metadata"]["resourceVersion"])
+    with WatchStream(proxy, query) as stream:
+        passed = uncached(proxy)
+        created = write(sim, "POST", cm_path("ns-1"), configmap("od-watched", "ns-1"))
+        event = stream.next()
+        assert event is not None and event["type"] == "ADDED" and event["object"] == created
+        assert uncached(proxy) == passed, "the watch was the cache's"
+        # Longer than --cache-idle (2 s) plus a tick, with the watch open: not idle.
+        time.sleep(3.5)
+        assert state(proxy, "configmaps") == "cached"
+        assert debug_cache(proxy)["caching"]["stopped"] == {}
+        write(sim, "POST", cm_path("ns-1"), configmap("od-watched-2", "ns-1"))
+        event = stream.next()
+        assert event is not None and event["object"]["metadata"]["name"] == "od-watched-2"
+
+
+def test_an_unread_kind_stops_and_a_read_starts_it_again_and_old_watches_resume(stack: Stack) -> None:
+    proxy, sim = stack.proxy.url, stack.sim.url
+    get_ok(proxy, CONFIGMAPS)
+    synced(proxy, "configmaps")
+    old_rv = get_ok(proxy, CONFIGMAPS)["metadata"]["resourceVersion"]
+    wait_until(lambda: "configmaps" not in debug_cache(proxy)["resources"], timeout=10.0)
+    assert debug_cache(proxy)["caching"]["stopped"] == {"idle": 1}
+    assert any("caching configmaps stopped (idle)" in line for line in stack.proxy.log)
+    created = write(sim, "POST", cm_path("ns-0"), configmap("od-while-stopped", "ns-0"))
+    get_ok(proxy, CONFIGMAPS)  # starts it again
+    synced(proxy, "configmaps")
+    # A watch from before the restart: the new cache's window starts later, and it backfills as a
+    # cache started at start does (from the upstream), so the client sees the write it missed.
+    with WatchStream(proxy, path_with(CONFIGMAPS, watch=1, resourceVersion=old_rv)) as stream:
+        event = stream.next()
+    assert event is not None and event["type"] == "ADDED", event
+    assert event["object"] == created
+
+
+def test_without_on_demand_or_excluded_a_kind_is_passed_through() -> None:
+    for flags in (("--no-cache-on-demand",), ("--cache-exclude", "configmaps,apps/v1/deployments")):
+        s = start_stack("--resources", "pods", "--workers", "1", *flags, sim_args=SIM)
+        try:
+            for _ in range(3):
+                assert get_ok(s.proxy.url, CONFIGMAPS) == get_ok(s.sim.url, CONFIGMAPS)
+                get_ok(s.proxy.url, DEPLOYMENTS)
+            view = debug_cache(s.proxy.url)
+            assert set(view["resources"]) == {"pods"}, flags
+            assert view["passed_through"]["uncached-resource"] == 6, flags
+        finally:
+            s.proxy.stop()
+            s.sim.stop()
+
+
+def test_with_workers_a_kind_has_one_reflector_on_its_owner_and_followers_elsewhere() -> None:
+    s = start_stack("--resources", "pods", "--workers", "2", sim_args=SIM)
+    try:
+        proxy, sim = s.proxy.url, s.sim.url
+        # Fresh connections: SO_REUSEPORT spreads them, so both workers get reads.
+        for _ in range(20):
+            get_ok(proxy, CONFIGMAPS)
+            get_ok(proxy, DEPLOYMENTS)
+
+        def replicated() -> bool:
+            view = debug_cache(proxy)
+            return all(
+                name in view["resources"] and len(view["resources"][name]["replicas"]) == 2
+                for name in ("configmaps", "deployments.apps")
+            )
+
+        wait_until(lambda: (get_ok(proxy, CONFIGMAPS), get_ok(proxy, DEPLOYMENTS)) and replicated(), timeout=15.0)
+        view = debug_cache(proxy)
+        for name in ("configmaps", "deployments.apps"):
+            roles = sorted(r["role"] for r in view["resources"][name]["replicas"].values())
+            assert roles == ["follower", "owner"], (name, view["resources"][name])
+        reflecting = [line for line in s.proxy.log if "its first read started a reflector" in line]
+        assert len(reflecting) == 2, reflecting  # one per kind in the group
+        passed = uncached(proxy)
+        for _ in range(10):
+            assert get_ok(proxy, CONFIGMAPS) == get_ok(sim, CONFIGMAPS)
+        assert uncached(proxy) == passed
+    finally:
+        s.proxy.stop()
+        s.sim.stop()
+
+
+def test_without_authentication_secrets_are_not_cached_and_the_start_says_so(stack: Stack) -> None:
+    proxy, sim = stack.proxy.url, stack.sim.url
+    assert any("secrets pass through, never cached: --authentication none" in line for line in stack.proxy.log)
+    for _ in range(3):
+        assert get_ok(proxy, "/api/v1/secrets") == get_ok(sim, "/api/v1/secrets")
+    view = debug_cache(proxy)
+    assert "secrets" not in view["resources"] and "secrets" not in view["caching"]["kinds"]
+    assert view["passed_through"]["uncached-resource"] == 3

@@ -1,0 +1,219 @@
+"""Caches started by reads: the glue of on-demand caching (``dispatch/lifecycle.py`` decides).
+
+The life of a kind that is not cached from the start::
+
+    (not cached) --its first authorized LIST/WATCH--> SYNCING --listed--> CACHED --idle--> (not cached)
+
+While SYNCING its reads are answered as without the cache: passed through (``uncached-resource``),
+so no client sees an error kube would not give (kube's own answer while its cache initialises,
+KEP-4568, is a 429 for watches; a pass-through is what a client got here before, and costs the
+upstream only during the first seconds). Once synced the cache is served exactly as a kind cached
+from the start. A kind whose list the upstream refuses (403: the proxy's account may not list it,
+500: a failing conversion webhook) stays SYNCING, its reflector backing off, its reads passed
+through; its failure is logged, counted (``watchcache_upstream_errors_total``) and shown in
+``/readyz?verbose`` and ``/debug/cache``, and it never blocks another kind or readiness.
+
+In a worker group only the worker that owns the kind (``shard/ownership.py``) runs its reflector:
+a read on another worker makes a follower there, whose follow request makes the owner start the
+cache (``owned``). The owner's cache is not idle while a follower follows it; a follower is idle
+as the owner's caches are, and dropping it frees the owner's in turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.lifecycle import CachePolicy, Why, idle, seconds
+from watchcache.resources import ResourceType
+from watchcache.server.context import ApiContext
+from watchcache.watchers.watcher import CloseReason
+
+log = logging.getLogger("watchcache.ondemand")
+
+#: Starts a cache of a kind (a reflector, or a follower of the owner's): the cache, and how to stop it.
+Starter = Callable[[ResourceType], tuple[Cacher, Callable[[], None]]]
+
+
+@dataclass
+class _Entry:
+    cacher: Cacher
+    stop: Callable[[], None]
+    why: Why
+    role: str
+    started: float
+    synced: float | None = None
+
+
+class OnDemandCaches:
+    """The caches of one worker that reads start (and ``--resources all``'s): see the module doc."""
+
+    def __init__(
+        self,
+        ctx: ApiContext,
+        policy: CachePolicy,
+        start_owned: Starter,
+        owns: Callable[[ResourceType], bool] = lambda resource: True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ctx = ctx
+        self.policy = policy
+        self.start_owned = start_owned
+        self.owns = owns
+        self.clock = clock
+        # A follower of the owner's cache (set by the worker's wiring; None: no other worker).
+        self.follow: Starter | None = None
+        # A follower of a kind cached from the start that another worker owns (the shard's Followers).
+        self.follow_from_start: Callable[[ResourceType], Cacher] | None = None
+        self.entries: dict[ResourceType, _Entry] = {}
+        self.started = 0
+        self.stopped: dict[str, int] = {}
+        # Reads passed through because their kind's cache was still syncing.
+        self.passed_syncing = 0
+        # Seconds from the first read to the cache's sync, the last one per kind (/debug/cache).
+        self.sync_seconds: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ reads
+
+    def cacher(self, resource: ResourceType) -> Cacher | None:
+        """``ctx.on_demand``: the synced cache of ``resource`` for an authorized read, or None (pass
+        it through); starts the cache if the policy lets a read start it."""
+        cached = self.ctx.cachers.get(resource)
+        if cached is not None:
+            return cached
+        entry = self.entries.get(resource)
+        if entry is None:
+            why = self.policy.at_start(resource)
+            if why in (Why.DEFAULT, Why.RESOURCES):  # another worker's from-start kind: follow it
+                follow = self.follow_from_start
+                return follow(resource) if follow is not None and not self.owns(resource) else None
+            if self.policy.refusal(resource) is not None:
+                return None
+            entry = self._start(resource, Why.ON_DEMAND)
+            if entry is None:
+                return None
+        if entry.synced is None and entry.cacher.ready:
+            self._synced(resource, entry)
+        if entry.synced is None:
+            self.passed_syncing += 1
+            return None
+        return entry.cacher
+
+    def owned(self, resource: ResourceType) -> Cacher | None:
+        """This worker's cache of a kind it owns, started if need be, synced or not: what another
+        worker's follower follows (the follow server waits for its sync)."""
+        cached = self.ctx.cachers.get(resource)
+        if cached is not None or not self.owns(resource):
+            return cached
+        entry = self.entries.get(resource)
+        if entry is None:
+            if self.policy.refusal(resource) is not None:
+                return None
+            entry = self._start(resource, self.policy.at_start(resource) or Why.ON_DEMAND)
+        return entry.cacher if entry is not None else None
+
+    def start_all(self, resources: Iterable[ResourceType]) -> None:
+        """``--resources all``: every kind this worker owns that is not cached yet, started now."""
+        for resource in resources:
+            if self.policy.at_start(resource) is Why.ALL and self.owns(resource) and resource not in self.entries:
+                self._start(resource, Why.ALL)
+
+    def _start(self, resource: ResourceType, why: Why) -> _Entry | None:
+        if self.owns(resource):
+            cacher, stop = self.start_owned(resource)
+            role = "owner"
+        elif self.follow is not None:
+            cacher, stop = self.follow(resource)
+            role = "follower"
+        else:
+            return None
+        entry = self.entries[resource] = _Entry(cacher, stop, why, role, self.clock())
+        self.started += 1
+        if why is Why.ON_DEMAND:
+            what = "a reflector" if role == "owner" else "a follower of its owner"
+            log.info("caching %s on demand: its first read started %s", resource.path_id(), what)
+        return entry
+
+    def _synced(self, resource: ResourceType, entry: _Entry) -> None:
+        entry.synced = self.clock()
+        self.ctx.cachers[resource] = entry.cacher
+        took = entry.synced - entry.started
+        self.sync_seconds[resource.qualified] = took
+        log.info(
+            "caching %s (%s): synced %.2fs after it started, %d objects",
+            resource.path_id(),
+            entry.why.value,
+            took,
+            len(entry.cacher.cache),
+        )
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def housekeeping(self) -> None:
+        """Each tick: publish the caches that synced, stop the on-demand ones nobody reads."""
+        now = self.clock()
+        for resource, entry in list(self.entries.items()):
+            cacher = entry.cacher
+            if entry.synced is None and cacher.ready:
+                self._synced(resource, entry)
+            if entry.why is not Why.ON_DEMAND:
+                continue
+            if idle(now, cacher.last_used, len(cacher.dispatcher), len(cacher.replicas), self.policy.idle):
+                self.drop(resource, "idle", f"no read for {seconds(self.policy.idle)}")
+
+    def drop(self, resource: ResourceType, reason: str, detail: str = "") -> bool:
+        """Stop the cache of ``resource`` and free it; its watches end (the client watches again,
+        as when kube's cache of a kind stops). The next read starts it again."""
+        entry = self.entries.pop(resource, None)
+        if entry is None:
+            return False
+        cacher = entry.cacher
+        if self.ctx.cachers.get(resource) is cacher:
+            del self.ctx.cachers[resource]
+        self.ctx.list_bodies.pop(resource, None)
+        for watcher in list(cacher.dispatcher.watchers()):
+            watcher.close(CloseReason.CACHE_STOPPED)
+        entry.stop()
+        cacher.stop()
+        self.stopped[reason] = self.stopped.get(reason, 0) + 1
+        log.info("caching %s stopped (%s)%s", resource.path_id(), reason, f": {detail}" if detail else "")
+        return True
+
+    def stop(self) -> None:
+        for entry in self.entries.values():
+            entry.stop()
+
+    def cachers(self) -> list[Cacher]:
+        """The caches syncing (the synced ones are in ``ctx.cachers``): ticked and counted as the others."""
+        return [e.cacher for e in self.entries.values() if e.synced is None]
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """Per kind: why it is cached, its state, how long its sync took; and the policy (JSON-able)."""
+        now, wall = self.clock(), time.time()
+        failures = self.ctx.upstream_failures
+        kinds = {}
+        for resource, entry in self.entries.items():
+            failure = failures.for_resource(resource) if failures is not None else None
+            failing = failures is not None and resource in failures.failing
+            kinds[resource.qualified] = {
+                "why": entry.why.value,
+                "role": entry.role,
+                "state": "cached" if entry.synced is not None else "syncing",
+                "seconds": round(now - entry.started, 3),
+                "sync_seconds": round(entry.synced - entry.started, 3) if entry.synced is not None else None,
+                "last_upstream_error": failure.as_json(wall) if failure is not None and failing else None,
+            }
+        return {
+            "on_demand": self.policy.on_demand,
+            "idle": seconds(self.policy.idle),
+            "kinds": kinds,
+            "started": self.started,
+            "stopped": dict(self.stopped),
+            "passed_through_syncing": self.passed_syncing,
+        }
