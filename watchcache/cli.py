@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import resource
 import socket
 import sys
 from collections.abc import Callable
@@ -372,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"), getattr(args, "worker_id", None))
     raise_open_files_limit()  # every command serves; as Go programs (kube-apiserver) do: service/openfiles.py
+    # The cache holds the cluster's objects (Secrets with --authentication delegated): a crash must
+    # not write them to a core file (docs/security.md, "Secrets in memory").
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     try:
         if args.command == "demo":
             from watchcache.demo import run_demo

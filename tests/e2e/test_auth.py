@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.httpkube import call, shard_views
 from tests.support.processes import start, wait_ready
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "watchcache/sim/policy-example.yaml")
@@ -72,7 +73,7 @@ CASES = [
     ("admin-token", "/api/v1/nodes", ALLOW),
     (None, "/api/v1/pods", DENY),  # anonymous: system:anonymous has no rights
     ("not-a-token", "/api/v1/pods", 401),
-    # pass-through (secrets are not cached): the upstream decides with the client's own credentials
+    # secrets: cached on demand, refused by the gate before anything is built or read for it
     ("alice-token", "/api/v1/namespaces/ns-1/secrets", DENY),
     ("admin-token", "/api/v1/namespaces/ns-1/secrets", ALLOW),
 ]
@@ -212,3 +213,58 @@ def test_unauthenticated_and_forbidden_requests_build_no_follower(stack, tmp_pat
         assert views[1 - owner]["following"] == ["pods"]
     finally:
         proxy.stop()
+
+
+# --- Secrets: cached on demand, every read authorized for its user before a byte leaves ---------------
+
+
+def _secret(name: str) -> dict:
+    return {"metadata": {"name": name}, "type": "Opaque", "data": {"token": "c2VjcmV0"}}
+
+
+def test_cached_secrets_reach_only_the_users_rbac_lets_read_them(stack):
+    sim, proxy = stack
+    for name in ("s-1", "s-2"):
+        status, _ = call(sim.url, "/api/v1/namespaces/ns-1/secrets", "admin-token", "POST", _secret(name))
+        assert status == 201
+    secrets = "/api/v1/namespaces/ns-1/secrets"
+
+    def cached() -> bool:
+        call(proxy.url, secrets, "admin-token")  # an authorized read starts the cache
+        status, view = call(proxy.url, "/debug/cache", "admin-token")
+        return status == 200 and view["caching"]["kinds"].get("secrets", {}).get("state") == "cached"
+
+    wait_until(cached, timeout=10.0)
+    _, before = call(proxy.url, "/debug/cache", "admin-token")
+    one = f"{secrets}/s-1?resourceVersion=0"
+    watch_one = f"{secrets}?watch=1&resourceVersion=0&fieldSelector=metadata.name%3Ds-1"
+    # erin reads s-1 as a kubelet does: per name, a GET and a watch on metadata.name; nothing else.
+    status, body = call(proxy.url, one, "erin-token")
+    assert status == 200 and body["data"] == {"token": "c2VjcmV0"}
+    status, event = call(proxy.url, watch_one, "erin-token")
+    assert status == 200 and event["type"] == "ADDED" and event["object"]["metadata"]["name"] == "s-1"
+    for path, verb in (
+        (f"{secrets}/s-2?resourceVersion=0", "get"),
+        (secrets, "list"),
+        (f"{secrets}?watch=1&resourceVersion=0", "watch"),
+        (watch_one.replace("s-1", "s-2"), "watch"),
+    ):
+        status, body = call(proxy.url, path, "erin-token")
+        assert status == 403 and f'User "erin" cannot {verb} resource "secrets"' in body["message"], (path, body)
+    # Users without a grant on secrets: refused for the cached secret, per name too.
+    for token, user in (("alice-token", "alice"), ("dave-token", "dave"), (None, "system:anonymous")):
+        for path in (one, watch_one, secrets):
+            status, body = call(proxy.url, path, token)
+            assert status == 403 and body["reason"] == "Forbidden", (token, path, body)
+            assert f'User "{user}"' in body["message"]
+        status, body = call(proxy.url, one, token)
+        assert body["message"] == (
+            f'secrets "s-1" is forbidden: User "{user}" cannot get resource "secrets" in API group "" '
+            'in the namespace "ns-1"'
+        )
+    assert call(proxy.url, one, "not-a-token")[0] == 401
+    _, after = call(proxy.url, "/debug/cache", "admin-token")
+    # Answered by the proxy (cache and gate), none passed through: the refusals are the gate's.
+    assert after["passed_through"].get("uncached-resource", 0) == before["passed_through"].get("uncached-resource", 0)
+    # /debug/cache describes the cache, never its objects.
+    assert b"c2VjcmV0" not in raw_get(proxy.url, "/debug/cache", "admin-token")[1]
