@@ -31,6 +31,7 @@ def test_the_example_loads(policy: Policy) -> None:
         "bob",
         "carol",
         "dave",
+        "erin",
         "admin",
         "prometheus",
         "system:serviceaccount:watchcache:watchcache",
@@ -49,7 +50,8 @@ def test_the_proxy_identity_can_review_and_read_what_it_caches_only(policy: Poli
     assert policy.authorize(me, groups, "create", "authentication.k8s.io", "tokenreviews")[0]
     assert policy.authorize(me, groups, "create", "authorization.k8s.io", "subjectaccessreviews")[0]
     assert policy.authorize(me, groups, "watch", "apps", "deployments")[0]
-    assert not policy.authorize(me, groups, "list", "", "secrets")[0]
+    assert policy.authorize(me, groups, "list", "", "secrets")[0]  # cached on demand, reads gated per user
+    assert not policy.authorize(me, groups, "list", "coordination.k8s.io", "leases")[0]
     assert not policy.authorize(me, groups, "create", "", "pods", "ns-1")[0]
 
 
