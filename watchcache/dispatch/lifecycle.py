@@ -32,6 +32,7 @@ class Why(enum.Enum):
     DEFAULT = "default"  # in the default set: the same
     ALL = "--resources all"  # every list-watchable kind from the start; readiness does not wait
     ON_DEMAND = "on demand"  # started by its first LIST or WATCH
+    CRDS = "custom resources follow it"  # the CRDs: cached while the proxy runs (service/crds.py)
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,22 @@ class OnDemandCaches:
             entry = self._start(resource, self.policy.at_start(resource) or Why.ON_DEMAND)
         return entry.cacher if entry is not None else None
 
+    def pin(self, resource: ResourceType, why: Why) -> Cacher | None:
+        """The cache of ``resource`` here, started if need be and never dropped as idle (the CRDs'
+        cache, which custom resources follow: ``service/crds.py``); synced or not."""
+        cached = self.ctx.cachers.get(resource)
+        entry = self.entries.get(resource)
+        if entry is None:
+            if cached is not None:
+                return cached  # cached from the start
+            entry = self._start(resource, why)
+            if entry is None:
+                return None
+        entry.why = why
+        if entry.synced is None and entry.cacher.ready:
+            self._synced(resource, entry)
+        return entry.cacher
+
     def start_all(self, resources: Iterable[ResourceType]) -> None:
         """``--resources all``: every kind this worker owns that is not cached yet, started now."""
         for resource in resources:

@@ -20,6 +20,7 @@ from watchcache.server.context import ApiContext
 from watchcache.server.proxy import ProxyUpstream
 from watchcache.server.tables import CRDS_ID
 from watchcache.server.tunnel import TunnelCollector, Tunnels
+from watchcache.service.crds import CustomResources
 from watchcache.service.flowconfig import FlowConfigSource
 from watchcache.service.lifecycle import Wiring, api_context, run
 from watchcache.service.ondemand import OnDemandCaches
@@ -155,6 +156,8 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     protobuf_cacher = protobuf.cacher
     ctx.protobuf = lambda t: protobuf_cacher(t) if policy.refusal(t) is None else None
     wiring.housekeeping.append(ondemand.housekeeping)
+    if policy.on_demand or policy.all_kinds:
+        wiring.housekeeping.append(CustomResources(ondemand).housekeeping)
     more = wiring.ctx.more_cachers
     wiring.ctx.more_cachers = lambda: [*more(), *ondemand.cachers()]
     wiring.handler.caching = ondemand.status

@@ -166,3 +166,27 @@ async def discover_all(client: UpstreamClient) -> list[ResourceType]:
                 continue
             out.append(resource_type_from(group, version, entry))
     return out
+
+
+def resource_types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
+    """The resources a CustomResourceDefinition (decoded JSON) makes the upstream serve: one per
+    served version, once the CRD is Established (kube's apiextensions handler serves it from then on,
+    also while it terminates: its instances' deletions are read as any change)."""
+    conditions = (crd.get("status") or {}).get("conditions") or ()
+    if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+        return []
+    spec = crd.get("spec") or {}
+    # The names kube serves under: the accepted ones (a name another CRD holds is not accepted).
+    names = (crd.get("status") or {}).get("acceptedNames") or spec.get("names") or {}
+    group, plural, kind = spec.get("group") or "", names.get("plural") or "", names.get("kind") or ""
+    if not (group and plural and kind):
+        return []
+    entry = {
+        "name": plural,
+        "kind": kind,
+        "namespaced": spec.get("scope") == "Namespaced",
+        "singularName": names.get("singular") or kind.lower(),
+        "shortNames": names.get("shortNames") or (),
+        "categories": names.get("categories") or (),
+    }
+    return [resource_type_from(group, v["name"], entry) for v in spec.get("versions") or () if v.get("served")]

@@ -1,0 +1,211 @@
+"""On-demand caching against kube-apiserver v1.36: every kind it serves, and a CRD that comes and goes.
+
+- Every list-watchable kind the apiserver serves (built-in and custom), read through a proxy started
+  with the default flags: the first read starts the kind's cache; once synced an exact LIST at the
+  resourceVersion a direct LIST returned is answered from the cache with the direct answer's items,
+  and no read of it is passed through any more (``uncached-resource``).
+- A CRD created after the proxy started is cached from its first read, a watch through the proxy
+  sees its objects, a new version is served, and deleting the CRD ends the watch.
+
+Figures are printed (``-s``): per kind, the sync time from the first read and the bytes held.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.reference.crds import CRDS, delete_crd, ensure_crd
+from tests.reference.kit import (
+    DEFAULT_RESOURCES,
+    Api,
+    ApiError,
+    KubeEnv,
+    Serving,
+    drop_namespace,
+    needs_kube,
+    start_proxy,
+    wait_for,
+    with_query,
+)
+from tests.support.processes import Proc
+
+pytestmark = needs_kube
+
+NAMESPACE = "ondemand-ref"
+GROUP = "ondemand.watchcache.test"
+CRD_NAME = f"gadgets.{GROUP}"
+
+
+@pytest.fixture(scope="module")
+def kube() -> KubeEnv:
+    return KubeEnv.from_environ()
+
+
+@pytest.fixture(scope="module")
+def proxy(kube: KubeEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proc, Api, Api]]:
+    serving = Serving.make(tmp_path_factory.mktemp("ondemand-pki"))
+    proc = start_proxy(kube, serving, "--workers", "2", resources=DEFAULT_RESOURCES)
+    through = Api(proc.url, kube.token, str(serving.ca.crt))
+    direct = Api(kube.url, kube.token, kube.ca)
+    try:
+        yield proc, through, direct
+    finally:
+        through.close()
+        direct.close()
+        proc.stop()
+
+
+def list_watchable(direct: Api) -> list[tuple[str, str, bool]]:
+    """(collection path, qualified name, namespaced) of every list-watchable resource, every version."""
+    versions = [f"/api/{v}" for v in direct.get("/api")["versions"]]
+    versions += [f"/apis/{gv['groupVersion']}" for g in direct.get("/apis")["groups"] for gv in g["versions"]]
+    out = []
+    for base in versions:
+        try:
+            doc = direct.get(base)
+        except ApiError:
+            continue  # an aggregated API that is down
+        group = doc["groupVersion"].rpartition("/")[0]
+        for r in doc["resources"]:
+            if "/" not in r["name"] and {"list", "watch"} <= set(r["verbs"]):
+                out.append((f"{base}/{r['name']}", f"{r['name']}.{group}" if group else r["name"], r["namespaced"]))
+    return out
+
+
+def debug(through: Api) -> dict[str, Any]:
+    return through.get("/debug/cache")
+
+
+def test_every_kind_is_cached_from_its_first_read_and_answers_as_the_apiserver(proxy: tuple[Proc, Api, Api]) -> None:
+    _, through, direct = proxy
+    kinds = list_watchable(direct)
+    assert len(kinds) > 40, kinds
+    for path, _, _ in kinds:
+        through.get(path, limit=1)  # starts the caches (read by the gate as the kit's admin)
+    names = {name for _, name, _ in kinds}
+
+    def all_cached() -> bool:
+        view = debug(through)
+        return names <= set(view["resources"])
+
+    took = wait_for(all_cached, 60, "every kind cached")
+    view = debug(through)
+    passed_before = view["passed_through"].get("uncached-resource", 0)
+    mismatched = []
+    all_before = sum(view["passed_through"].values())
+    for path, name, _ in kinds:
+        # A consistent LIST through the proxy (proven fresh, then the cache's), and etcd's answer at
+        # the same resourceVersion, read directly: the same items.
+        cached = through.get(path)
+        rv = cached["metadata"]["resourceVersion"]
+        here = direct.get(path, resourceVersion=rv, resourceVersionMatch="Exact")
+        if cached["items"] != here["items"]:
+            mismatched.append(name)
+    view = debug(through)
+    assert mismatched == [], mismatched
+    assert view["passed_through"].get("uncached-resource", 0) == passed_before, "served from the caches"
+    print(f"\npassed through after sync, any reason: {sum(view['passed_through'].values()) - all_before}")
+    rows = sorted(
+        (name, view["caching"]["kinds"].get(name, {}).get("sync_seconds"), view["resources"][name]["object_bytes"])
+        for name in names
+    )
+    print(f"\n{len(kinds)} kinds cached on demand within {took:.1f}s of their first reads")
+    for name, sync, size in rows:
+        print(f"  {name:55} sync {sync if sync is not None else '--':>6}s  {size:>9} bytes")
+
+
+def gadget_crd(versions: tuple[str, ...], columns: bool = False) -> dict[str, Any]:
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    printer = [{"name": "Size", "type": "string", "jsonPath": ".spec.size"}] if columns else []
+    return {
+        "metadata": {"name": CRD_NAME},
+        "spec": {
+            "group": GROUP,
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": v,
+                    "served": True,
+                    "storage": v == versions[0],
+                    "schema": schema,
+                    **({"additionalPrinterColumns": printer} if printer else {}),
+                }
+                for v in versions
+            ],
+        },
+    }
+
+
+def test_a_crd_created_used_changed_and_deleted_while_clients_watch(
+    proxy: tuple[Proc, Api, Api], tmp_path: Path
+) -> None:
+    proc, through, direct = proxy
+    ensure_crd(direct, gadget_crd(("v1",)))
+    try:
+        if not direct.exists(f"/api/v1/namespaces/{NAMESPACE}"):
+            direct.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        gadgets = f"/apis/{GROUP}/v1/namespaces/{NAMESPACE}/gadgets"
+        direct.create(gadgets, {"apiVersion": f"{GROUP}/v1", "kind": "Gadget", "metadata": {"name": "g-1"}})
+        # The kind is learned from the CRD (no restart), then cached from its first read within 5 s.
+        wait_for(lambda: _read(through, gadgets) is not None, 10, "the new kind served through the proxy")
+        first = time.monotonic()
+        wait_for(lambda: "gadgets." + GROUP in debug(through)["resources"], 5, "the new kind cached")
+        print(f"\nCRD created after start: cached {time.monotonic() - first:.2f}s after its first read")
+        listed = through.get(gadgets)
+        assert [g["metadata"]["name"] for g in listed["items"]] == ["g-1"]
+        conn = through.connect(timeout=30)
+        conn.request(
+            "GET",
+            with_query(gadgets, watch=1, resourceVersion=listed["metadata"]["resourceVersion"]),
+            headers=through.headers(),
+        )
+        stream = conn.getresponse()
+        assert stream.status == 200
+        direct.create(gadgets, {"apiVersion": f"{GROUP}/v1", "kind": "Gadget", "metadata": {"name": "g-2"}})
+        event = json.loads(stream.readline())
+        assert event["type"] == "ADDED" and event["object"]["metadata"]["name"] == "g-2"
+        # A new version and a printer column: served without a restart.
+        direct.merge_patch(f"{CRDS}/{CRD_NAME}", {"spec": gadget_crd(("v1", "v2"), columns=True)["spec"]})
+        v2 = gadgets.replace("/v1/", "/v2/")
+        wait_for(lambda: _read(through, v2) is not None, 15, "v2 served through the proxy")
+        wait_for(lambda: "gadgets." + GROUP in debug(through)["resources"], 10, "v2 read")
+        assert sorted(g["metadata"]["name"] for g in through.get(v2)["items"]) == ["g-1", "g-2"]
+        table = json.loads(
+            through.raw("GET", gadgets, accept="application/json;as=Table;v=v1;g=meta.k8s.io")[2].decode()
+        )
+        assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Size"], table
+        # Deleted: its instances' DELETED events, then the watch ends (as kube ends it).
+        delete_crd(direct, CRD_NAME)
+        deleted = time.monotonic()
+        seen = []
+        while True:
+            line = stream.readline()
+            if not line:
+                break
+            seen.append(json.loads(line)["type"])
+        print(f"CRD deleted: the watch through the proxy ended {time.monotonic() - deleted:.2f}s after")
+        assert set(seen) <= {"DELETED", "BOOKMARK"}, seen
+        conn.close()
+        wait_for(lambda: _status(through, gadgets) == _status(direct, gadgets) == 404, 5, "404 as kube")
+    finally:
+        delete_crd(direct, CRD_NAME)
+        drop_namespace(direct, NAMESPACE, ())
+    assert not [line for line in proc.log if "Traceback" in line]
+
+
+def _read(api: Api, path: str) -> Any:
+    try:
+        return api.get(path)
+    except ApiError:
+        return None
+
+
+def _status(api: Api, path: str) -> int:
+    return api.raw("GET", path)[0]
