@@ -234,6 +234,10 @@ def _upstream_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cache-idle", type=_NOT_NEGATIVE, default=_CACHING.idle, metavar="SECONDS", help="stop caching a "
                    "kind a read started once nobody has read it (no watch, no read) for this long, freeing its "
                    "memory; the next read starts it again; 0: never (default %(default)s)")
+    _flag(g, "--cache-memory-bytes", _AT_LEAST_0, _CACHING.memory_bytes, "bytes the caches of a worker may hold "
+          "(objects, history, indexes, derived encodings, protobuf caches: an estimate); over it, the least "
+          "recently read kinds that reads started are dropped and passed through until they fit again; the kinds "
+          "of --resources are never dropped; 0: no budget")
     g.add_argument("--worker-id", type=_AT_LEAST_0, help=argparse.SUPPRESS)
     g.add_argument("--shard-dir", help=argparse.SUPPRESS)
 

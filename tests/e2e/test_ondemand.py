@@ -159,3 +159,38 @@ def test_without_authentication_secrets_are_not_cached_and_the_start_says_so(sta
     view = debug_cache(proxy)
     assert "secrets" not in view["resources"] and "secrets" not in view["caching"]["kinds"]
     assert view["passed_through"]["uncached-resource"] == 3
+
+
+def test_over_the_memory_budget_the_least_recently_read_kind_is_dropped_and_passed_through() -> None:
+    s = start_stack(
+        "--resources", "namespaces", "--workers", "1", "--cache-memory-bytes", "1000000",
+        sim_args=("--objects", "200", "--namespaces", "2"),
+    )  # fmt: skip
+    try:
+        proxy, sim = s.proxy.url, s.sim.url
+        for i in range(100):  # ~4 KB each: ~0.5 MB cached with their overhead
+            write(sim, "POST", cm_path("ns-0"), configmap(f"big-{i}", "ns-0", blob="x" * 4000))
+        get_ok(proxy, CONFIGMAPS)
+        synced(proxy, "configmaps")
+        configmaps = debug_cache(proxy)["caching"]
+        wait_until(lambda: debug_cache(proxy)["caching"]["kinds"]["configmaps"].get("accounted_bytes"), timeout=5.0)
+        cm_bytes = debug_cache(proxy)["caching"]["kinds"]["configmaps"]["accounted_bytes"]
+        assert 400_000 < cm_bytes < 1_000_000, configmaps
+        # Pods (200 of ~3 KB) read later: together over the budget, so configmaps, read least recently, go.
+        get_ok(proxy, "/api/v1/pods")
+        wait_until(lambda: "configmaps" in debug_cache(proxy)["caching"]["over_budget"], timeout=10.0)
+        view = debug_cache(proxy)
+        assert "configmaps" not in view["resources"] and "pods" in view["resources"]
+        assert view["caching"]["stopped"] == {"memory": 1}
+        assert view["caching"]["accounted_bytes"] <= 1_000_000
+        assert any("caching configmaps stopped: over --cache-memory-bytes" in line for line in s.proxy.log)
+        metrics = get(proxy, "/metrics").body.decode()
+        assert 'watchcache_caches_stopped_total{reason="memory"} 1.0' in metrics
+        # It does not fit back while pods are cached: its reads pass through, answered as the upstream's.
+        passed = uncached(proxy)
+        assert get_ok(proxy, CONFIGMAPS)["items"] == get_ok(sim, CONFIGMAPS)["items"]
+        assert uncached(proxy) == passed + 1
+        assert "configmaps" not in debug_cache(proxy)["resources"]
+    finally:
+        s.proxy.stop()
+        s.sim.stop()

@@ -194,3 +194,35 @@ async def test_the_crds_cache_is_pinned_and_never_idle() -> None:
     starts.clock.now += 100.0
     ondemand.housekeeping()
     assert starts.stopped == [] and ondemand.ctx.cachers[crds].ready
+
+
+@arun
+async def test_over_the_budget_the_least_recently_read_kinds_go_and_come_back_only_when_they_fit() -> None:
+    from tests.support.factories import pod
+
+    ondemand, starts = caches(CachePolicy(from_start=frozenset({("", "v1", "pods")}), memory_bytes=35_000))
+    clock = starts.clock
+    pinned = Cacher(PODS, CacheConfig(), clock)
+    pinned.replace([pod(f"p{i}", rv=i + 1) for i in range(20)], 30)
+    ondemand.ctx.cachers[PODS] = pinned
+    secrets = ResourceType("", "v1", "secrets", "Secret", True)
+    for kind in (CONFIGMAPS, secrets):
+        ondemand.cacher(kind)
+        ondemand.entries[kind].cacher.replace([pod(f"x{i}", rv=i + 1) for i in range(10)], 30)
+        clock.now += 1.0
+        ondemand.cacher(kind)  # published, and read now
+        ondemand.entries[kind].cacher.last_used = clock.now
+    ondemand.housekeeping()
+    usage = ondemand.usage()
+    # Each kind: its JSON plus 800 B per object (pods 20 objects, the others 10): pods and one more
+    # fit, not all three; configmaps, read least recently, go.
+    assert usage[PODS] > usage[secrets] > 8_000 and usage[PODS] + usage[secrets] <= 35_000
+    assert starts.stopped == ["configmaps"] and ondemand.status()["stopped"] == {"memory": 1}
+    assert PODS in ondemand.ctx.cachers, "a --resources kind is never dropped"
+    assert sum(ondemand.accounted.values()) <= 35_000
+    # Back only when it fits: not now.
+    assert ondemand.cacher(CONFIGMAPS) is None and ondemand.refused_memory == 1
+    ondemand.ctx.cachers.pop(PODS)
+    ondemand.housekeeping()
+    ondemand.cacher(CONFIGMAPS)
+    assert starts.started.count("configmaps") == 2

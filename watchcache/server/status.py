@@ -129,6 +129,11 @@ def _merged_caching(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
         "started": sum(p["started"] for p in parts),
         "stopped": stopped,
         "passed_through_syncing": sum(p["passed_through_syncing"] for p in parts),
+        # --cache-memory-bytes is per worker: the budget of one, the bytes and refusals of all.
+        "memory_budget_bytes": parts[0].get("memory_budget_bytes", 0),
+        "accounted_bytes": sum(p.get("accounted_bytes", 0) for p in parts),
+        "over_budget": sorted({k for p in parts for k in p.get("over_budget", ())}),
+        "refused_over_budget": sum(p.get("refused_over_budget", 0) for p in parts),
     }
 
 

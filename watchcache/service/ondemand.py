@@ -21,14 +21,22 @@ as the owner's caches are, and dropping it frees the owner's in turn.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
+import itertools
 import logging
+import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from watchcache.dispatch.cacher import Cacher
-from watchcache.dispatch.lifecycle import CachePolicy, Why, idle, seconds
+from watchcache.dispatch.lifecycle import CachePolicy, Usage, Why, accounted_bytes, idle, over_budget, seconds
 from watchcache.resources import ResourceType
 from watchcache.server.context import ApiContext
 from watchcache.watchers.watcher import CloseReason
@@ -76,6 +84,15 @@ class OnDemandCaches:
         self.passed_syncing = 0
         # Seconds from the first read to the cache's sync, the last one per kind (/debug/cache).
         self.sync_seconds: dict[str, float] = {}
+        # --cache-memory-bytes: each kind's bytes here at the last tick, and the kinds dropped for
+        # the budget with their size then (a read starts one again only once it fits).
+        self.accounted: dict[ResourceType, int] = {}
+        self.too_big: dict[ResourceType, int] = {}
+        self.refused_memory = 0
+        # Called with a kind whose cache stopped (its protobuf cache goes with it: service/proxy.py).
+        self.on_drop: list[Callable[[ResourceType], None]] = []
+        # A cache stopped at the last tick: its memory is handed back to the system at this one.
+        self._freed = False
 
     # ------------------------------------------------------------------ reads
 
@@ -91,7 +108,7 @@ class OnDemandCaches:
             if why in (Why.DEFAULT, Why.RESOURCES):  # another worker's from-start kind: follow it
                 follow = self.follow_from_start
                 return follow(resource) if follow is not None and not self.owns(resource) else None
-            if self.policy.refusal(resource) is not None:
+            if self.policy.refusal(resource) is not None or self._does_not_fit(resource):
                 return None
             entry = self._start(resource, Why.ON_DEMAND)
             if entry is None:
@@ -111,7 +128,7 @@ class OnDemandCaches:
             return cached
         entry = self.entries.get(resource)
         if entry is None:
-            if self.policy.refusal(resource) is not None:
+            if self.policy.refusal(resource) is not None or self._does_not_fit(resource):
                 return None
             entry = self._start(resource, self.policy.at_start(resource) or Why.ON_DEMAND)
         return entry.cacher if entry is not None else None
@@ -167,10 +184,65 @@ class OnDemandCaches:
             len(entry.cacher.cache),
         )
 
+    # ------------------------------------------------------------------ the memory budget
+
+    def usage(self) -> dict[ResourceType, int]:
+        """Each kind's accounted bytes in this worker: its cache (owned or followed) and its protobuf cache."""
+        out: dict[ResourceType, int] = {}
+        for cacher in [*self.ctx.cachers.values(), *self.ctx.more_cachers()]:
+            size = accounted_bytes(cacher.cache.stats(), _derived_per_object(cacher))
+            out[cacher.resource] = out.get(cacher.resource, 0) + size
+        return out
+
+    def _does_not_fit(self, resource: ResourceType) -> bool:
+        """A kind dropped for the budget starts again only once its size then fits in it now."""
+        size = self.too_big.get(resource)
+        if size is None:
+            return False
+        if sum(self.accounted.values()) + size <= self.policy.memory_bytes:
+            del self.too_big[resource]
+            return False
+        self.refused_memory += 1
+        return True
+
+    def _enforce_budget(self) -> None:
+        budget = self.policy.memory_bytes
+        self.accounted = usage = self.usage()
+        if budget <= 0:
+            return
+        droppable = {r for r, e in self.entries.items() if e.why in (Why.ON_DEMAND, Why.ALL)}
+        weights = [
+            Usage(r.qualified, size, self.entries[r].cacher.last_used if r in droppable else 0.0, r not in droppable)
+            for r, size in usage.items()
+        ]
+        by_name = {r.qualified: r for r in usage}
+        total = sum(usage.values())
+        dropping = over_budget(weights, budget)
+        for name in dropping:
+            resource = by_name[name]
+            size = usage[resource]
+            log.warning(
+                "caching %s stopped: over --cache-memory-bytes (this worker's caches hold %d of %d bytes; "
+                "%s holds %d, the least recently read); its reads pass through until it fits again",
+                resource.path_id(),
+                total,
+                budget,
+                name,
+                size,
+            )
+            self.too_big[resource] = size
+            self.drop(resource, "memory")
+            total -= size
+        if dropping:
+            self.accounted = self.usage()
+
     # ------------------------------------------------------------------ housekeeping
 
     def housekeeping(self) -> None:
-        """Each tick: publish the caches that synced, stop the on-demand ones nobody reads."""
+        """Each tick: publish the caches that synced, stop the on-demand ones nobody reads, keep to the budget."""
+        if self._freed:
+            self._freed = False
+            _give_back()
         now = self.clock()
         for resource, entry in list(self.entries.items()):
             cacher = entry.cacher
@@ -180,6 +252,7 @@ class OnDemandCaches:
                 continue
             if idle(now, cacher.last_used, len(cacher.dispatcher), len(cacher.replicas), self.policy.idle):
                 self.drop(resource, "idle", f"no read for {seconds(self.policy.idle)}")
+        self._enforce_budget()
 
     def drop(self, resource: ResourceType, reason: str, detail: str = "") -> bool:
         """Stop the cache of ``resource`` and free it; its watches end (the client watches again,
@@ -195,6 +268,9 @@ class OnDemandCaches:
             watcher.close(CloseReason.CACHE_STOPPED)
         entry.stop()
         cacher.stop()
+        for dropped in self.on_drop:
+            dropped(resource)
+        self._freed = True
         self.stopped[reason] = self.stopped.get(reason, 0) + 1
         log.info("caching %s stopped (%s)%s", resource.path_id(), reason, f": {detail}" if detail else "")
         return True
@@ -225,11 +301,87 @@ class OnDemandCaches:
                 "sync_seconds": round(entry.synced - entry.started, 3) if entry.synced is not None else None,
                 "last_upstream_error": failure.as_json(wall) if failure is not None and failing else None,
             }
+        for resource, size in self.accounted.items():
+            if resource.qualified in kinds:
+                kinds[resource.qualified]["accounted_bytes"] = size
         return {
             "on_demand": self.policy.on_demand,
             "idle": seconds(self.policy.idle),
+            "memory_budget_bytes": self.policy.memory_bytes,
+            "accounted_bytes": sum(self.accounted.values()),
+            "over_budget": sorted(r.qualified for r in self.too_big),
+            "refused_over_budget": self.refused_memory,
             "kinds": kinds,
             "started": self.started,
             "stopped": dict(self.stopped),
             "passed_through_syncing": self.passed_syncing,
         }
+
+
+def _give_back() -> None:
+    """Return a stopped cache's memory to the system: Python keeps freed memory in its heap (RSS stayed
+    at its peak after a 25 MB cache was dropped), glibc's ``malloc_trim`` hands the free pages back."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+def _derived_per_object(cacher: Cacher, sample: int = 32) -> float:
+    """The average bytes of the encodings derived from a cached object (its metadata in JSON and in
+    protobuf, its Table row), from the first ``sample`` objects: an estimate, O(sample) per tick."""
+    objects = list(itertools.islice(cacher.cache.snapshot().iter_range("", None), sample))
+    if not objects:
+        return 0.0
+    total = 0
+    for obj in objects:
+        for derived in (obj.meta_json, obj.meta_pb, obj.table_row):
+            if isinstance(derived, (bytes, bytearray)):
+                total += len(derived)
+            elif derived is not None:
+                total += sys.getsizeof(derived)
+    return total / len(objects)
+
+
+class OnDemandCollector(Collector):
+    """The caches reads start: started, stopped by reason, reads passed through while syncing, and
+    each kind's accounted bytes against --cache-memory-bytes."""
+
+    def __init__(self, ondemand: OnDemandCaches) -> None:
+        self.ondemand = ondemand
+
+    def collect(self) -> Iterator[Metric]:
+        od = self.ondemand
+        started = CounterMetricFamily("watchcache_caches_started", "Caches started by a read (or --resources all)")
+        started.add_metric([], od.started)
+        yield started
+        stopped = CounterMetricFamily(
+            "watchcache_caches_stopped", "Caches stopped: idle, memory (--cache-memory-bytes), crd", labels=["reason"]
+        )
+        for reason, count in sorted(od.stopped.items()):
+            stopped.add_metric([reason], count)
+        yield stopped
+        syncing = CounterMetricFamily(
+            "watchcache_reads_passed_while_syncing", "Reads passed through while their kind's cache was syncing"
+        )
+        syncing.add_metric([], od.passed_syncing)
+        yield syncing
+        refused = CounterMetricFamily(
+            "watchcache_reads_passed_over_budget", "Reads of a kind dropped for the memory budget, passed through"
+        )
+        refused.add_metric([], od.refused_memory)
+        yield refused
+        budget = GaugeMetricFamily("watchcache_cache_memory_budget_bytes", "--cache-memory-bytes (0: none)")
+        budget.add_metric([], od.policy.memory_bytes)
+        yield budget
+        accounted = GaugeMetricFamily(
+            "watchcache_cache_memory_bytes",
+            "A kind's accounted bytes in this worker: objects, history, indexes, derived encodings (an estimate)",
+            labels=["group", "resource"],
+        )
+        for resource, size in sorted(od.accounted.items(), key=lambda item: item[0].qualified):
+            accounted.add_metric([resource.group, resource.resource], size)
+        yield accounted

@@ -79,6 +79,9 @@ class CachingOptions:
     # informer's watch keeps its kind read, so this only frees what one-off reads (kubectl) started,
     # and a restart costs one LIST.
     idle: float = 600.0
+    # --cache-memory-bytes: per worker, what its caches may hold before the least recently read
+    # kinds a read started are dropped (0: no budget).
+    memory_bytes: int = 0
 
     def check(self) -> None:
         if self.idle < 0:
@@ -187,6 +190,7 @@ def _caching(args: argparse.Namespace) -> CachingOptions:
         on_demand=args.cache_on_demand,
         exclude=tuple(r.strip() for r in (args.cache_exclude or "").split(",") if r.strip()),
         idle=args.cache_idle,
+        memory_bytes=args.cache_memory_bytes,
     )
     caching.check()
     return caching
@@ -205,6 +209,7 @@ def cache_policy(options: RunOptions) -> CachePolicy:
         on_demand=options.caching.on_demand,
         idle=options.caching.idle,
         secrets_on_demand=options.auth is not None,
+        memory_bytes=options.caching.memory_bytes,
     )
 
 

@@ -23,7 +23,7 @@ from watchcache.server.tunnel import TunnelCollector, Tunnels
 from watchcache.service.crds import CustomResources
 from watchcache.service.flowconfig import FlowConfigSource
 from watchcache.service.lifecycle import Wiring, api_context, run
-from watchcache.service.ondemand import OnDemandCaches
+from watchcache.service.ondemand import OnDemandCaches, OnDemandCollector
 from watchcache.service.options import RunOptions, cache_policy, first_worker, owns
 from watchcache.service.shard import wire_shard
 from watchcache.upstream.backfill import UpstreamBackfill
@@ -154,13 +154,23 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     ondemand = OnDemandCaches(ctx, policy, start_owned, lambda t: owns(options.shard, t))
     ctx.on_demand = ondemand.cacher
     protobuf_cacher = protobuf.cacher
-    ctx.protobuf = lambda t: protobuf_cacher(t) if policy.refusal(t) is None else None
+    ctx.protobuf = lambda t: protobuf_cacher(t) if policy.refusal(t) is None and t not in ondemand.too_big else None
     wiring.housekeeping.append(ondemand.housekeeping)
     if policy.on_demand or policy.all_kinds:
         wiring.housekeeping.append(CustomResources(ondemand).housekeeping)
     more = wiring.ctx.more_cachers
     wiring.ctx.more_cachers = lambda: [*more(), *ondemand.cachers()]
     wiring.handler.caching = ondemand.status
+    wiring.collectors.append(OnDemandCollector(ondemand))
+
+    def drop_protobuf(t: ResourceType) -> None:
+        # The kind's protobuf cache goes with it (its bytes were the kind's too).
+        entry = protobuf.caches.pop(t, None)
+        if entry is not None:
+            entry[1].cancel()
+            entry[0].stop()
+
+    ondemand.on_drop.append(drop_protobuf)
 
     async def stop_ondemand() -> None:
         ondemand.stop()
