@@ -3,19 +3,22 @@ HTTP. Every other kind the sim serves is cached from its first read (service/ond
 
 from __future__ import annotations
 
+import http.client
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.httpkube import WatchStream, cm_path, configmap, get, get_ok, path_with, write
-from tests.support.processes import Stack, start_stack
+from tests.support.httpkube import WatchStream, call, cm_path, configmap, get, get_ok, path_with, write
+from tests.support.processes import Stack, start, start_stack, wait_ready
 from tests.support.waiting import wait_until
 
 CONFIGMAPS = "/api/v1/configmaps"
 DEPLOYMENTS = "/apis/apps/v1/deployments"
 SIM = ("--objects", "20", "--namespaces", "2")
+POLICY = str(Path(__file__).resolve().parents[2] / "watchcache/sim/policy-example.yaml")
 
 
 def debug_cache(url: str) -> dict[str, Any]:
@@ -194,3 +197,48 @@ def test_over_the_memory_budget_the_least_recently_read_kind_is_dropped_and_pass
     finally:
         s.proxy.stop()
         s.sim.stop()
+
+
+def test_a_kind_the_proxy_may_not_list_is_reported_and_passed_through_and_blocks_nothing(tmp_path: Path) -> None:
+    # The proxy's own identity is alice (pods and configmaps only): nodes, read by the admin, cannot be cached.
+    token = tmp_path / "token"
+    token.write_text("alice-token")
+    sim = start("sim", "--objects", "20", "--namespaces", "2", "--policy-file", POLICY)
+    try:
+        proxy = start(
+            "serve", "--upstream", sim.url, "--token-file", str(token), "--authentication", "delegated",
+            "--resources", "pods", "--workers", "1",
+        )  # fmt: skip
+        try:
+            wait_ready(proxy)
+            for _ in range(3):
+                assert call(proxy.url, "/api/v1/nodes", "admin-token")[0] == 200  # the upstream's answer
+                assert call(proxy.url, "/api/v1/configmaps", "admin-token")[0] == 200
+
+            def reported() -> str:
+                status, text = get_text(proxy.url, "/readyz?verbose", "admin-token")
+                return text if status == 200 and "[+]cache-syncing:nodes (on demand" in text else ""
+
+            wait_until(reported, timeout=10.0)
+            text = reported()
+            assert "403" in text or "forbidden" in text.lower(), text
+            assert "readyz check passed" in text and "[+]cache-synced:configmaps ok (on demand)" in text, text
+            _, view = call(proxy.url, "/debug/cache", "admin-token")
+            nodes = view["caching"]["kinds"]["nodes"]
+            assert nodes["state"] == "syncing" and nodes["last_upstream_error"] is not None
+            metrics = get_text(proxy.url, "/metrics", "admin-token")[1]
+            assert "watchcache_upstream_errors_total{" in metrics and 'resource="nodes"' in metrics
+        finally:
+            proxy.stop()
+    finally:
+        sim.stop()
+
+
+def get_text(url: str, path: str, token: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection(*url.removeprefix("http://").rsplit(":", 1), timeout=10)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
