@@ -297,6 +297,9 @@ def _sim_command_flags(sim: argparse.ArgumentParser) -> None:
     _serving(sim.add_argument_group("serving"), proxy=False)
     _sim_flags(sim.add_argument_group("the simulated cluster"))
     _sim_auth_flags(sim.add_argument_group("authentication (with --policy-file)"))
+    sim.add_argument("--crds", action="store_true", help="serve CustomResourceDefinitions: each one created "
+                     "becomes a resource of the cluster at once, and deleting it deletes its objects and the resource "
+                     "(no schemas, no conversion; not with --state-file)")
     _reads(sim.add_argument_group("tuning: reads"), proxy=False)
     _delivery(sim.add_argument_group("tuning: watch delivery"))
     # The simulated cluster's clients are tests and benchmarks on one host: no per-address limit.

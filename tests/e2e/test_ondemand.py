@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.httpkube import WatchStream, call, cm_path, configmap, get, get_ok, path_with, write
+from tests.support.httpkube import WatchStream, call, cm_path, configmap, get, get_ok, path_with, request, write
 from tests.support.processes import Stack, start, start_stack, wait_ready
 from tests.support.waiting import wait_until
 
@@ -242,3 +242,76 @@ def get_text(url: str, path: str, token: str) -> tuple[int, str]:
         return resp.status, resp.read().decode()
     finally:
         conn.close()
+
+
+GADGETS_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def gadget_crd(*versions: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+            "versions": [{"name": v, "served": True, "storage": v == versions[0]} for v in versions],
+        },
+    }
+
+
+def gadget(name: str, version: str = "v1") -> dict[str, Any]:
+    return {"apiVersion": f"example.com/{version}", "kind": "Gadget", "metadata": {"name": name}}
+
+
+def test_custom_resources_follow_their_crds_created_changed_and_deleted_while_clients_watch() -> None:
+    s = start_stack("--resources", "pods", "--workers", "2", sim_args=(*SIM, "--crds"))
+    try:
+        proxy, sim = s.proxy.url, s.sim.url
+        gadgets = "/apis/example.com/v1/namespaces/ns-0/gadgets"
+        write(sim, "POST", GADGETS_CRD, gadget_crd("v1"))  # after the proxy started
+        write(sim, "POST", gadgets, gadget("g-1"))
+        started = time.monotonic()
+
+        def cached(path: str) -> bool:
+            listed = get_ok(proxy, path)  # a read, on whichever worker: starts the kind there
+            view = debug_cache(proxy)["resources"].get("gadgets.example.com")
+            replicas = view["replicas"].values() if view else ()
+            return len(replicas) == 2 and all(r["ready"] for r in replicas) and listed == get_ok(sim, path)
+
+        wait_until(lambda: cached(gadgets), timeout=5.0)
+        took = time.monotonic() - started
+        assert took < 5.0, took
+        listed = get_ok(proxy, gadgets)
+        assert [g["metadata"]["name"] for g in listed["items"]] == ["g-1"]
+        passed = uncached(proxy)
+        with WatchStream(
+            proxy, path_with(gadgets, watch=1, resourceVersion=listed["metadata"]["resourceVersion"])
+        ) as w:
+            write(sim, "POST", gadgets, gadget("g-2"))
+            event = w.next()
+            assert event is not None and event["type"] == "ADDED" and event["object"]["metadata"]["name"] == "g-2"
+            assert uncached(proxy) == passed, "the watch is the cache's"
+            # A new version: served, and cached from its first read, without a restart.
+            write(sim, "PUT", f"{GADGETS_CRD}/gadgets.example.com", gadget_crd("v1", "v2"))
+            v2 = gadgets.replace("/v1/", "/v2/")
+            write(sim, "POST", v2, gadget("g-3", "v2"))
+            wait_until(lambda: get(proxy, v2).status == 200 and get_ok(proxy, v2) == get_ok(sim, v2), timeout=5.0)
+            # Deleted: its objects' DELETED events (the sim deletes them first, as kube's cleanup), then
+            # the watch ends, as kube ends the watches of a kind whose CRD is gone.
+            request(sim, "DELETE", f"{GADGETS_CRD}/gadgets.example.com")
+            deleted = time.monotonic()
+            seen = []
+            while (event := w.next(timeout=10.0)) is not None:
+                seen.append((event["type"], event["object"]["metadata"].get("name")))
+            ended = time.monotonic() - deleted
+        assert ("DELETED", "g-1") in seen and ("DELETED", "g-2") in seen, seen
+        assert ended < 5.0, ended
+        wait_until(lambda: get(proxy, gadgets).status == 404, timeout=5.0)
+        wait_until(lambda: "gadgets.example.com" not in debug_cache(proxy)["resources"], timeout=5.0)
+        assert debug_cache(proxy)["caching"]["stopped"].get("crd", 0) >= 1
+        print(f"\nCRD created: served from the cache {took:.2f}s after; deleted: the watch ended {ended:.2f}s after")
+    finally:
+        s.proxy.stop()
+        s.sim.stop()

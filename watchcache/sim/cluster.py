@@ -35,7 +35,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from watchcache import apierrors
@@ -46,8 +46,10 @@ from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
 from watchcache.quoting import go_quote
 from watchcache.resources import ResourceRegistry, ResourceType
+from watchcache.sim.crds import CRDS, crd_status, served
 from watchcache.sim.journal import Journal, load_state
 from watchcache.sim.patches import apply_patch, parse_patch
+from watchcache.watchers.watcher import CloseReason
 
 Listener = Callable[[ResourceType, list[tuple[str, CachedObject]], int], None]
 
@@ -109,6 +111,14 @@ class SimCluster:
         self.rv = 1
         self.cachers: dict[ResourceType, Cacher] = {t: Cacher(t, config, clock) for t in registry.types}
         self._namespaces = registry.get("", "v1", "namespaces")
+        # With CRDs served (``sim --crds``, sim/crds.py): the kinds they define, and a counter that
+        # moves when the kinds do (discovery is rebuilt then).
+        self._crds = registry.get(CRDS.group, CRDS.version, CRDS.resource)
+        self._custom: dict[tuple[str, str, str], ResourceType] = {}
+        self.registry_version = 0
+        self._config, self._clock = config, clock
+        if self._crds is not None and state_file is not None:
+            raise ValueError("CRDs are not journaled: --crds cannot be used with --state-file")
         self._listeners: list[Listener] = []
         self._commits = 0
         self._rng = random.Random(seed)
@@ -217,6 +227,8 @@ class SimCluster:
         for server_only in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(server_only, None)
         _default_on_create(resource, obj, meta)
+        if resource == self._crds:
+            crd_status(obj)
         return self._commit(cacher, ADDED, obj)
 
     def update(self, resource: ResourceType, namespace: str, name: str, obj: dict[str, Any]) -> CachedObject:
@@ -238,6 +250,8 @@ class SimCluster:
         """Immediate delete; a namespace takes everything in it along, one commit per object."""
         cacher = self.cacher(resource)
         current = self._existing(resource, namespace, name)
+        if resource == self._crds:  # kube's customresourcecleanup: the objects go first
+            self._delete_objects(served([current.decode()]).values())
         if resource == self._namespaces:
             if name in PROTECTED_NAMESPACES:
                 raise StatusError(
@@ -306,6 +320,8 @@ class SimCluster:
                     obj[kept] = old[kept]
             _namespace_label(meta, name)
         _default_pod_phase(resource, obj)
+        if resource == self._crds:
+            crd_status(obj)
         meta["resourceVersion"] = old_meta.get("resourceVersion")
         if obj == old:
             return current  # kube's storage skips a write that changes nothing: no new revision, no event
@@ -332,7 +348,43 @@ class SimCluster:
         self._commits += 1
         for listener in self._listeners:
             listener(cacher.resource, changes, rv)
+        if cacher.resource == self._crds:
+            self._follow_crds()
         return cached
+
+    def _follow_crds(self) -> None:
+        """Serve what the CRDs define now: new kinds added, kinds gone or changed removed (sim/crds.py)."""
+        crds = self.cachers[self._crds] if self._crds is not None else None
+        if crds is None:
+            return
+        desired = served([o.decode() for o in crds.cache.snapshot().iter_range("", None)])
+        for gvr, old in list(self._custom.items()):
+            if desired.get(gvr) != old:
+                self._delete_objects([old])
+                cacher = self.cachers.pop(old)
+                for watcher in list(cacher.dispatcher.watchers()):
+                    watcher.close(CloseReason.CACHE_STOPPED)
+                cacher.stop()
+                self.registry.remove(old)
+                del self._custom[gvr]
+                self.registry_version += 1
+        for gvr, new in desired.items():
+            if gvr in self._custom or self.registry.get(*gvr) is not None:
+                continue
+            cacher = self.cachers[new] = Cacher(new, self._config, self._clock)
+            cacher.replace([], self.rv)
+            self.registry.add(new)
+            self._custom[gvr] = new
+            self.registry_version += 1
+
+    def _delete_objects(self, resources: Iterable[ResourceType]) -> None:
+        """Every object of ``resources``, deleted: a commit (a DELETED event) each."""
+        for resource in resources:
+            cacher = self.cachers.get(resource)
+            if cacher is None:
+                continue
+            for obj in list(cacher.cache.snapshot().iter_range("", None)):
+                self._commit_object(cacher, DELETED, obj.with_resource_version(self.rv + 1))
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         prefix = namespace + "/"

@@ -47,6 +47,7 @@ class SimUpstream:
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
         self.discovery = Discovery(cluster.registry)
+        self._discovered = cluster.registry_version
         # Set by ``watchcache sim`` (not by the embedded mode): POST /sim/faults.
         self.faults: FaultInjector | None = None
         # With a policy file: TokenReview and SubjectAccessReview, as an apiserver answers them,
@@ -91,6 +92,9 @@ class SimUpstream:
         if info is None:
             if self.gate is not None:  # as an apiserver: discovery is authenticated and authorized too
                 await self.gate.check_path(request, peercert=request.peercert)
+            if self._discovered != self.cluster.registry_version:  # a CRD came or went (sim/crds.py)
+                self.discovery = Discovery(self.cluster.registry)
+                self._discovered = self.cluster.registry_version
             doc = self.discovery.get(request.path)
             if doc is None:
                 raise apierrors.path_not_found()

@@ -23,6 +23,8 @@ class SimOptions:
     requestheader_allowed_names: tuple[str, ...] = ()
     # With a policy: requests without credentials are anonymous (else 401), as kube's --anonymous-auth.
     anonymous: bool = True
+    # Serve CustomResourceDefinitions and the kinds they define (``watchcache sim --crds``: sim/crds.py).
+    crds: bool = False
     # The flags' prefix: "" for ``watchcache sim``, "sim-" for ``serve --simulated`` (its messages name them).
     flag_prefix: str = ""
 
@@ -41,6 +43,7 @@ class SimOptions:
             anonymous=g.get("anonymous_auth", True) if args.command == "sim" else True,
             requestheader_ca_file=g.get("requestheader_client_ca_file"),
             flag_prefix=prefix.replace("_", "-"),
+            crds=bool(g.get("crds")) if args.command == "sim" else False,
             requestheader_allowed_names=tuple(
                 n.strip() for n in g.get("requestheader_allowed_names", "").split(",") if n.strip()
             ),

@@ -16,13 +16,14 @@ from watchcache.auth.gate import AuthOptions, Gate
 from watchcache.auth.requestheader import RequestHeaderAuthenticator, RequestHeaderNames, ca_subjects
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.request import Request
-from watchcache.resources import ResourceRegistry
+from watchcache.resources import BUILTIN, ResourceRegistry
 from watchcache.server.app import ApiHandler
 from watchcache.service.lifecycle import Wiring, api_context, run
 from watchcache.service.options import RunOptions
 from watchcache.sim.auth import LocalReviewClient
 from watchcache.sim.churn import Churn, populate
 from watchcache.sim.cluster import SimCluster
+from watchcache.sim.crds import CRDS
 from watchcache.sim.embedded import EmbeddedUpstream, SimUpstream
 from watchcache.sim.faults import FaultInjector
 from watchcache.sim.gate import ApiserverGate
@@ -37,7 +38,8 @@ SIMULATED_READY_LINE = "[+]upstream ok: SIMULATED cluster in this process (serve
 
 def _sim_cluster(options: RunOptions, sim: SimOptions) -> SimCluster:
     try:
-        cluster = SimCluster(ResourceRegistry(), options.cache, state_file=sim.state_file)
+        registry = ResourceRegistry((*BUILTIN, CRDS)) if sim.crds else ResourceRegistry()
+        cluster = SimCluster(registry, options.cache, state_file=sim.state_file)
     except OSError as e:
         raise ValueError(f"--{sim.flag_prefix}state-file {sim.state_file}: {e.strerror or e}") from None
     if not cluster.restored:  # a restart from the journal already has its objects
