@@ -226,10 +226,10 @@ def test_a_cluster_bigger_than_the_memory_budget_keeps_the_worker_within_it(
         kinds = ["/api/v1/configmaps", "/api/v1/events", "/apis/rbac.authorization.k8s.io/v1/clusterroles"]
         for path in kinds:
             through.get(path, limit=1)
-        wait_for(lambda: debug(through)["caching"]["stopped"].get("memory", 0) >= 2, 30, "the big kinds dropped")
+        # The kit's ConfigMaps are over 13 MB; its Events come and go (an hour's TTL): dropped or not.
+        wait_for(lambda: "configmaps" in debug(through)["caching"]["over_budget"], 30, "the ConfigMaps dropped")
         time.sleep(2.5)  # two ticks: the freed pages handed back
         view = debug(through)["caching"]
-        assert {"configmaps", "events"} <= set(view["over_budget"]), view
         assert view["accounted_bytes"] <= budget, view
         rss = proc_rss_kb(proc.process.pid)
         # Over budget, reads are the apiserver's answers (passed through).
