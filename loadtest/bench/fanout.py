@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from loadtest.bench import lib as bl
 
@@ -78,7 +78,15 @@ class Writer:
     """
 
     def __init__(
-        self, base: str, stamp_names: list[str], filler: list[tuple[str, str]], conns: int = 4, token: str = ""
+        self,
+        base: str,
+        stamp_names: list[str],
+        filler: list[tuple[str, str]],
+        conns: int = 4,
+        token: str = "",
+        *,
+        resource: str = "pods",
+        stamp_ns: str = STAMP_NS,
     ) -> None:
         host, port = base.split("://", 1)[1].rsplit(":", 1)
         self.host, self.port = host, int(port)
@@ -86,6 +94,8 @@ class Writer:
         self.auth = bl.auth_header(token)
         self.stamp_names = stamp_names
         self.filler = filler
+        self.resource = resource.encode()
+        self.stamp_ns = stamp_ns
         self.n_conns = conns
         self.conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.inflight: list[int] = []
@@ -117,7 +127,12 @@ class Writer:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             m = re.search(rb"(?i)content-length: *(\d+)", head)
-            body = await reader.readexactly(int(m.group(1))) if m else b""
+            if m:
+                body = await reader.readexactly(int(m.group(1)))
+            elif re.search(rb"(?i)transfer-encoding: *chunked", head):  # kube-apiserver's answers over ~2 KB
+                body = await _read_chunked(reader)
+            else:
+                body = b""
             self.inflight[i] -= 1
             if b" 200 " in head.split(b"\r\n", 1)[0]:
                 self.stats["ok"] += 1
@@ -129,7 +144,7 @@ class Writer:
     def _one(self, conn: int, seq: int, last_stamp: float) -> float:
         now = time.time()
         if self.stamp_every and now - last_stamp >= self.stamp_every:
-            ns, name = STAMP_NS, self.stamp_names[seq % len(self.stamp_names)]
+            ns, name = self.stamp_ns, self.stamp_names[seq % len(self.stamp_names)]
             body = b'{"metadata":{"annotations":{"%s":"%.6f"}}}' % (bl.STAMP_KEY.encode(), now)
             last_stamp = now
             self.stats["stamped"] += 1
@@ -137,9 +152,9 @@ class Writer:
             ns, name = self.filler[seq % len(self.filler)]
             body = b'{"metadata":{"annotations":{"bench/filler-xx":"%.6f"}}}' % now
         self.conns[conn][1].write(
-            b"PATCH /api/v1/namespaces/%s/pods/%s HTTP/1.1\r\nHost: %s\r\n%s"
+            b"PATCH /api/v1/namespaces/%s/%s/%s HTTP/1.1\r\nHost: %s\r\n%s"
             b"Content-Type: application/merge-patch+json\r\nContent-Length: %d\r\n\r\n%s"
-            % (ns.encode(), name.encode(), self.host.encode(), self.auth, len(body), body)
+            % (ns.encode(), self.resource, name.encode(), self.host.encode(), self.auth, len(body), body)
         )
         self.inflight[conn] += 1
         self.stats["sent"] += 1
@@ -169,6 +184,14 @@ class Writer:
                 done += max(0, due)
                 await asyncio.sleep(0.005)
 
+    async def drain(self, timeout: float = 15.0) -> bool:
+        """Stop writing and wait for every sent write's answer (so ``stats['ok']`` is final)."""
+        self.set_rate(0, 0)
+        deadline = time.monotonic() + timeout
+        while any(self.inflight) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return not any(self.inflight)
+
     async def close(self) -> None:
         self.rate = 0.0
         for t in self._tasks:
@@ -176,6 +199,16 @@ class Writer:
         for _, w in self.conns:
             w.close()
         self.conns = []
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body (no trailers): each chunk is followed by CRLF, the last (size 0) too."""
+    parts = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
+        parts.append((await reader.readexactly(size + 2))[:size])
+        if size == 0:
+            return b"".join(parts)
 
 
 class CeilingLoad:
@@ -207,26 +240,51 @@ class CeilingLoad:
 # ---------------------------------------------------------------- one measurement
 
 
+class CpuSource(Protocol):
+    def cpu(self) -> float: ...
+
+
+class Served(CpuSource, Protocol):
+    """What the watches connect to: a started process (``bl.Proc``) or a server known by its pids."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def host_port(self) -> tuple[str, int]: ...
+    @property
+    def tls(self) -> bool: ...
+
+
 async def measure(
     *,
     variant: str,
-    target: bl.Proc,
+    target: Served,
     load: Writer | CeilingLoad,
     watchers: int,
     rate: float,
     args: argparse.Namespace,
-    cpu_procs: dict[str, bl.Proc],
+    cpu_procs: dict[str, CpuSource],
     token: str = "",
     owner: int | None = None,
     profile: bool = False,
+    path: str = "",
+    check: bool = False,
+    probe_token: str = bl.ADMIN_TOKEN,
 ) -> dict[str, Any]:
+    """One window of ``variant``: K fresh watches, the load at ``rate``, CPU of ``cpu_procs`` in the window.
+
+    ``check`` (a ``Writer`` load): after the window, stop the writes, wait for their answers and for
+    the watches to go quiet, then require every watch to have read exactly one frame per
+    successful write (``missing`` = the shortfall of the emptiest watch, ``extra`` = the excess of
+    the fullest).
+    """
     host, port = target.host_port
     n_readers = max(1, min(args.readers, watchers // 50 or 1))
     per = [watchers // n_readers + (1 if i < watchers % n_readers else 0) for i in range(n_readers)]
     sample_every = max(1, watchers // args.sample_conns)
     readers = []
     offset = 0
-    path = "/watch" if variant.startswith("ceiling") else PODS_WATCH
+    path = path or ("/watch" if variant.startswith("ceiling") else PODS_WATCH)
     for n in per:
         readers.append(
             await bl.Helper.start(
@@ -245,11 +303,12 @@ async def measure(
                 str(offset),
                 *(["--probe-worker"] if variant.startswith("proxy") else []),
                 *(["--tls"] if target.tls else []),
-                *(["--token", token, "--probe-token", bl.ADMIN_TOKEN] if token else []),
+                *(["--token", token, "--probe-token", probe_token] if token else []),
             )
         )
         offset += n
     prof = None
+    exact: dict[str, Any] | None = None
     try:
         t_conn = time.monotonic()
         conn = [await r.recv(timeout=300) for r in readers]
@@ -259,6 +318,7 @@ async def measure(
             errors = [e for c in conn for e in c["errors"]]
             bl.log(f"{variant} K={watchers}: only {established} watches established; {errors[:3]}")
         await load.open()
+        ok_before = load.stats.get("ok", 0)
         load.set_rate(rate, args.stamp_rate)
         await asyncio.sleep(args.warmup)
         since = time.time()
@@ -267,7 +327,7 @@ async def measure(
         s0 = [await r.ask("snap") for r in readers]
         c0 = {k: p.cpu() for k, p in cpu_procs.items()}
         m0, o0 = bl.machine_busy(), bl.self_cpu()
-        slow0 = slow_watchers(target) if not variant.startswith("ceiling") else {}
+        slow0 = slow_watchers(target) if isinstance(target, bl.Proc) and not variant.startswith("ceiling") else {}
         if isinstance(load, CeilingLoad):
             load.refresh()
         w0 = dict(load.stats)
@@ -275,7 +335,7 @@ async def measure(
         s1 = [await r.ask("snap") for r in readers]
         c1 = {k: p.cpu() for k, p in cpu_procs.items()}
         m1, o1 = bl.machine_busy(), bl.self_cpu()
-        slow1 = slow_watchers(target) if not variant.startswith("ceiling") else {}
+        slow1 = slow_watchers(target) if isinstance(target, bl.Proc) and not variant.startswith("ceiling") else {}
         if isinstance(load, CeilingLoad):
             load.refresh()
         w1 = dict(load.stats)
@@ -286,8 +346,10 @@ async def measure(
             lat.extend(got["latencies"])
             for label, values in got.get("by_label", {}).items():
                 by_worker.setdefault(label, []).extend(values)
-        if profile:
-            prof = await run_profile(cpu_procs["server"], args, f"{variant}-k{watchers}-r{rate:g}")
+        if profile and isinstance(target, bl.Proc):
+            prof = await run_profile(target, args, f"{variant}-k{watchers}-r{rate:g}")
+        if check and isinstance(load, Writer):
+            exact = await exact_delivery(load, readers, ok_before)
     finally:
         load.set_rate(0, 0)
         await load.close()
@@ -340,6 +402,8 @@ async def measure(
     }
     if prof is not None:
         out["profile"] = prof
+    if exact is not None:
+        out["exact"] = exact
     lat_s = out["latency_ms"]
     bl.log(
         f"{variant:9} K={watchers:>6} R={rate:>6g}: {delivered:>11,.0f} deliveries/s "
@@ -354,7 +418,32 @@ async def measure(
     return out
 
 
-def slow_watchers(target: bl.Proc) -> dict[str, float]:
+async def exact_delivery(load: Writer, readers: list[bl.Helper], ok_before: int) -> dict[str, Any]:
+    """Every watch read one frame per successful write since the load opened: stop, drain, count."""
+    answered = await load.drain()
+    written = load.stats.get("ok", 0) - ok_before
+    last: tuple[int, int] | None = None
+    quiet_since = time.monotonic()
+    deadline = quiet_since + 30.0
+    while time.monotonic() < deadline:
+        snaps = [await r.ask("snap") for r in readers]
+        now = (min(s["conn_frames_min"] for s in snaps), max(s["conn_frames_max"] for s in snaps))
+        if now != last:
+            last, quiet_since = now, time.monotonic()
+        elif now[0] >= written or time.monotonic() - quiet_since > 2.0:
+            break
+        await asyncio.sleep(0.2)
+    lo, hi = last or (0, 0)
+    return {
+        "writes": written,
+        "answered": answered,
+        "missing": max(0, written - lo),
+        "extra": max(0, hi - written),
+        "ok": answered and lo == hi == written,
+    }
+
+
+def slow_watchers(target: Served) -> dict[str, float]:
     """``watchcache_slow_watchers_total`` for pods (lagged / caught_up / expired), if exported."""
     out: dict[str, float] = {}
     with contextlib.suppress(Exception):
@@ -471,11 +560,11 @@ def proxy_configs(args: argparse.Namespace) -> dict[str, bl.Production]:
     }
 
 
-def pods_owner(proc: bl.Proc) -> int | None:
-    """The worker that reflects pods from the upstream (None with one worker)."""
+def pods_owner(proc: bl.Proc, resource: str = "pods") -> int | None:
+    """The worker that reflects ``resource`` from the upstream (None with one worker)."""
     with contextlib.suppress(Exception):
         shards = bl.get_json(proc.url + "/debug/shards")
-        return int(shards["owners"]["pods"])
+        return int(shards["owners"][resource])
     return None
 
 
@@ -579,7 +668,7 @@ async def run_all(args: argparse.Namespace, results: list[dict[str, Any]]) -> No
             tpl_path.unlink()
 
 
-async def settle(target: bl.Proc, variant: str, timeout: float = 20.0) -> None:
+async def settle(target: bl.Proc, variant: str, timeout: float = 20.0, resource: str = "pods") -> None:
     """After a measurement: wait until the server has dropped its watchers (or a short pause for the ceiling)."""
     await asyncio.sleep(1.0)
     if variant.startswith("ceiling"):
@@ -587,7 +676,7 @@ async def settle(target: bl.Proc, variant: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):
-            stats = bl.get_json(target.url + "/debug/cache")["resources"].get("pods", {})
+            stats = bl.get_json(target.url + "/debug/cache")["resources"].get(resource, {})
             if stats.get("watchers", 0) <= 2:  # the sim keeps the proxies' reflector watches
                 return
         await asyncio.sleep(0.5)
@@ -694,6 +783,18 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
                 "met": p99 <= 100,
             }
     goals.update(production_goals(results))
+    print_profiles(results)
+    for name, g in goals.items():
+        extra = ""
+        if "cpu_efficiency_vs_ceiling" in g:
+            extra = f"  (CPU efficiency vs ceiling {g['cpu_efficiency_vs_ceiling']}"
+            extra += "; other processes took > 0.5 core: the throughput ratio is unreliable)" if g["contended"] else ")"
+        verdict = "" if g["met"] is None else "MET" if g["met"] else "NOT MET"
+        print(f"goal {name}: {g['goal']}  measured {g['measured']}  {verdict}{extra}")
+    return goals
+
+
+def print_profiles(results: list[dict[str, Any]]) -> None:
     for r in results:
         if "profile" in r:
             for label, p in r["profile"]["processes"].items():
@@ -706,14 +807,6 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
                     for a, b in zip(p["self_top"], p["inclusive_top"] + [("", "")] * 20, strict=False)
                 ]
                 bl.print_table(["self (innermost frame)", "% active", "inclusive", "% active"], rows)
-    for name, g in goals.items():
-        extra = ""
-        if "cpu_efficiency_vs_ceiling" in g:
-            extra = f"  (CPU efficiency vs ceiling {g['cpu_efficiency_vs_ceiling']}"
-            extra += "; other processes took > 0.5 core: the throughput ratio is unreliable)" if g["contended"] else ")"
-        verdict = "" if g["met"] is None else "MET" if g["met"] else "NOT MET"
-        print(f"goal {name}: {g['goal']}  measured {g['measured']}  {verdict}{extra}")
-    return goals
 
 
 async def amain(args: argparse.Namespace) -> None:

@@ -44,6 +44,7 @@ class _WatchConn(asyncio.BufferedProtocol):
     __slots__ = (
         "carry",
         "done",
+        "frames",
         "head",
         "label",
         "last",
@@ -70,6 +71,7 @@ class _WatchConn(asyncio.BufferedProtocol):
         self.sampled = sampled
         self.done = done
         self.head: bytearray | None = bytearray()
+        self.frames = 0
         self.last = 0
         self.carry = b""
         # A sharded proxy: ask which worker holds this connection (keep-alive keeps it there).
@@ -153,6 +155,7 @@ class _WatchConn(asyncio.BufferedProtocol):
                 o += 1  # chunk framing: 2 per chunk, i.e. per write of the server
             i = find(b"\n", i + 1, n)
         self.last = data[n - 1]
+        self.frames += c
         st.frames += c
         st.framing += o
         st.bytes += n
@@ -239,6 +242,9 @@ async def _watch_reader(args: argparse.Namespace) -> None:
         cmd = json.loads(line)
         what = cmd["cmd"]
         if what == "snap":
+            # Per watch: the fewest and most frames any established connection has read (the benchmarks'
+            # exact check: every watch got every event once).
+            counts = [c.frames for c in conns if c.head is None] or [0]
             emit(
                 {
                     "t": time.time(),
@@ -247,6 +253,8 @@ async def _watch_reader(args: argparse.Namespace) -> None:
                     "bytes": st.bytes,
                     "closed": st.closed,
                     "established": st.established,
+                    "conn_frames_min": min(counts),
+                    "conn_frames_max": max(counts),
                     "cpu": rusage_cpu(),
                 }
             )

@@ -75,3 +75,19 @@ def test_follower_ratio_is_the_slowest_follower_over_the_owner() -> None:
     assert follower_ratio(by_worker, 0) == 2.5
     assert follower_ratio(by_worker, None) is None
     assert follower_ratio({"worker 0": {"p50": 10.0}}, 0) is None
+
+
+def test_writer_reads_chunked_answers_whole() -> None:
+    """kube-apiserver answers a PATCH of a 2 KB object chunked; the writer must consume every chunk."""
+    import asyncio
+
+    from loadtest.bench.fanout import _read_chunked
+
+    async def run() -> tuple[bytes, bytes]:
+        r = asyncio.StreamReader()
+        r.feed_data(b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n")
+        return await _read_chunked(r), await r.readuntil(b"\r\n")
+
+    body, following = asyncio.run(run())
+    assert body == b"hello world"
+    assert following == b"HTTP/1.1 200 OK\r\n"  # the next answer is left intact
