@@ -128,11 +128,18 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         tpl_path.write_bytes(template)
         bl.log(f"{up.kind} upstream {up.url}: {len(names)} ConfigMaps of {len(template)} bytes in {NAMESPACE}")
         prod = bl.Production(tls=True, authentication="delegated", workers=None)
-        configs = {"proxy": prod, "proxy-w1": prod.but(workers=1)}
+        configs: dict[str, tuple[bl.Production, list[str]]] = {
+            "proxy": (prod, []),
+            "proxy-w1": (prod.but(workers=1), []),
+        }
+        for name, extra in args.extra_variant:
+            configs[name] = (prod, extra)
+            args.variants.append(name)
         for name in args.variants:
             if name in configs:
-                procs[name] = kc.start_proxy(up, files, configs[name], args.proxy_args)
-                bl.log(f"started {name} ({configs[name].label}) at {procs[name].url}")
+                cfg, extra = configs[name]
+                procs[name] = kc.start_proxy(up, files, cfg, [*extra, *args.proxy_args])
+                bl.log(f"started {name} ({cfg.label} {' '.join(extra)}) at {procs[name].url}")
             elif name == "ceiling-tls":
                 cmd = bl.python_m("loadtest.bench.raw_fanout", "--template", str(tpl_path), *files.tls_args())
                 procs[name] = bl.start_process("raw-fanout", cmd)
@@ -201,7 +208,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
             r["us_supervisor_per_delivery"] = round(cpu["supervisor"] / d * 1e6, 2)
         by.setdefault(r["variant"], []).append(r)
     # What the upstream spends without fan-out: the proxy rounds (writes + the proxy's one watch).
-    base = [r["server_cpu"]["upstream"] for v in ("proxy", "proxy-w1") for r in by.get(v, [])]
+    base = [r["server_cpu"]["upstream"] for v in by if v.startswith("proxy") for r in by[v]]
     base_cores = fo._median(base) if base else float("nan")
     for r in by.get("direct", []):
         fan = r["server_cpu"]["server"] - base_cores
@@ -243,9 +250,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         return _med(by.get(v, []), key)
 
     kube_fan = per_delivery("direct", "us_fanout_per_delivery")
-    for v in ("proxy", "proxy-w1"):
-        if v not in by:
-            continue
+    for v in [v for v in by if v.startswith("proxy")]:
         mine = per_delivery(v)
         if kube_fan == kube_fan:
             m = round(mine / kube_fan, 3)
@@ -284,6 +289,13 @@ async def amain(args: argparse.Namespace) -> None:
                                 "goals": goals, "results": results})  # fmt: skip
 
 
+def _extra(text: str) -> tuple[str, list[str]]:
+    name, _, flags = text.partition("=")
+    if not name.startswith("proxy-"):
+        raise argparse.ArgumentTypeError("the variant's name starts with proxy-")
+    return name, flags.split()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     kit = bool(os.environ.get("KUBE_REFERENCE_URL"))
@@ -299,6 +311,13 @@ def main() -> None:
     p.add_argument("--size", type=int, default=2048, help="bytes of data per ConfigMap")
     p.add_argument("--readers", type=int, default=2, help="reader processes")
     p.add_argument("--sample-conns", type=int, default=40, help="connections parsing stamps (latency)")
+    p.add_argument(
+        "--extra-variant",
+        type=_extra,
+        action="append",
+        default=[],
+        help='NAME=FLAGS: also the production proxy with FLAGS, e.g. "proxy-nopace=--watch-flush-pacing 0"',
+    )
     p.add_argument("--proxy-args", type=lambda s: s.split(), default=[], help="extra flags for the proxies")
     p.add_argument("--profile", action="store_true", help="py-spy every proxy process in the first round")
     p.add_argument("--profile-seconds", type=float, default=6.0)
