@@ -91,3 +91,40 @@ def test_writer_reads_chunked_answers_whole() -> None:
     body, following = asyncio.run(run())
     assert body == b"hello world"
     assert following == b"HTTP/1.1 200 OK\r\n"  # the next answer is left intact
+
+
+def test_fanout_cm_counts_the_upstreams_fanout_apart_from_its_writes(capsys) -> None:
+    """kube-apiserver's fan-out CPU = its CPU in the direct round minus its CPU in the proxy rounds."""
+    from loadtest.bench.fanout_cm import report
+
+    def row(variant: str, server: float, upstream: float | None, delivered: int, missing: int = 0) -> dict:
+        cpu = {"server": server} | ({"upstream": upstream} if upstream is not None else {})
+        r = {
+            "variant": variant,
+            "server_cpu": cpu,
+            "delivered_s": delivered,
+            "delivered_fraction": 1.0,
+            "us_cpu_per_delivery": round(server / delivered * 1e6, 2),
+            "latency_ms": {"p50": 10.0, "p99": 50.0 if variant != "direct" else 100.0},
+            "frames_per_write": 1.0,
+            "load_avg_1m": 1.0,
+        }
+        if variant != "ceiling-tls":
+            r["exact"] = {"missing": missing, "extra": 0, "ok": missing == 0}
+        return r
+
+    results = [
+        row("ceiling-tls", 0.4, None, 100_000),
+        row("proxy", 0.45, 0.3, 100_000),
+        row("proxy-w1", 0.6, 0.5, 100_000, missing=3),
+        row("direct", 1.4, 1.4, 100_000),
+    ]
+    args = argparse.Namespace(watchers=1000, rate=100.0, upstream="kube")
+    goals = report(results, args)
+    # Base: the median of the proxy rounds' upstream CPU (0.3, 0.5) = 0.4 core; fan-out 1.0 core / 100k = 10 µs.
+    assert results[-1]["us_fanout_per_delivery"] == 10.0
+    assert goals["proxy_cpu_vs_upstream_fanout"] == {"goal": "<= 0.5", "measured": 0.45, "met": True}
+    assert goals["proxy_cpu_vs_ceiling_tls"]["measured"] == 1.125
+    assert goals["proxy_p99_vs_upstream"]["met"] is True
+    assert goals["proxy-w1_missing"] == {"goal": "0 missing, 0 extra", "measured": 3, "met": False}
+    assert "3/0 FAIL" in capsys.readouterr().out
