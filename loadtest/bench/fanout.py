@@ -422,20 +422,26 @@ async def exact_delivery(load: Writer, readers: list[bl.Helper], ok_before: int)
     """Every watch read one frame per successful write since the load opened: stop, drain, count."""
     answered = await load.drain()
     written = load.stats.get("ok", 0) - ok_before
-    last: tuple[int, int] | None = None
+    last: tuple[int, int, int] | None = None
+    t0 = time.monotonic()
     # A saturated server drains a backlog after the writes stop: wait while frames keep coming.
     quiet_since = time.monotonic()
     deadline = quiet_since + 300.0
     while time.monotonic() < deadline:
         snaps = [await r.ask("snap") for r in readers]
-        now = (min(s["conn_frames_min"] for s in snaps), max(s["conn_frames_max"] for s in snaps))
+        now = (
+            min(s["conn_frames_min"] for s in snaps),
+            max(s["conn_frames_max"] for s in snaps),
+            sum(s["frames"] for s in snaps),  # still moving anywhere: the server is still draining
+        )
         if now != last:
             last, quiet_since = now, time.monotonic()
         elif now[0] >= written or time.monotonic() - quiet_since > 3.0:
             break
         await asyncio.sleep(0.2)
-    lo, hi = last or (0, 0)
+    lo, hi, _ = last or (0, 0, 0)
     return {
+        "drain_s": round(time.monotonic() - t0, 1),
         "writes": written,
         "answered": answered,
         "missing": max(0, written - lo),
