@@ -316,7 +316,7 @@ def main() -> None:
         type=_extra,
         action="append",
         default=[],
-        help='NAME=FLAGS: also the production proxy with FLAGS, e.g. "proxy-nopace=--watch-flush-pacing 0"',
+        help='NAME=FLAGS: also the production proxy with FLAGS, e.g. "proxy-flush=--watch-flush-interval 0.01"',
     )
     p.add_argument("--proxy-args", type=lambda s: s.split(), default=[], help="extra flags for the proxies")
     p.add_argument("--profile", action="store_true", help="py-spy every proxy process in the first round")
