@@ -144,10 +144,6 @@ def method_not_supported(group: str, resource: str, action: str) -> StatusError:
     )
 
 
-# kube's etcd store, for a LIST at a compacted resourceVersion (a watch says "too old resource version").
-LIST_TOO_OLD = "The resourceVersion for the provided list is too old."
-
-
 def resource_expired(message: str, list_continue: str | None = None) -> StatusError:
     """410 Expired: the requested resourceVersion left the history window."""
     return StatusError(410, "Expired", message, list_continue=list_continue)

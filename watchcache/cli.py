@@ -17,7 +17,7 @@ from watchcache.dispatch.backfill import BackfillLimits
 from watchcache.http.limits import H2Limits, HttpLimits
 from watchcache.http.listener import bind_listener, inherited_listener
 from watchcache.logs import configure
-from watchcache.server.context import ServeConfig
+from watchcache.server.config import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
 from watchcache.service.openfiles import raise_open_files_limit
 from watchcache.service.options import CachingOptions, RunOptions, worker_count

@@ -52,7 +52,6 @@ from watchcache.watchers.flush import FlushScheduler
 
 try:  # since server/context.py was split (issue 35)
     from watchcache.server.config import ServeConfig
-
     from watchcache.server.context import ApiContext
 except ImportError:
     from watchcache.server.context import ApiContext, ServeConfig  # type: ignore[no-redef,attr-defined]

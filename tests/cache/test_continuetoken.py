@@ -74,7 +74,7 @@ def test_a_token_kube_refuses_is_refused_in_kubes_words(token: str, message: str
 
 @pytest.mark.parametrize("token", [raw(p) for p, _ in UNSIGNED], ids=[name for _, name in UNSIGNED])
 def test_a_token_kube_would_take_that_this_server_did_not_sign_is_unverified(token: str) -> None:
-    """A proxy passes these to the upstream, which answers them itself (semantics, server/reads.py)."""
+    """A proxy passes these to the upstream, which answers them itself (semantics, server/reads.py serve_list)."""
     with pytest.raises(UnverifiedContinueToken, match="signature mismatch"):
         codec.decode(token)
 

@@ -92,7 +92,7 @@ def test_the_index_forgets_values_no_object_has_any_more() -> None:
 
 
 def test_a_resource_whose_trigger_is_its_name_has_no_index() -> None:
-    # metadata.name is the key itself: a name lookup needs no index (server/reads.py reads the key).
+    # metadata.name is the key itself: a name lookup needs no index (dispatch/lists.py reads the key).
     cache = ResourceCache(CONFIGMAPS, CacheConfig(), lambda: 0.0)
     cache.replace([configmap("c", "a", 1)], 1)
     assert cache.index_field is None

@@ -9,17 +9,19 @@ import re
 import orjson
 import pytest
 
+from tests.dispatch.readctx import ReadCtx
 from tests.support.factories import pod
 from tests.support.waiting import until
-from watchcache import apierrors
 from watchcache.backoff import Backoff
 from watchcache.cache.events import ADDED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import Mode, WatchPlan
 from watchcache.cache.store import CacheConfig, Span
 from watchcache.dispatch import backfill as backfill_module
+from watchcache.dispatch import reads
 from watchcache.dispatch.backfill import BackfillFailed, Backfills, Fetched, reach_back
 from watchcache.dispatch.cacher import Cacher, WatchRequest
+from watchcache.dispatch.outcomes import Expired
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import CloseReason, Watcher
 
@@ -222,7 +224,8 @@ def test_a_watch_from_before_the_window_starts_after_the_backfill_with_the_upstr
     async def go() -> tuple[list[int], FakeUpstream]:
         fetch = FakeUpstream(delay=0.02)
         cacher = cacher_with(fetch)
-        w = await cacher.watch(WatchRequest(ALL, exact(95)), Sink())
+        w = await reads.start_watch(ReadCtx(), cacher, WatchRequest(ALL, exact(95)), Sink())
+        assert isinstance(w, Watcher)
         cacher.apply([(MODIFIED, pod("a", "ns", HEAD + 1))])
         return rvs(w), fetch
 
@@ -235,16 +238,14 @@ def test_a_watch_the_upstream_compacted_gets_kubes_own_410() -> None:
     """The upstream said 410 itself: the client gets kube-apiserver's words for that watch (the reference tier
     compares them), the upstream's go to the backfill's log line and metric."""
 
-    async def go() -> apierrors.StatusError:
+    async def go() -> Watcher | Expired:
         cacher = cacher_with(FakeUpstream(gone_below=1000))
-        with pytest.raises(apierrors.StatusError) as e:
-            await cacher.watch(WatchRequest(ALL, exact(95)), Sink())
+        outcome = await reads.start_watch(ReadCtx(), cacher, WatchRequest(ALL, exact(95)), Sink())
         assert len(cacher.dispatcher) == 0
-        return e.value
+        return outcome
 
     error = asyncio.run(go())
-    assert error.code == 410
-    assert str(error) == "too old resource version: 95 (100)"
+    assert error == Expired("too old resource version: 95 (100)")
 
 
 def lagging_watcher_past_its_window(fetch: FakeUpstream, max_events: int = 50) -> tuple[Cacher, Watcher, Sink]:

@@ -1,4 +1,4 @@
-"""A watch's life on the cacher, without sockets: ``Cacher.watch`` starts it, ``Cacher.catch_up`` runs the lag cycle.
+"""A watch's life on the cacher, without sockets: ``start_watch`` starts it, ``catch_up`` runs the lag cycle.
 
 The HTTP handler (server/watch.py) only writes what the watcher has pending; everything a
 client can observe about where a watch starts, what it replays and when it gets 410 is decided
@@ -12,12 +12,11 @@ import pytest
 
 from tests.support.factories import pod
 from tests.support.harness import arun
-from watchcache import apierrors
 from watchcache.cache.encoding import FULL_JSON
 from watchcache.cache.events import MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import Mode, WatchPlan
-from watchcache.cache.store import CacheConfig
+from watchcache.cache.store import CacheConfig, ResourceVersionTooOld
 from watchcache.dispatch.cacher import Cacher, WatchRequest
 from watchcache.resources import PODS
 from watchcache.watchers.budget import WatchBudget
@@ -64,7 +63,7 @@ async def test_a_watch_from_an_exact_rv_gets_the_backlog_then_live_events_each_o
     c = cacher()
     c.apply([(MODIFIED, pod("a", "ns1", 11))])
     c.apply([(MODIFIED, pod("b", "ns2", 12))])
-    w = await c.watch(WatchRequest(ALL, exact(10)), Sink())
+    w = c.start_watch(WatchRequest(ALL, exact(10)), Sink())
     c.apply([(MODIFIED, pod("a", "ns1", 13))])
     assert rvs(w) == [11, 12, 13]
     assert list(c.dispatcher.watchers()) == [w]
@@ -76,9 +75,10 @@ async def test_a_watch_from_before_the_window_gets_410_and_leaves_nothing_regist
     for rv in range(11, 15):
         c.apply([(MODIFIED, pod("a", "ns1", rv))])
     budget = WatchBudget(1 << 20)
-    with pytest.raises(apierrors.StatusError) as e:
-        await c.watch(WatchRequest(ALL, exact(10), budget=budget), Sink())
-    assert e.value.code == 410 and "too old resource version: 10" in str(e.value)
+    # The read's owner answers it with 410 (tests/dispatch/test_reads.py).
+    with pytest.raises(ResourceVersionTooOld) as e:
+        c.start_watch(WatchRequest(ALL, exact(10), budget=budget), Sink())
+    assert str(e.value) == "too old resource version: 10 (12)"
     assert len(c.dispatcher) == 0 and not budget.watchers
 
 
@@ -87,7 +87,7 @@ async def test_initial_events_come_first_then_the_end_bookmark_then_live_events(
     c = cacher()
     plan = WatchPlan(Mode.ANY, 0, initial_events=True, initial_events_end_bookmark=True)
     ns1 = SelectionPredicate.parse(PODS, "ns1", "", "")
-    w = await c.watch(WatchRequest(ns1, plan, allow_bookmarks=True), Sink())
+    w = c.start_watch(WatchRequest(ns1, plan, allow_bookmarks=True), Sink())
     c.apply([(MODIFIED, pod("a", "ns1", 11)), (MODIFIED, pod("b", "ns2", 12))])
     got = frames(w)
     assert [(f["type"], f["object"]["metadata"].get("name")) for f in got] == [
@@ -113,7 +113,7 @@ async def test_a_start_that_raises_leaves_no_watcher_registered_or_budgeted(monk
     sink = Sink()
     plan = WatchPlan(Mode.ANY, 0, initial_events=True, initial_events_end_bookmark=False)
     with pytest.raises(RuntimeError):
-        await c.watch(WatchRequest(ALL, plan, budget=budget), sink)
+        c.start_watch(WatchRequest(ALL, plan, budget=budget), sink)
     assert len(c.dispatcher) == 0 and not budget.watchers and budget.pending == 0
     assert sink.closed_reasons == [CloseReason.INTERNAL_ERROR]
 
@@ -122,7 +122,7 @@ async def test_a_start_that_raises_leaves_no_watcher_registered_or_budgeted(monk
 async def test_a_lagging_watcher_whose_history_moved_on_gets_410_when_its_client_drains() -> None:
     c = cacher(max_events=3)
     sink = Sink()
-    w = await c.watch(WatchRequest(ALL, exact(10), max_pending_bytes=1500), sink)
+    w = c.start_watch(WatchRequest(ALL, exact(10), max_pending_bytes=1500), sink)
     for rv in range(11, 20):  # the client reads nothing: over its cap, it lags at 10
         c.apply([(MODIFIED, pod("a", "ns1", rv))])
     assert w.lagging and w.resume_rv == 10 and sink.lagged == 1 and c.watchers_lagged == 1
@@ -139,7 +139,7 @@ async def test_a_lagging_watcher_whose_history_moved_on_gets_410_when_its_client
 async def test_a_closed_watcher_leaves_the_dispatcher_and_the_budget() -> None:
     c = cacher()
     budget = WatchBudget(1 << 20)
-    w = await c.watch(WatchRequest(ALL, exact(10), budget=budget), Sink())
+    w = c.start_watch(WatchRequest(ALL, exact(10), budget=budget), Sink())
     assert budget.watchers == {w} and len(c.dispatcher) == 1
     w.close(CloseReason.TIMEOUT)
     assert not budget.watchers and len(c.dispatcher) == 0
@@ -149,9 +149,9 @@ async def test_a_closed_watcher_leaves_the_dispatcher_and_the_budget() -> None:
 @arun
 async def test_a_watcher_that_overflows_inside_a_fan_out_leaves_when_the_fan_out_ends() -> None:
     c = cacher()
-    small = await c.watch(WatchRequest(ALL, exact(10), max_pending_bytes=1000), Sink())
+    small = c.start_watch(WatchRequest(ALL, exact(10), max_pending_bytes=1000), Sink())
     small.can_lag = False  # over its cap it closes (BUFFER_OVERFLOW) instead of lagging
-    others = [await c.watch(WatchRequest(ALL, exact(10)), Sink()) for _ in range(3)]
+    others = [c.start_watch(WatchRequest(ALL, exact(10)), Sink()) for _ in range(3)]
     c.apply([(MODIFIED, pod(f"p{i}", "ns1", 11)) for i in range(5)])  # one batch, ~2.5 KB
     assert small.closed and small.close_reason == CloseReason.BUFFER_OVERFLOW
     assert list(c.dispatcher.watchers()) == others  # removed once the fan-out ended, not during it

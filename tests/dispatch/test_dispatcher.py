@@ -185,14 +185,14 @@ def test_watcher_over_its_buffer_cap_without_history_is_closed_and_frees_memory(
 
 
 def test_slow_watcher_lags_then_catches_up_from_history_without_gap_or_duplicate():
-    """The real cycle: ``Cacher.watch`` starts it, the dispatcher feeds it, ``Cacher.catch_up`` replays."""
+    """The real cycle: ``Cacher.start_watch`` starts it, the dispatcher feeds it, ``Cacher.catch_up`` replays."""
 
     async def run() -> None:
         c = Cacher(PODS, clock=lambda: 0.0)
         c.replace([pod("a", "ns1", node="n1"), pod("b", "ns2", node="n2")], 10)
         plan = WatchPlan(Mode.EXACT, 10, initial_events=False, initial_events_end_bookmark=False)
         request = WatchRequest(SelectionPredicate.parse(PODS, "ns1", "", ""), plan, max_pending_bytes=1500)
-        w = await c.watch(request, Sink())
+        w = c.start_watch(request, Sink())
         delivered: list[int] = []
 
         def read_all() -> None:

@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.factories import pod
-from watchcache.apierrors import StatusError
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import Mode, WatchPlan
+from watchcache.cache.store import ResourceVersionTooOld
 from watchcache.dispatch.cacher import Cacher, WatchRequest
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
@@ -85,8 +85,7 @@ def resume(cacher: Cacher, client: Client) -> None:
     plan = WatchPlan(Mode.EXACT, client.rv, initial_events=False, initial_events_end_bookmark=False)
     try:
         client.watcher = cacher.start_watch(WatchRequest(client.predicate, plan, allow_bookmarks=True), Sink())
-    except StatusError as e:
-        assert e.code == 410
+    except ResourceVersionTooOld:  # 410
         client.relists += 1
         list_and_watch(cacher, client)
 

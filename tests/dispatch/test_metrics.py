@@ -39,7 +39,7 @@ def test_the_caches_families_per_resource() -> None:
     pods.apply([(MODIFIED, pod("a", rv=11)), (ADDED, pod("d", rv=12))])
     pods.apply([(DELETED, pod("b", rv=13))])
     clock.now = 1004.5
-    # What the LIST and WATCH handlers and the fan-out count (server/reads.py, server/watch.py).
+    # What LISTs, watches and the fan-out count (through the Cacher.count_* methods).
     pods.lists, pods.list_fetched, pods.list_returned = 2, 7, 5
     pods.watch_frames_sent, pods.watch_bytes_sent = 3, 4096
     pods.watchers_lagged, pods.watchers_caught_up, pods.watchers_expired, pods.watchers_terminated = 4, 3, 1, 1

@@ -1,7 +1,7 @@
 """Identical LISTs at one snapshot share one built answer (a relist storm), and never a stale one.
 
-``server/context.py`` ``ListBodies``: an answer is keyed by its snapshot's rv and the request's own
-terms (namespace, selectors, limit, continue start, encoding). The property test runs random
+``dispatch/bodies.py`` ``ListBodies``, one per ``Cacher``: an answer is keyed by its snapshot's rv and
+the request's own terms (namespace, selectors, limit, continue start, encoding). The property test runs random
 writes and LISTs and checks each answer against one built afresh from the same snapshot.
 """
 
@@ -13,18 +13,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.harness import DELETED, MODIFIED, Harness, arun
-from watchcache.server import reads
+from watchcache.dispatch import lists
+from watchcache.dispatch.bodies import ListBodies
 
 
 def counting_list_page(monkeypatch: Any) -> list[int]:
     calls = [0]
-    real = reads.list_page
+    real = lists.list_page
 
     def counted(*a: Any, **kw: Any) -> Any:
         calls[0] += 1
         return real(*a, **kw)
 
-    monkeypatch.setattr(reads, "list_page", counted)
+    monkeypatch.setattr(lists, "list_page", counted)
     return calls
 
 
@@ -38,7 +39,7 @@ def test_identical_lists_at_one_snapshot_are_built_once(monkeypatch: Any) -> Non
         again = [await h.list(resourceVersion="0") for _ in range(5)]
         assert calls[0] == 1  # without sharing: 6
         assert all(r.body == first.body for r in again)
-        assert h.ctx.list_bodies[h.cacher.resource].shared == 5
+        assert h.cacher.list_bodies.shared == 5
         # Different terms are different answers.
         labelled = await h.list(resourceVersion="0", labelSelector="i=1")
         assert calls[0] == 2 and labelled.body != first.body
@@ -59,7 +60,7 @@ def test_a_continue_page_of_an_older_snapshot_is_served_and_not_kept() -> None:
         token = page.json()["metadata"]["continue"]
         h.write(MODIFIED, "p7")  # newer snapshot
         await h.list(resourceVersion="0")
-        bodies = h.ctx.list_bodies[h.cacher.resource]
+        bodies = h.cacher.list_bodies
         newest = bodies.version
         rest = await h.list(limit="2", **{"continue": token})
         assert [i["metadata"]["name"] for i in rest.json()["items"]] == ["p2", "p3"]
@@ -110,7 +111,7 @@ def test_a_shared_answer_is_the_answer_built_afresh(ops: list[tuple[Any, ...]]) 
                 query["limit"] = limit
             for _ in range(2):  # the second may be shared; both must be what a fresh build gives
                 got = await h.list(**query)
-                h.ctx.list_bodies.clear()
+                h.cacher.list_bodies = ListBodies()
                 fresh = await h.list(**query)
                 assert got.status == fresh.status
                 assert got.body == fresh.body, query

@@ -31,30 +31,12 @@ from dataclasses import dataclass
 
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.outcomes import BackfillFailed  # raised here; importers of it from here keep working
 
 log = logging.getLogger("watchcache.dispatch.backfill")
 
 # Seconds between two log lines of the same failed-fetch outcome of one cache (the others at DEBUG).
 REPORT_EVERY = 60.0
-
-
-class BackfillFailed(Exception):
-    """The window cannot reach back to the rv asked for; ``outcome`` is a metric label, the message the 410's."""
-
-    GONE = "gone"  # the upstream answered 410: compacted, or out of its own window
-    BOUND = "bound"  # a limit: span events or bytes, memory budget, room in the window
-    MISMATCH = "mismatch"  # the span did not replay to the cache's state (ResourceCache.backfill refused it)
-    RELIST = "relist"  # the rv is before a relist of this cache
-    FAILED = "failed"  # the upstream (or the owner) could not be asked: error, timeout, connection
-    DEADLINE = "deadline"  # the request's wait ran out
-    OFF = "off"  # this cache has no source of older history
-
-    # Outcomes that concern the rv asked for: an rv above it may still be served.
-    PER_RV = frozenset({GONE, BOUND})
-
-    def __init__(self, outcome: str, message: str) -> None:
-        super().__init__(message)
-        self.outcome = outcome
 
 
 @dataclass(frozen=True)
@@ -321,7 +303,4 @@ async def reach_back(cacher: Cacher, rv: int, timeout: float | None = None) -> B
         return None
     if backfills is None:
         return BackfillFailed(BackfillFailed.OFF, "")
-    failed = await backfills.reach_back(rv, timeout)
-    if failed is None or isinstance(failed, BackfillFailed):
-        return failed
-    return BackfillFailed(BackfillFailed.FAILED, str(failed))
+    return await backfills.reach_back(rv, timeout)

@@ -14,17 +14,17 @@ Readiness (kube's ``ready.go``)::
 
 A watch's life, in one place (kube's ``Cacher.Watch`` and ``cacheWatcher``, etcd's ``demux``
 with its active/lagging split). The HTTP handler (``server/watch.py``) builds a
-``WatchRequest``, calls ``watch``, and then only writes what the watcher has pending and
-tells ``catch_up`` when its client has drained::
+``WatchRequest``, has the read's owner start it (``dispatch/reads.py``), and then only writes
+what the watcher has pending and tells ``catch_up`` when its client has drained::
 
-    watch(request, sink)
+    reads.start_watch(ctx, cacher, request, sink)
       | async step: a start rv before the window waits for a backfill of the older history
       | (dispatch/backfill.py; bounded by --backfill-wait)
       v
     start_watch(request, sink)  synchronous, no await (invariant 2)
       |  plan: initial events from a snapshot | backlog from history | start at the head
       |  queue them, then dispatcher.add
-      +--start rv before the window--> 410 Expired, no watcher (invariant 3)
+      +--start rv before the window--> ResourceVersionTooOld, no watcher: 410 Expired (invariant 3)
       v
     ACTIVE --pending over its cap, or picked by the WatchBudget--> LAGGING       (invariant 6)
                                                                     | buffer dropped, resume_rv kept
@@ -57,7 +57,9 @@ from watchcache.cache.object import CachedObject
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import Mode, WatchPlan
 from watchcache.cache.store import CacheConfig, ResourceCache, ResourceVersionTooOld, Span
+from watchcache.dispatch.bodies import ListBodies
 from watchcache.dispatch.dispatcher import Dispatcher
+from watchcache.dispatch.outcomes import BackfillFailed, expired
 from watchcache.resources import ResourceType
 from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.watcher import CloseReason, Watcher, WatchSink
@@ -79,7 +81,7 @@ class OlderHistory(Protocol):
 
     A seam, so that the cacher does not import its backfill (which sits above it)."""
 
-    async def reach_back(self, rv: int, timeout: float | None = None) -> Exception | None:
+    async def reach_back(self, rv: int, timeout: float | None = None) -> BackfillFailed | None:
         """None once the window reaches back to ``rv``; else why it could not (bounded by ``timeout``)."""
 
     def stop(self) -> None:
@@ -143,8 +145,9 @@ class Cacher:
         self.ready_wait: float | None = None
         # When a request last read this cache (idle followers are dropped).
         self.last_used = clock()
+        # Counted here (the handlers count through the ``count_*`` methods), exported at scrape time
+        # (watchcache.metrics).
         self.watch_requests = 0
-        # Counted here, exported at scrape time (watchcache.metrics).
         self.initializations = 0
         self.watchers_terminated = 0
         self.lists = 0
@@ -167,6 +170,8 @@ class Cacher:
         # Lagging watchers whose history is being backfilled, and how many times each was.
         self._backfilling: set[Watcher] = set()
         self._backfilled: dict[Watcher, int] = {}
+        # LIST answers shared by identical LISTs at this cache's newest snapshot (a relist storm).
+        self.list_bodies = ListBodies()
 
     @property
     def ready(self) -> bool:
@@ -404,30 +409,36 @@ class Cacher:
     def count_failure(self, path: str) -> None:
         self.failures[path] = self.failures.get(path, 0) + 1
 
+    # ------------------------------------------------------------------ what the handlers count
+
+    def touch(self) -> None:
+        """A request reads this cache now (an idle follower is dropped)."""
+        self.last_used = self.clock()
+
+    def count_list(self, returned: int, scanned: int) -> None:
+        """A LIST was answered: ``returned`` items, ``scanned`` objects examined to find them."""
+        self.lists += 1
+        self.list_fetched += scanned
+        self.list_returned += returned
+
+    def count_watch_request(self) -> None:
+        self.watch_requests += 1
+
+    def count_sent(self, frames: int, nbytes: int) -> None:
+        """A watcher's frames were written to its client."""
+        self.watch_frames_sent += frames
+        self.watch_bytes_sent += nbytes
+
     # ------------------------------------------------------------------ watches
 
-    async def watch(self, request: WatchRequest, sink: WatchSink) -> Watcher:
-        """Start a watch: a registered watcher whose first frames are its initial events or backlog.
-
-        Two steps, kept apart on purpose (see the module doc). The asynchronous one waits for
-        what the start needs first (the handler has waited for freshness already): a start rv
-        older than the window waits for the history before it (``backfills``). Then
-        ``start_watch`` runs without an ``await``. Raises the 410 ``StatusError`` when the start
-        rv is before the window (the handler sends it as an ERROR event, as kube does).
-        """
-        plan = request.plan
-        backfills = self.backfills
-        failed: Exception | None = None
-        if backfills is not None and plan.mode is Mode.EXACT and plan.rv < self.cache.oldest_rv:
-            failed = await backfills.reach_back(plan.rv)
-        return self.start_watch(request, sink, backfill=failed)
-
-    def start_watch(self, request: WatchRequest, sink: WatchSink, *, backfill: Exception | None = None) -> Watcher:
+    def start_watch(self, request: WatchRequest, sink: WatchSink) -> Watcher:
         """The synchronous section of a watch's start: read the state, queue it, register.
 
         No ``await`` from the state read to ``dispatcher.add``: an event applied before it is in
         the state or the backlog, one applied after reaches the watcher through the dispatcher,
-        never both, never neither (invariant 2).
+        never both, never neither (invariant 2). A client's watch comes through ``reads.start_watch``,
+        which first waits for the history before the window if the start needs it. Raises
+        ``ResourceVersionTooOld`` when the start rv is before the window (nothing registered).
         """
         plan = request.plan
         predicate = request.predicate
@@ -439,12 +450,9 @@ class Cacher:
             start_rv = snapshot.rv
         elif plan.mode is Mode.EXACT:
             start_rv = plan.rv
-            try:
-                backlog = cache.events_since(plan.rv, predicate)
-            except ResourceVersionTooOld as e:
-                # Outside the window (and its backfill failed), or ambiguous for this watch
-                # (invariant 3): the client relists.
-                raise apierrors.resource_expired(_expired(e, backfill)) from None
+            # Outside the window (and its backfill failed), or ambiguous for this watch
+            # (invariant 3): ResourceVersionTooOld, the client relists.
+            backlog = cache.events_since(plan.rv, predicate)
         else:
             start_rv = cache.rv
         watcher = Watcher(
@@ -536,9 +544,9 @@ class Cacher:
             log.exception("resuming %r after its backfill failed; ending it", watcher)
             watcher.close(CloseReason.INTERNAL_ERROR)
 
-    def _expire(self, watcher: Watcher, error: ResourceVersionTooOld, backfill: Exception | None) -> None:
+    def _expire(self, watcher: Watcher, error: ResourceVersionTooOld, backfill: BackfillFailed | None) -> None:
         self.watchers_expired += 1
-        watcher.expire(watcher.encoding.error_frame(apierrors.resource_expired(_expired(error, backfill))))
+        watcher.expire(watcher.encoding.error_frame(expired(str(error), backfill).status()))
 
     # WatchOwner: told by the watchers ``start_watch`` registered.
     def lagged(self, watcher: Watcher) -> None:
@@ -551,7 +559,7 @@ class Cacher:
         self.dispatcher.remove(watcher)
 
     def add_watcher(self, watcher: Watcher) -> None:
-        """Register a watcher built elsewhere (tests, benchmarks); a client's watch goes through ``watch``."""
+        """Register a watcher built elsewhere (tests, benchmarks); a client's watch goes through ``start_watch``."""
         self.dispatcher.add(watcher, self.clock())
 
     def remove_watcher(self, watcher: Watcher) -> None:
@@ -562,16 +570,6 @@ class Cacher:
         self.cache.expire()
         if self.ready:
             self.dispatcher.send_due_bookmarks(self.clock(), self.cache.rv)
-
-
-def _expired(error: ResourceVersionTooOld, backfill: Exception | None) -> str:
-    """The 410's message: kube's, and why the older history could not be had (when it was tried).
-
-    When the upstream itself answered 410 (``outcome`` "gone": compacted), the proxy says exactly what
-    kube-apiserver says to the same watch; the upstream's words are in the backfill's log line and metric."""
-    if backfill is None or getattr(backfill, "outcome", None) == "gone":
-        return str(error)
-    return f"{error}: {backfill}"
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:

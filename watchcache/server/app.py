@@ -33,7 +33,7 @@ from watchcache.http.response import Response
 from watchcache.http.routing import InvalidPath, RequestInfo, long_running, parse_request_info
 from watchcache.resources import ResourceType
 from watchcache.server import fairness, seats
-from watchcache.server.context import ApiContext, PassThrough
+from watchcache.server.context import ApiContext
 from watchcache.server.deprecation import warning_headers
 from watchcache.server.negotiation import (
     JSON,
@@ -48,6 +48,7 @@ from watchcache.server.negotiation import (
 )
 from watchcache.server.options import parse_bool, parse_list_options
 from watchcache.server.reads import serve_get, serve_list
+from watchcache.server.refusals import PassThrough
 from watchcache.server.seats import Seat, Seats
 from watchcache.server.status import local_status, merge, readiness_lines
 from watchcache.server.tables import Tables, serve_table
@@ -512,7 +513,7 @@ class ApiHandler:
             raise apierrors.path_not_found()
         if cacher is None:
             cacher = self.ctx.cachers[resource]
-        cacher.last_used = cacher.clock()
+        cacher.touch()
         opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
         started = slot.release if slot else None
         if isinstance(encoding, TableRequest):

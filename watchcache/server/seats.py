@@ -9,7 +9,8 @@ work to do: it was admitted once. What bounds the waiting is ``max_waiting`` (a 
 finds it full keeps its seat while it waits, as before) and each wait's own deadline.
 
 The seat of the request being handled is found through a context variable, so that the read
-path (``server/reads.py``) marks its waits without a seat threaded through every call.
+path (``dispatch/reads.py``, through ``ApiContext.waiting``) marks its waits without a seat threaded
+through every call.
 """
 
 from __future__ import annotations

@@ -39,8 +39,7 @@ def local_status(
         stats["watchers"] = len(cacher.dispatcher)
         stats["watch_requests"] = cacher.watch_requests
         stats["list_requests"] = cacher.lists
-        bodies = ctx.list_bodies.get(resource)
-        stats["list_requests_shared"] = bodies.shared if bodies is not None else 0
+        stats["list_requests_shared"] = cacher.list_bodies.shared
         stats["ready"] = cacher.ready
         stats["role"] = "owner" if owns(resource) else "follower"
         failure = failures.for_resource(resource) if failures is not None else None

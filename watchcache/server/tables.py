@@ -36,9 +36,10 @@ from watchcache.printers.row import Printer, Unprintable
 from watchcache.printers.table import INCLUDE_OBJECT, TableEncoding
 from watchcache.quoting import go_quote
 from watchcache.resources import ResourceType
-from watchcache.server.context import ApiContext, PassThrough
+from watchcache.server.context import ApiContext
 from watchcache.server.negotiation import PassReason
 from watchcache.server.reads import serve_get, serve_list
+from watchcache.server.refusals import PassThrough
 from watchcache.server.watch import HttpWatchStream, serve_watch
 
 log = logging.getLogger("watchcache.server.tables")

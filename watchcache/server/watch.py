@@ -1,9 +1,9 @@
 """WATCH over HTTP: the status line, the chunks, flow control, the timeout, Status errors.
 
-What a watch *is* lives in the cacher (``dispatch/cacher.py``): ``Cacher.watch`` starts it
-without a gap (invariant 2) and ``Cacher.catch_up`` runs the lag cycle (invariant 6). This
-module writes what the watcher has pending, one chunk per flush pass, and tells the cacher
-when a lagging watcher's client has drained.
+What a watch *is* lives below HTTP: the read's owner (``dispatch/reads.py``) admits it (readiness,
+freshness) and starts it without a gap (``Cacher.start_watch``, invariant 2), and ``Cacher.catch_up``
+runs the lag cycle (invariant 6). This module parses the request, writes what the watcher has
+pending, one chunk per flush pass, and tells the cacher when a lagging watcher's client has drained.
 """
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ from typing import TYPE_CHECKING
 
 from watchcache import apierrors
 from watchcache.cache.encoding import FULL_JSON, Encoding
-from watchcache.cache.semantics import ListOptions, Mode, plan_watch
+from watchcache.cache.semantics import ListOptions, plan_watch
+from watchcache.dispatch import reads
 from watchcache.dispatch.cacher import Cacher, WatchRequest
+from watchcache.dispatch.outcomes import Expired, Refusal, TooLarge
 from watchcache.http.flowcontrol import ConnectionClosed
 from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
-from watchcache.server.context import ApiContext, PassThrough
-from watchcache.server.negotiation import PassReason
-from watchcache.server.reads import ensure_ready, parse_predicate, reach_consistent, reach_rv
-from watchcache.server.seats import waiting
+from watchcache.server.context import ApiContext
+from watchcache.server.refusals import refuse
+from watchcache.server.selection import parse_predicate
 from watchcache.watchers.deadlines import WatchDeadlines
 from watchcache.watchers.flush import FlushScheduler
 from watchcache.watchers.watcher import CloseReason, Watcher
@@ -138,8 +139,7 @@ class HttpWatchStream:
             frames, events = watcher.take(FLUSH_BYTES)
             size = response.write_chunk(frames)
             cacher = self.cacher
-            cacher.watch_frames_sent += events
-            cacher.watch_bytes_sent += size
+            cacher.count_sent(events, size)
             metrics = self.metrics
             if metrics is not None and metrics.delivery_sample and events:
                 metrics.flushed(cacher.resource, self.pending_since, size // events)
@@ -234,36 +234,30 @@ async def serve_watch(
     ``headers``: more response headers (a deprecation ``Warning``). Returns the stream when the
     watch goes on detached from the handler (``Response.outlives_handler``): the caller's own end
     of the request goes to its ``on_end``; None when the watch has ended."""
-    cacher.watch_requests += 1
+    cacher.count_watch_request()
     plan = plan_watch(opts)
     namespace = info.namespace
     if info.name:
         # /watch/namespaces/ns/pods/name: the legacy single-object watch is a name field selector.
         selector = f"metadata.name={info.name}"
         opts = dataclasses.replace(opts, field_selector=",".join(s for s in (opts.field_selector, selector) if s))
-    predicate = parse_predicate(cacher, namespace, opts)
+    predicate = parse_predicate(cacher.resource, namespace, opts)
     if opts.timeout_seconds is not None and opts.timeout_seconds < 0:
         # kube: the watch's context is past its deadline before it starts.
         response.start_chunked(200, content_type=encoding.watch_content_type, headers=headers)
         response.write_chunk([encoding.error_frame(apierrors.internal_error("context deadline exceeded"))])
         response.end_chunked()
         return None
-    await ensure_ready(ctx, cacher)
-
-    error: apierrors.StatusError | None = None
-    if plan.mode is Mode.MOST_RECENT and not await reach_consistent(ctx, cacher, namespace or None):
-        raise PassThrough(PassReason.CONSISTENT_READ)
-    if plan.mode in (Mode.NOT_OLDER_THAN, Mode.EXACT) and not await reach_rv(ctx, cacher, plan.rv):
-        # A watch from an rv this cache has not reached (e.g. listed on another worker or replica
-        # that is ahead) must not start before it: a resync in between would hand it changes it
-        # already has. As kube-apiserver: wait (bounded), else 504 Too large resource version.
-        error = apierrors.too_large_resource_version(plan.rv, cacher.rv)
+    refused = await reads.admit_watch(ctx, cacher, plan, namespace or None)
+    if refused is not None and not isinstance(refused, TooLarge):
+        refuse(refused)  # before the watch is accepted: a Status (429), or the upstream answers
 
     response.start_chunked(200, content_type=encoding.watch_content_type, headers=headers)
     detached = response.outlives_handler
     stream = HttpWatchStream(response, ctx.flusher, cacher, ctx.metrics, detached=detached)
     timeout = _watch_timeout(ctx, opts)
-    if error is None:
+    outcome: Watcher | Refusal
+    if refused is None:
         request = WatchRequest(
             predicate,
             plan,
@@ -274,19 +268,18 @@ async def serve_watch(
             max_pending_bytes=ctx.config.watch_max_pending_bytes,
             budget=ctx.watch_budget,
         )
-        try:
-            with waiting():  # for a backfill of older history, if it starts before the window
-                watcher = await cacher.watch(request, stream)
-        except apierrors.StatusError as e:  # its rv is before the window: 410
-            error = e
-    if error is not None:
+        outcome = await reads.start_watch(ctx, cacher, request, stream)  # a Watcher, or 410 before the window
+    else:
+        outcome = refused  # an rv the cache did not reach in time: 504
+    if isinstance(outcome, Refusal):
         # Once a watch is accepted, kube reports errors as an ERROR event, then ends it.
-        response.write_chunk([encoding.error_frame(error)])
+        assert isinstance(outcome, (TooLarge, Expired)), outcome
+        response.write_chunk([encoding.error_frame(outcome.status())])
         response.end_chunked()
         return None
     # Registered in the step that returned it; its first flush comes later in this loop pass.
     # From here to the return (detached) or the await, no await: nothing can end it unseen.
-    stream.watcher = watcher
+    stream.watcher = watcher = outcome
     try:
         if started is not None:
             started()  # a watcher now: its in-flight slot is given back (--max-watchers counts it)

@@ -263,7 +263,6 @@ class OnDemandCaches:
         cacher = entry.cacher
         if self.ctx.cachers.get(resource) is cacher:
             del self.ctx.cachers[resource]
-        self.ctx.list_bodies.pop(resource, None)
         for watcher in list(cacher.dispatcher.watchers()):
             watcher.close(CloseReason.CACHE_STOPPED)
         entry.stop()

@@ -21,7 +21,7 @@ from watchcache.dispatch.lifecycle import CachePolicy
 from watchcache.http.limits import H2Limits, HttpLimits
 from watchcache.http.tls import TlsOptions
 from watchcache.resources import ResourceType
-from watchcache.server.context import ServeConfig
+from watchcache.server.config import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
 from watchcache.shard.ownership import owner_of
 from watchcache.upstream.config import UpstreamConfig

@@ -1,0 +1,245 @@
+"""A cached read's life below HTTP, in one place: ready, fresh enough, reaching back, then a snapshot or a watch.
+
+kube-apiserver decides in its cacher (``delegator.go``) whether the cache or etcd answers a read.
+Here this module decides it for GET, LIST and WATCH alike, and ``server/`` only parses the request
+and writes the outcome::
+
+    read_object / list_snapshot / admit_watch (+ start_watch)
+      |  not synced within --ready-wait ----------------------> NotReady (429)
+      v
+    freshness, per read mode (invariant 8)
+      |  Most Recent: a GET whose upstream reads etcd --------> Delegated(CONSISTENT_GET)
+      |  Most Recent: the scope's proof (reach_scope) --------> Delegated(CONSISTENT_READ) if not proven
+      |  NotOlderThan / Exact / continue: reach the rv -------> TooLarge (504) if not reached
+      v
+    reaching back (an Exact read or continue, a watch from an rv, before the window)
+      |  the backfill of the older history (dispatch/backfill.py; --backfill-wait)
+      v
+    the state read, with no await from here on (invariants 2, 3, 4)
+      |  GET: the object (or None)      LIST: the Snapshot      WATCH: a registered Watcher
+      +--before the window: Expired (410; kube's words, and why the proxy could not reach back)
+      +--Exact before the window, an upstream that may still have it: Delegated(OLD_EXACT_READ)
+
+Every refusal is a value (``dispatch/outcomes.py``); ``server/`` maps it to a Status, an ERROR
+event or a pass-through. A request gives its in-flight seat up while it waits here
+(``ReadContext.waiting``, ``server/seats.py``) and takes it back for the work after.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from watchcache.cache.continuetoken import ContinueCodec
+from watchcache.cache.object import CachedObject, object_key
+from watchcache.cache.semantics import Mode, ReadPlan, WatchPlan
+from watchcache.cache.store import ResourceVersionTooNew, ResourceVersionTooOld, Snapshot
+from watchcache.dispatch import freshness
+from watchcache.dispatch.backfill import reach_back
+from watchcache.dispatch.cacher import Cacher, WatchRequest
+from watchcache.dispatch.freshness import Progress, Wait
+from watchcache.dispatch.outcomes import (
+    CONTINUE_TOO_OLD,
+    LIST_TOO_OLD,
+    BackfillFailed,
+    Delegated,
+    Delegation,
+    Expired,
+    NotReady,
+    Refusal,
+    TooLarge,
+    expired,
+)
+from watchcache.resources import ResourceType
+from watchcache.watchers.watcher import Watcher, WatchSink
+
+# The modes that read at a requested rv: the cache must reach it first.
+_AT_RV = frozenset({Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE})
+# The modes that read one rv exactly: before the window, the history is fetched first.
+_EXACT = frozenset({Mode.EXACT, Mode.CONTINUE})
+_CONSISTENT_GET = Delegated(Delegation.CONSISTENT_GET)
+_CONSISTENT_READ = Delegated(Delegation.CONSISTENT_READ)
+_OLD_EXACT_READ = Delegated(Delegation.OLD_EXACT_READ)
+
+
+class ReadUpstream(Progress, Protocol):
+    """What the read path asks of the upstream: proofs of progress (``freshness.Progress``) and two facts."""
+
+    # True when the upstream may still answer an exact read older than this cache's history
+    # (kube-apiserver reads it from etcd until etcd compacts it): such a LIST passes through
+    # instead of getting our 410. False when the upstream's history is this cache's own (the sim).
+    answers_old_reads: bool
+    # True when a GET without resourceVersion goes to the upstream, as kube-apiserver sends it to etcd.
+    delegates_consistent_gets: bool
+
+
+class WaitObserver(Protocol):
+    """Where the waits are measured (``server/metrics.py``)."""
+
+    def waited(self, resource: ResourceType, wait: Wait, *, consistent: bool) -> None: ...
+
+
+class ReadConfig(Protocol):
+    @property
+    def fresh_wait(self) -> float:
+        """How long a read waits for its rv or its proof (``--fresh-wait``; kube: 3 s)."""
+
+    @property
+    def ready_wait(self) -> float:
+        """How long a read waits for a cache that has not synced (``--ready-wait``) before 429."""
+
+
+class ReadContext(Protocol):
+    """What a read needs from the server that serves it (``server/context.py`` ``ApiContext``)."""
+
+    @property
+    def upstream(self) -> ReadUpstream: ...
+
+    @property
+    def codec(self) -> ContinueCodec: ...
+
+    @property
+    def config(self) -> ReadConfig: ...
+
+    @property
+    def metrics(self) -> WaitObserver | None: ...
+
+    def waiting(self) -> AbstractContextManager[object]:
+        """While entered, the request being served waits without its in-flight seat."""
+
+
+async def ready(ctx: ReadContext, cacher: Cacher) -> NotReady | None:
+    """Until a cache has synced, its reads are refused with 429 and Retry-After (as kube while initialising)."""
+    if cacher.ready:
+        return None
+    wait = ctx.config.ready_wait if cacher.ready_wait is None else cacher.ready_wait
+    if await cacher.wait_ready(wait):
+        return None
+    return NotReady(cacher.resource)
+
+
+async def _fresh(
+    ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespace: str | None, *, get: bool = False
+) -> Refusal | None:
+    """Wait (at most ``--fresh-wait``) until the cache can serve a read in ``mode`` (``freshness``; invariant 8).
+
+    "Most Recent": a GET goes to the upstream when it reads etcd, as kube-apiserver's does; a
+    LIST or watch waits for its scope's proof and passes through without one. A requested rv the
+    cache does not reach in time is 504 "Too large resource version".
+    """
+    if mode is Mode.MOST_RECENT:
+        if get and ctx.upstream.delegates_consistent_gets:
+            return _CONSISTENT_GET
+        with ctx.waiting():
+            wait = await freshness.reach_scope(cacher, namespace or None, ctx.upstream, ctx.config.fresh_wait)
+        metrics = ctx.metrics
+        if metrics is not None:
+            metrics.waited(cacher.resource, wait, consistent=True)
+        return None if wait.reached else _CONSISTENT_READ
+    if mode in _AT_RV and cacher.rv < rv:
+        with ctx.waiting():
+            wait = await freshness.reach(cacher, rv, ctx.upstream, ctx.config.fresh_wait)
+        metrics = ctx.metrics
+        if metrics is not None:
+            metrics.waited(cacher.resource, wait, consistent=False)
+        if not wait.reached:
+            return TooLarge(rv, cacher.rv)
+    return None
+
+
+async def _reach_back(ctx: ReadContext, cacher: Cacher, rv: int) -> BackfillFailed | None:
+    """The one trigger of a backfill for a read's start: an exact rv older than the window waits for its history.
+
+    (A lagging watcher's history is fetched by its cacher: ``Cacher.history_gone``.) Called after
+    the freshness wait, which cannot lower the window's start, and right before the state is read.
+    """
+    if rv >= cacher.cache.oldest_rv:
+        return None
+    with ctx.waiting():
+        return await reach_back(cacher, rv)
+
+
+async def read_object(
+    ctx: ReadContext, cacher: Cacher, plan: ReadPlan, namespace: str, name: str
+) -> CachedObject | Refusal | None:
+    """A GET: the object at a state at least as new as ``plan`` asks, None if there is none, or a refusal."""
+    refused: Refusal | None = await ready(ctx, cacher)
+    if refused is None:
+        refused = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace, get=True)
+    if refused is not None:
+        return refused
+    return cacher.cache.get(object_key(namespace if cacher.resource.namespaced else "", name))
+
+
+async def list_snapshot(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, namespace: str | None) -> Snapshot | Refusal:
+    """A LIST: the snapshot it reads (``namespace``: its scope, None for all), or a refusal.
+
+    Returns with no ``await`` after the snapshot is taken: the caller builds its answer in the
+    same step, so the snapshot cannot change under it.
+    """
+    refused: Refusal | None = await ready(ctx, cacher)
+    if refused is None:
+        refused = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace)
+    if refused is not None:
+        return refused
+    if plan.mode not in _EXACT:
+        return cacher.cache.snapshot()
+    backfill = await _reach_back(ctx, cacher, plan.rv)
+    return snapshot_at(ctx, cacher, plan, backfill)
+
+
+def snapshot_at(
+    ctx: ReadContext, cacher: Cacher, plan: ReadPlan, backfill: BackfillFailed | None
+) -> Snapshot | Refusal:
+    """The snapshot of an exact read (Exact, a continue token's page), read synchronously.
+
+    A continue token's pages read its rv exactly (invariant 4), inside the window or 410 (invariant 3).
+    ``backfill``: why the history before the window could not be had, if it was tried.
+    """
+    cache = cacher.cache
+    try:
+        if plan.mode is Mode.CONTINUE and cache.group_size(plan.rv) > plan.group:
+            # The rest of a group at rv arrived after the first page: rv no longer names the
+            # state that page read (see ResourceCache, "Groups").
+            raise ResourceVersionTooOld(plan.rv, cache.oldest_rv)
+        return cache.snapshot(plan.rv)
+    except ResourceVersionTooOld:
+        if plan.mode is Mode.CONTINUE:
+            # As kube: the 410 carries an "inconsistent" token that goes on from the same
+            # key at the newest rv, for clients that accept a list that is not one snapshot.
+            token = ctx.codec.encode(cache.rv, plan.start, cache.group_size(cache.rv)) if plan.start else None
+            return Expired(CONTINUE_TOO_OLD, token)
+        if ctx.upstream.answers_old_reads:
+            return _OLD_EXACT_READ
+        return expired(LIST_TOO_OLD, backfill)
+    except ResourceVersionTooNew as e:  # the cache moved backwards: a relist restarted it
+        return TooLarge(e.requested, e.current)
+
+
+async def admit_watch(ctx: ReadContext, cacher: Cacher, plan: WatchPlan, namespace: str | None) -> Refusal | None:
+    """A watch's waits before it starts: readiness, then freshness per mode (the same as a LIST's).
+
+    A ``TooLarge`` comes after the watch is accepted: kube sends it as an ERROR event. A watch
+    from an rv this cache has not reached (e.g. listed on another worker or replica that is ahead)
+    must not start before it: a resync in between would hand it changes it already has.
+    """
+    refused: Refusal | None = await ready(ctx, cacher)
+    if refused is None:
+        refused = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace)
+    return refused
+
+
+async def start_watch(ctx: ReadContext, cacher: Cacher, request: WatchRequest, sink: WatchSink) -> Watcher | Expired:
+    """Start an admitted watch: a registered watcher whose first frames are its initial events or backlog.
+
+    A start rv before the window waits for the history before it first; then ``Cacher.start_watch``
+    runs without an ``await`` (invariant 2). Before the window still: ``Expired``, nothing registered.
+    """
+    plan = request.plan
+    backfill = None
+    if plan.mode is Mode.EXACT and not plan.initial_events:
+        backfill = await _reach_back(ctx, cacher, plan.rv)
+    try:
+        return cacher.start_watch(request, sink)
+    except ResourceVersionTooOld as e:
+        return expired(str(e), backfill)
