@@ -117,15 +117,3 @@ def parse_request_info(method: str, raw_path: str, watch_param: bool) -> Request
         subresource=subresource,
         watch_prefix=watch_prefix,
     )
-
-
-# kube-apiserver's LongRunningRequestCheck (controlplane/apiserver/config.go): these verbs and subresources.
-_LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
-_LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "log", "portforward", "proxy"})
-
-
-def long_running(info: RequestInfo) -> bool:
-    """As kube-apiserver: a watch (a GET, never a POST with ``?watch``), or a streaming subresource."""
-    return info.verb in _LONG_RUNNING_VERBS or (
-        info.is_resource_request and info.subresource in _LONG_RUNNING_SUBRESOURCES
-    )

@@ -1,14 +1,16 @@
-"""The API handler: health, cached reads, and everything else to the upstream.
+"""The API handler: admission (in-flight seats, request timeout), then health, a cached read, or the upstream.
 
 A request is served from the cache when it is a get/list/watch of a cached resource
 (no subresource) and the representation kube-apiserver would choose for its Accept header
-is one the cache writes (``server/negotiation.py``): full objects in JSON, or in protobuf from the
-resource's protobuf cache once it is ready (``ctx.protobuf``), PartialObjectMetadata(List) in JSON
-or protobuf, or Tables for kubectl (``server/tables.py``).
+is one the cache writes (``server/decision.py``, ``server/negotiation.py``): full objects in JSON,
+or in protobuf from the resource's protobuf cache once it is ready (``ctx.protobuf``),
+PartialObjectMetadata(List) in JSON or protobuf, or Tables for kubectl (``server/tables.py``).
 Anything else — writes, discovery, subresources, uncached resources, Tables of kinds without a
 printer here, YAML, full objects only in protobuf without a protobuf cache, consistent reads the
 cache cannot prove fresh — goes to ``ctx.upstream.forward``,
 counted by reason (``PassReason``). An Accept header kube would refuse gets kube's 406 here.
+Health and readiness: ``server/health.py``; the gate's reviews: ``server/authorization.py``; which
+requests are long-running: ``server/limits.py``.
 """
 
 from __future__ import annotations
@@ -23,18 +25,20 @@ from typing import Any, NoReturn, cast
 import orjson
 
 from watchcache import apierrors
-from watchcache.auth.authn import bearer_token
 from watchcache.cache.encoding import Encoding
 from watchcache.cache.protobuf import FULL_PROTOBUF
 from watchcache.dispatch.cacher import Cacher
 from watchcache.fairness.controller import FlowControl, Grant
 from watchcache.http.request import Request
 from watchcache.http.response import Response
-from watchcache.http.routing import InvalidPath, RequestInfo, long_running, parse_request_info
+from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.resources import ResourceType
-from watchcache.server import fairness, seats
+from watchcache.server import fairness, health, seats
+from watchcache.server.authorization import authorize, has_credentials
 from watchcache.server.context import ApiContext
+from watchcache.server.decision import Decisions
 from watchcache.server.deprecation import warning_headers
+from watchcache.server.limits import long_running, request_timed_out
 from watchcache.server.negotiation import (
     JSON,
     KUBE,
@@ -43,7 +47,6 @@ from watchcache.server.negotiation import (
     PassReason,
     ProtobufRequest,
     TableRequest,
-    choose,
     render_error,
 )
 from watchcache.server.options import parse_bool, parse_list_options
@@ -56,32 +59,13 @@ from watchcache.server.watch import HttpWatchStream, serve_watch
 
 log = logging.getLogger("watchcache.server")
 
-_TEXT = "text/plain; charset=utf-8"
-_READ_VERBS = frozenset({"get", "list", "watch"})
-# The readiness check a draining process fails (kube-apiserver's shutdown check).
-_SHUTTING_DOWN = "[-]shutdown failed: the process is shutting down"
+_TEXT = health.TEXT
 _EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
-_NEGOTIATED_MAX = 1024
 
 
 #: What a request was, for its metrics (verb, resource), and the watch that goes on without its
 #: handler, if any (``serve_watch``: its end is the request's end).
 Handled = tuple[str, ResourceType | None, HttpWatchStream | None]
-
-
-def request_timed_out() -> apierrors.StatusError:
-    """kube-apiserver's answer to a request its timeout filter ended before it answered."""
-    return apierrors.StatusError(
-        504,
-        "Timeout",
-        "Timeout: request did not complete within requested timeout - context deadline exceeded",
-        details={},
-    )
-
-
-def _credentials(request: Request) -> bool:
-    """The request carries a bearer token or a client certificate (else the upstream sees it as anonymous)."""
-    return request.peercert is not None or bearer_token(request.headers) is not None
 
 
 class ApiHandler:
@@ -101,13 +85,10 @@ class ApiHandler:
         # In front of a real apiserver, negotiate as it does and pass through what the cache cannot
         # write (Table, YAML, full protobuf); the simulated cluster negotiates only what it writes.
         self.endpoint = KUBE if forward_tables else SIM
-        # Accept headers are few and repeated: (accept, verb, group) -> decision, memoized.
-        self._negotiated: dict[tuple[str | None, str, str], Encoding | TableRequest | ProtobufRequest | PassReason] = {}
+        # Who answers each request (memoized per Accept header, verb and group).
+        self.decisions = Decisions(ctx, self.endpoint, forward_upgrades=forward_upgrades)
         # Printers and Table encodings (kubectl's default output), shared by the requests that ask.
         self.tables = Tables(ctx, passes_through=self.endpoint.passes_through)
-        # True in front of a real apiserver: every upgrade request is the upstream's to answer
-        # (a tunnel, or kube's own answer), even on a path the cache serves.
-        self.forward_upgrades = forward_upgrades
         self.passed_through: dict[str, int] = {}
         # Of those, requests with a shardSelector: the upstream's answer is sharded only if it serves
         # shardSelector itself (kube v1.36 with ShardedListAndWatch on).
@@ -148,21 +129,9 @@ class ApiHandler:
         return self.seats.active_by_kind
 
     def readiness(self) -> tuple[bool, list[str]]:
-        lines = []
-        # A worker of a group may own nothing (more workers than resources): it is ready once
-        # discovery has said so and every worker has synced (the workers-synced check).
-        ok = (bool(self.ctx.cachers) if self.worker is None else self.ctx.discovered) and not self.shutting_down
-        if self.shutting_down:
-            lines.append(_SHUTTING_DOWN)
-        for resource, cacher in list(self.ctx.cachers.items()):
-            ok &= cacher.ready
-            state = "ok" if cacher.ready else "failed: not synced"
-            lines.append(f"[{'+' if cacher.ready else '-'}]cache-synced:{resource.qualified} {state}")
-        for check in self.readiness_checks:
-            passed, line = check()
-            ok &= passed
-            lines.append(line)
-        return ok, lines
+        return health.readiness(
+            self.ctx, worker=self.worker, shutting_down=self.shutting_down, checks=self.readiness_checks
+        )
 
     def watchers(self) -> int:
         """Watches open: registered on a cache, or passed through (--max-watchers)."""
@@ -313,19 +282,15 @@ class ApiHandler:
             response.send(200, b"ok", content_type=_TEXT)
             return request.method, None, None
         if path == "/readyz":
-            ok, lines = self.readiness()
-            verbose = "verbose" in request.query
-            if verbose:
+            ok, _ = self.readiness()
+            lines = None
+            if "verbose" in request.query:
                 checks = [line for check in self.readiness_checks for line in (check()[1],)]
                 if self.shutting_down:
-                    checks.insert(0, _SHUTTING_DOWN)
+                    checks.insert(0, health.SHUTTING_DOWN)
                 lines = readiness_lines(await self.group_statuses(), self.workers, checks)
-            text = (
-                "\n".join([*lines, "readyz check passed" if ok else "readyz check failed"])
-                if verbose
-                else ("ok" if ok else "not ready")
-            )
-            response.send(200 if ok else 500, text.encode(), content_type=_TEXT)
+            status, body = health.readyz_body(ok, lines)
+            response.send(status, body, content_type=_TEXT)
             return request.method, None, None
         route = self.routes.get(path)
         if (route is not None or path == "/debug/cache") and self.ctx.gate is not None:
@@ -346,7 +311,7 @@ class ApiHandler:
             raise apierrors.bad_request(str(e)) from None
         verb = info.verb.upper()
         resource = self.ctx.registry.get(info.group, info.version, info.resource) if info.is_resource_request else None
-        decision = self._decide(request, info)
+        decision = self.decisions.decide(request, info)
         if isinstance(decision, NotAcceptable):
             if self.ctx.gate is not None:
                 await self._authorize(request, info)
@@ -363,7 +328,7 @@ class ApiHandler:
             assert resource is not None
             cacher = self.ctx.protobuf(resource) if self.ctx.protobuf is not None else None
             decision = decision.fallback if cacher is None else FULL_PROTOBUF
-        if cacher is None and isinstance(decision, (Encoding, TableRequest)) and not self._cache_for(resource):
+        if cacher is None and isinstance(decision, (Encoding, TableRequest)) and not self.decisions.cache_for(resource):
             decision = PassReason.UNCACHED_RESOURCE
         if isinstance(decision, (Encoding, TableRequest)):
             if info.verb == "watch":
@@ -395,7 +360,7 @@ class ApiHandler:
         self.passed_through[reason] = self.passed_through.get(reason, 0) + 1
         if info.is_resource_request and request.query_value("shardSelector"):
             self.passed_through_sharded[reason] = self.passed_through_sharded.get(reason, 0) + 1
-        if request.http_version == "2" and self.ctx.gate is not None and not _credentials(request):
+        if request.http_version == "2" and self.ctx.gate is not None and not has_credentials(request):
             # Anonymous to the upstream, which would end its own HTTP/2 connection after it: so does this one.
             request.close_connection = True
         forwarded = info if info.is_resource_request else None
@@ -424,77 +389,9 @@ class ApiHandler:
             self.ctx.metrics.request(verb, resource, status, None)
 
     async def _authorize(self, request: Request, info: RequestInfo | None) -> None:
-        """The gate's review of a cached read (``info``) or of one of this server's own paths; its
-        401/403 encoded as kube encodes them for the client's Accept (protobuf for client-go's typed clients)."""
         gate = self.ctx.gate
         assert gate is not None
-        known = fairness.authenticated.get()  # authenticated already, for flow control
-        try:
-            if isinstance(known, apierrors.StatusError):
-                raise known
-            with seats.waiting():  # a TokenReview or SubjectAccessReview, unless cached
-                if info is None:
-                    await gate.check_path(request, peercert=request.peercert, user=known)
-                else:
-                    await gate.check(request, info, peercert=request.peercert, user=known)
-        except apierrors.StatusError as e:
-            raise render_error(e, request.headers.get("accept"), self.endpoint) from None
-
-    def _decide(
-        self, request: Request, info: RequestInfo
-    ) -> Encoding | TableRequest | ProtobufRequest | PassReason | NotAcceptable:
-        """How the cache answers this request (an encoding), why it does not, or kube's 406 for it."""
-        if request.upgrade is not None and self.forward_upgrades:
-            return PassReason.UPGRADE
-        if not info.is_resource_request:
-            return PassReason.NON_RESOURCE
-        gate = self.ctx.gate
-        if (gate is None or not gate.resolves_impersonation) and any(
-            name.startswith("impersonate-") for name in request.headers
-        ):
-            # kubectl --as: the upstream decides what the impersonated user sees (unless this
-            # server is the upstream: the simulated cluster's gate resolves impersonation itself).
-            return PassReason.IMPERSONATION
-        if info.verb not in _READ_VERBS:
-            return PassReason.WRITE
-        if info.subresource:
-            return PassReason.SUBRESOURCE
-        resource = self.ctx.registry.get(info.group, info.version, info.resource)
-        if resource is None or (resource not in self.ctx.cachers and self.ctx.on_demand is None):
-            return PassReason.UNCACHED_RESOURCE
-        accept = request.headers.get("accept")
-        key = (accept, info.verb, resource.group)
-        decision = self._negotiated.get(key)
-        if decision is None:
-            try:
-                decision = choose(accept, self.endpoint, info.verb, resource)
-            except NotAcceptable as e:
-                return e
-            if len(self._negotiated) >= _NEGOTIATED_MAX:
-                self._negotiated.clear()  # bounded whatever headers clients invent
-            self._negotiated[key] = decision
-        if (
-            info.verb == "get"
-            and self.ctx.upstream.delegates_consistent_gets
-            and not request.query_value("resourceVersion")
-        ):
-            # A consistent GET goes upstream (``serve_get``), whatever its encoding: decided here, it
-            # costs no review (the upstream authorizes its client), no wait for the cache to sync and
-            # no protobuf cache made for it.
-            return PassReason.CONSISTENT_GET
-        return decision
-
-    def _cache_for(self, resource: ResourceType | None) -> bool:
-        """True when a cache of ``resource`` is here, or has just been made (a follower of its owner).
-
-        Called only once the request is authorized: a follower is a full replica of the resource
-        (memory, and a stream from its owner), which no unauthorized client may make a worker build.
-        """
-        if resource is None:
-            return False
-        return resource in self.ctx.cachers or (
-            self.ctx.on_demand is not None and self.ctx.on_demand(resource) is not None
-        )
+        await authorize(gate, request, info, self.endpoint)
 
     async def _serve_cached(
         self,

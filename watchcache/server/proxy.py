@@ -8,8 +8,9 @@ from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.freshness import Reached
 from watchcache.http.request import Request
 from watchcache.http.response import Response
-from watchcache.http.routing import RequestInfo, long_running
+from watchcache.http.routing import RequestInfo
 from watchcache.server import passthrough
+from watchcache.server.limits import long_running
 from watchcache.server.tunnel import Tunnels
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.consistency import ConsistentReads
