@@ -53,10 +53,11 @@ from watchcache.dispatch.outcomes import (
 from watchcache.resources import ResourceType
 from watchcache.watchers.watcher import Watcher, WatchSink
 
-# The modes that read at a requested rv: the cache must reach it first.
-_AT_RV = frozenset({Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE})
+# The modes that read at a requested rv: the cache must reach it first. (Tuples, not sets: an
+# Enum's hash is a Python call, a tuple's ``in`` compares identities first.)
+_AT_RV = (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE)
 # The modes that read one rv exactly: before the window, the history is fetched first.
-_EXACT = frozenset({Mode.EXACT, Mode.CONTINUE})
+_EXACT = (Mode.EXACT, Mode.CONTINUE)
 _CONSISTENT_GET = Delegated(Delegation.CONSISTENT_GET)
 _CONSISTENT_READ = Delegated(Delegation.CONSISTENT_READ)
 _OLD_EXACT_READ = Delegated(Delegation.OLD_EXACT_READ)
