@@ -11,7 +11,9 @@ request at a time and a response that keeps nothing:
   namespace (more namespaces than ``ListBodies`` keeps: every page is built, none shared);
 * ``list-shared``: the same consistent LIST again and again (a relist storm: the answer is shared);
 * ``watch-start``: a watch from the cache's resourceVersion, registered (as over HTTP/1.1 the
-  handler returns then), then its client gone.
+  handler returns then), then its client gone;
+* ``watch-event``: one watch open; per request, an event applied to the cache and one loop pass, in
+  which the flush writes it (``HttpWatchStream.flush``: the frame taken, written, counted).
 
 Run it against this checkout, and against another source tree for a before/after::
 
@@ -56,7 +58,7 @@ try:  # since server/context.py was split (issue 35)
 except ImportError:
     from watchcache.server.context import ApiContext, ServeConfig  # type: ignore[no-redef,attr-defined]
 
-LOOPS = ("get", "get-consistent", "list-page", "list-shared", "watch-start")
+LOOPS = ("get", "get-consistent", "list-page", "list-shared", "watch-start", "watch-event")
 
 
 class InstantUpstream:
@@ -168,12 +170,46 @@ def requests_for(loop_name: str, cacher: Cacher, namespaces: int) -> list[Reques
         return [request(f"/api/v1/namespaces/ns-{n}/pods", query) for n in range(namespaces)]
     if loop_name == "list-shared":
         return [request("/api/v1/pods", "limit=500")]
-    if loop_name == "watch-start":
+    if loop_name in ("watch-start", "watch-event"):
         return [request("/api/v1/namespaces/ns-1/pods", f"watch=1&resourceVersion={rv}&timeoutSeconds=300")]
     raise ValueError(loop_name)
 
 
+def pod_update(rv: int) -> Any:
+    obj = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": "p1", "namespace": "ns-1", "resourceVersion": str(rv)},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": "Running"},
+    }
+    return encode_object(PODS, obj)
+
+
+async def watch_events(requests: int, runs: int, namespaces: int, per_namespace: int) -> list[float]:
+    handler, cacher = build(namespaces, per_namespace)
+    [watch] = requests_for("watch-event", cacher, namespaces)
+    response = NullResponse()
+    await handler(watch, response)
+    assert response.status == 200 and len(cacher.dispatcher) == 1
+    updates = [pod_update(cacher.rv + 1 + i) for i in range(requests * runs)]
+    out = []
+    for run in range(runs):
+        gc.collect()
+        start = time.process_time()
+        for update in updates[run * requests : (run + 1) * requests]:
+            cacher.apply([("MODIFIED", update)])
+            await asyncio.sleep(0)  # the flush pass
+        out.append((time.process_time() - start) / requests * 1e6)
+    if cacher.watch_frames_sent != requests * runs:
+        raise AssertionError(f"{cacher.watch_frames_sent} frames written for {requests * runs} events")
+    response.gone()
+    return out
+
+
 async def run_loop(loop_name: str, requests: int, runs: int, namespaces: int, per_namespace: int) -> list[float]:
+    if loop_name == "watch-event":
+        return await watch_events(requests, runs, namespaces, per_namespace)
     handler, cacher = build(namespaces, per_namespace)
     cycle = requests_for(loop_name, cacher, namespaces)
     watch = loop_name == "watch-start"
