@@ -122,6 +122,42 @@ class WatchRequest:
 
 
 class Cacher:
+    # Slots: its attributes are read on every event, and a class past 29 instance attributes loses
+    # CPython 3.11's inline attribute values (the 30th, ``list_bodies``, cost ~750 instructions per
+    # event applied and flushed: loadtest/bench/reads.py watch-event). A new attribute goes here.
+    __slots__ = (
+        "_backfilled",
+        "_backfilling",
+        "_ready",
+        "_seq",
+        "_waiters",
+        "backfilled_events",
+        "backfills",
+        "cache",
+        "clock",
+        "dispatcher",
+        "events_received",
+        "failures",
+        "initializations",
+        "last_used",
+        "list_bodies",
+        "list_fetched",
+        "list_returned",
+        "lists",
+        "ready_wait",
+        "replicas",
+        "resource",
+        "split_groups",
+        "state",
+        "watch_bytes_sent",
+        "watch_frames_sent",
+        "watch_requests",
+        "watchers_caught_up",
+        "watchers_expired",
+        "watchers_lagged",
+        "watchers_terminated",
+    )
+
     def __init__(
         self,
         resource: ResourceType,
