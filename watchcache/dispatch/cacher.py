@@ -122,9 +122,10 @@ class WatchRequest:
 
 
 class Cacher:
-    # Slots: its attributes are read on every event, and a class past 29 instance attributes loses
-    # CPython 3.11's inline attribute values (the 30th, ``list_bodies``, cost ~750 instructions per
-    # event applied and flushed: loadtest/bench/reads.py watch-event). A new attribute goes here.
+    # Slots: its attributes are read on every event, and CPython 3.11 keeps instance attributes
+    # inline only while a class's shared keys stay under a cap of about 30: adding the 30th
+    # (``list_bodies``) cost ~750 instructions per event applied and flushed (loadtest/bench/reads.py
+    # watch-event). Slots have no such cliff. A new attribute goes here.
     __slots__ = (
         "_backfilled",
         "_backfilling",
