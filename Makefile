@@ -42,14 +42,14 @@ test-reference: $(BIN)/.installed
 
 ## lint: ruff (lint and format), mypy, and the import layering (import-linter contracts in pyproject.toml; docs/architecture.md)
 lint: $(BIN)/.installed
-	$(BIN)/ruff check watchcache tests loadtest
-	$(BIN)/ruff format --check watchcache tests loadtest
+	$(BIN)/ruff check watchcache harness tests loadtest
+	$(BIN)/ruff format --check watchcache harness tests loadtest
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 
 fmt: $(BIN)/.installed
-	$(BIN)/ruff check --fix watchcache tests loadtest
-	$(BIN)/ruff format watchcache tests loadtest
+	$(BIN)/ruff check --fix watchcache harness tests loadtest
+	$(BIN)/ruff format watchcache harness tests loadtest
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -208,7 +208,7 @@ def histogram_summary(before: dict[Any, float], after: dict[Any, float], name: s
 async def list_rounds(
     proxy: bl.Proc, args: argparse.Namespace, ns: str
 ) -> tuple[dict[str, list[float]], dict[str, Any]]:
-    host, port = proxy.host_port
+    host, port = proxy.address
     client = await bl.Helper.start(
         "list-client", "--host", host, "--port", str(port), "--connections", str(args.clients)
     )

@@ -278,7 +278,7 @@ async def measure(
     successful write (``missing`` = the shortfall of the emptiest watch, ``extra`` = the excess of
     the fullest).
     """
-    host, port = target.host_port
+    host, port = target.address
     n_readers = max(1, min(args.readers, watchers // 50 or 1))
     per = [watchers // n_readers + (1 if i < watchers % n_readers else 0) for i in range(n_readers)]
     sample_every = max(1, watchers // args.sample_conns)

@@ -31,10 +31,8 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import resource
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
@@ -47,8 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import harness.processes
+
 ROOT = Path(__file__).resolve().parents[2]
-READY = re.compile(r"ready: listening on (https?://[\d.]+:\d+)")
 STAMP_KEY = "bench/written-at"
 STAMP_MARK = b'"bench/written-at":"'
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -352,7 +351,7 @@ def watchcache_exe() -> list[str]:
 
 def python_m(module: str, *args: str) -> list[str]:
     """``python -m MODULE ARGS``, e.g. ``python_m("loadtest.bench.raw_list", …)``; start it with :func:`child_env`."""
-    return [sys.executable, "-m", module, *args]
+    return harness.processes.python_m(module, *args)
 
 
 def child_env() -> tuple[dict[str, str], str | None]:
@@ -369,27 +368,9 @@ def child_env() -> tuple[dict[str, str], str | None]:
     return env, cwd
 
 
-@dataclass
-class Proc:
-    """A started ``watchcache`` process (or any process that prints the ready line)."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    url: str
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def host_port(self) -> tuple[str, int]:
-        host, port = self.url.split("://", 1)[1].rsplit(":", 1)
-        return host, int(port)
-
-    @property
-    def tls(self) -> bool:
-        return self.url.startswith("https://")
+class Proc(harness.processes.Proc):
+    """A started ``watchcache`` process (or any process that prints the ready line), with the readings
+    a benchmark takes of it and its children (workers)."""
 
     def cpu(self) -> float:
         """CPU seconds of the process and its children (workers)."""
@@ -402,30 +383,13 @@ class Proc:
     def pids(self) -> list[int]:
         return tree_pids(self.pid)
 
-    def log_tail(self, n: int = 20) -> str:
-        with contextlib.suppress(OSError):
-            return "".join(self.log_path.read_text(errors="replace").splitlines(True)[-n:])
-        return ""
-
     def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM, wait, then SIGKILL if it did not exit."""
-        p = self.process
-        if p.poll() is not None:
-            # It died on its own: keep its log and say where it is.
-            log(f"{self.name} (pid {self.pid}) had exited with {p.returncode}; log kept at {self.log_path}")
-            return p.returncode
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        if os.environ.get("WATCHCACHE_BENCH_KEEP_LOGS"):
+        """SIGTERM, wait, then SIGKILL if it did not exit; a process that died on its own keeps its log."""
+        if self.process is not None and self.process.poll() is not None:
+            log(f"{self.name} (pid {self.pid}) had exited with {self.process.returncode}; log kept at {self.log_path}")
+        elif os.environ.get("HARNESS_KEEP_LOGS"):
             log(f"{self.name} log: {self.log_path}")
-        else:
-            with contextlib.suppress(OSError):
-                self.log_path.unlink()
-        return p.returncode
+        return super().stop(timeout)
 
 
 def _preexec() -> None:
@@ -434,32 +398,10 @@ def _preexec() -> None:
 
 def start_process(name: str, cmd: Sequence[str], *, timeout: float = 180.0) -> Proc:
     """Start ``cmd`` (which must print the ready line), output to a temp log file; wait for the line."""
-    fd, log = tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")
     env, cwd = child_env()
-    with os.fdopen(fd, "wb") as out:
-        process = subprocess.Popen(
-            list(cmd),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=cwd,
-            preexec_fn=_preexec,
-        )
-    path = Path(log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = READY.search(path.read_text(errors="replace"))
-        if m:
-            return Proc(name, process, m.group(1), path)
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    text = path.read_text(errors="replace")
-    if process.poll() is None:
-        process.kill()
-        process.wait()
-    raise RuntimeError(f"{name} did not print its ready line:\n{text[-3000:]}")
+    proc = Proc(list(cmd), name=name, env=env, cwd=cwd, preexec=_preexec)
+    proc.up(timeout)
+    return proc
 
 
 def start_sim(*, objects: int, namespaces: int = 10, churn: float = 0.0, extra: Sequence[str] = ()) -> Proc:
@@ -522,18 +464,7 @@ def start_embedded(*, objects: int, namespaces: int = 10, churn: float = 0.0, ex
 
 def wait_ready(proc: Proc, timeout: float = 300.0) -> None:
     """Until ``/readyz`` answers 200 (every cache synced)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.process.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited:\n{proc.log_tail()}")
-        with (
-            contextlib.suppress(OSError, urllib.error.URLError),
-            urllib.request.urlopen(proc.url + "/readyz", timeout=2.0, context=client_tls()) as resp,
-        ):
-            if resp.status == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{proc.name} not ready after {timeout}s:\n{proc.log_tail()}")
+    harness.processes.wait_ready(proc, timeout, context=client_tls())
 
 
 def wait_objects(proc: Proc, resource: str, count: int, timeout: float = 300.0) -> dict[str, Any]:
@@ -549,10 +480,8 @@ def wait_objects(proc: Proc, resource: str, count: int, timeout: float = 300.0) 
 
 
 def stop_all(procs: Iterable[Proc | None]) -> None:
-    for p in procs:
-        if p is not None:
-            with contextlib.suppress(Exception):
-                p.stop()
+    for error in harness.processes.stop_all(procs):
+        log(f"stopping: {error}")
 
 
 # ---------------------------------------------------------------- HTTP (cold paths)

@@ -93,7 +93,7 @@ async def warm(base: str, attempts: int = 40) -> None:
 async def run_client(
     target: bl.Proc, cpu: bl.Proc | None, args: argparse.Namespace, mode: str, limit: int, token: str = ""
 ) -> dict[str, Any]:
-    host, port = target.host_port
+    host, port = target.address
     client = await bl.Helper.start(
         "list-client",
         "--host",

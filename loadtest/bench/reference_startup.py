@@ -38,12 +38,13 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.processes import free_port
 from loadtest.chaos.stack import python_m
 from tests.reference.controlplane import ControlPlane
 from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, write_kubeconfig
 from tests.reference.private import PrivateApiserver
 from tests.reference.requestlog import Logged, RequestLog, _parse
-from tests.reliability.restarts import ProxyGroup, free_port
+from tests.reliability.restarts import ProxyGroup
 
 DISCOVERY = ("/api", "/apis", "/version", "/openapi")
 

@@ -143,7 +143,7 @@ def scrape(proxy: bl.Proc) -> dict[str, float]:
 
 
 async def scenario(proxy: bl.Proc, args: argparse.Namespace) -> dict[str, Any]:
-    host, port = proxy.host_port
+    host, port = proxy.address
     loop = asyncio.get_running_loop()
     start = loop.time()
     goods = [Good(host, port) for _ in range(args.good)]

@@ -260,7 +260,7 @@ async def amain(args: argparse.Namespace) -> None:
     try:
         sim = bl.start_sim(objects=args.objects, namespaces=10, churn=args.churn, extra=files.sim_flags())
         bl.wait_ready(sim)
-        relay, relay_port = await start_relay(sim.host_port, counts)
+        relay, relay_port = await start_relay(sim.address, counts)
         bl.log(f"proxy: {prod.label}")
         proxy = await asyncio.to_thread(
             bl.start_proxy, f"http://127.0.0.1:{relay_port}", extra=[*files.proxy_flags(prod), *args.proxy_args]
@@ -271,7 +271,7 @@ async def amain(args: argparse.Namespace) -> None:
         sim0 = await asyncio.to_thread(sim_watch_stats, sim)
         bl.log(f"proxy synced; upstream requests so far: {diff(collections.Counter(), sync)}")
         cached = sorted(r for r, v in sim0.items() if v["watchers"] > 0)
-        base = proxy.host_port
+        base = proxy.address
         for i in range(args.clients):
             u = i % 20
             if u < 14:

@@ -37,7 +37,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -50,15 +49,13 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.processes import SUPERVISOR_READY, NotReady, Proc, free_port, python_m
 from loadtest.chaos.registers import Registers
 from loadtest.chaos.stack import (
-    SUPERVISOR_READY,
-    Proc,
-    StackError,
+    RELAY_READY,
     journal_heads,
     last_journal_rv,
     proxy_argv,
-    python_m,
     relay_argv,
     relist_points,
     relist_times,
@@ -178,7 +175,7 @@ class Campaign:
             listen, self.state_file, objects=self.opts.objects, namespaces=self.opts.namespaces, churn=churn,
             seed=self.opts.seed,
         )  # fmt: skip
-        return Proc("sim", argv, self.dir / "sim.log")
+        return Proc(argv, name="sim", log_path=self.dir / "sim.log")
 
     async def start_sim(self, churn: float | None = None) -> None:
         self.sim = self._sim_proc(self.opts.churn if churn is None else churn)
@@ -192,7 +189,7 @@ class Campaign:
         argv = proxy_argv(
             f"127.0.0.1:{self.proxy_port}", self.relay.url, workers=3, stall_timeout=STALL_TIMEOUT, extra=extra
         )
-        return Proc("proxy", argv, self.dir / "proxy.log", SUPERVISOR_READY)
+        return Proc(argv, name="proxy", ready=SUPERVISOR_READY, log_path=self.dir / "proxy.log")
 
     async def start_proxy(self) -> None:
         self.proxy = self._proxy_proc()
@@ -207,7 +204,9 @@ class Campaign:
         self.sim_port = free_port()
         self.sim = self._sim_proc(self.opts.churn)
         self.sim.start()
-        self.relay = Proc("relay", relay_argv(f"127.0.0.1:{self.sim_port}"), self.dir / "relay.log")
+        self.relay = Proc(
+            relay_argv(f"127.0.0.1:{self.sim_port}"), name="relay", ready=RELAY_READY, log_path=self.dir / "relay.log"
+        )
         self.relay.start()
         await asyncio.to_thread(self.relay.wait_ready)
         await asyncio.gather(asyncio.to_thread(self.sim.wait_ready), self.start_proxy())
@@ -230,7 +229,7 @@ class Campaign:
                     if resp.status == 200:
                         return
             await asyncio.sleep(0.1)
-        raise StackError(f"{url} not 200 within {timeout}s")
+        raise NotReady(f"{url} not 200 within {timeout}s")
 
     async def post(self, url: str, body: Any = None, method: str = "POST") -> tuple[int, Any]:
         assert self.admin is not None
@@ -285,7 +284,7 @@ class Campaign:
                 try:
                     await self.wait_http_ok(self.proxy_url + "/readyz", 30.0)
                     self.act("proxy ready again (every worker synced)")
-                except StackError:
+                except NotReady:
                     self.act("proxy NOT ready 30s after the worker restart")
                 return
         self.act(f"worker {target} not seen restarted within 20s")
@@ -300,7 +299,7 @@ class Campaign:
     async def relay_config(self, spec: dict[str, Any]) -> None:
         assert self.relay is not None
         try:
-            status, _ = await self.post(self.relay.control_url + "/config", spec)
+            status, _ = await self.post(self.relay.group(2) + "/config", spec)
             self.act(f"relay {spec or 'clean'}: {status}")
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             self.act(f"relay config failed: {e}")
@@ -767,12 +766,6 @@ class Campaign:
                 self.phases[pi].clients_affected += 1
             for v in by_client[inf.id].violations:
                 self.phases[phase_of(v.index)].violations += 1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cpu_ticks(pid: int) -> int:

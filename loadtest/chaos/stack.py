@@ -1,107 +1,24 @@
-"""Processes of the chaos campaign: the simulated cluster, the relay, the sharded proxy.
+"""Processes of the chaos campaign: the command lines of the simulated cluster, the relay and the
+sharded proxy, and what their logs say about relists.
 
-Each process logs to a file in the campaign's directory; ``Proc.wait_ready`` reads the
-``ready: listening on http://H:P`` line from the part of the log written since it started,
-so a process restarted on the same port (same log file, appended) is recognised anew.
-Every wait is bounded; processes are stopped by their own pid only.
+Each one runs as a ``harness.processes.Proc`` logging to a file in the campaign's directory: a
+process restarted on the same port (same log file, appended) is recognised anew by its ready line.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-READY = re.compile(rb"ready: listening on (http://[\d.]+:\d+)(?: control (http://[\d.]+:\d+))?")
-SUPERVISOR_READY = re.compile(rb"watchcache serve ready: listening on (https?://[\d.]+:\d+)")
+from harness.processes import python_m
+
+# The relay's ready line names its control endpoint too: ``Proc.group(2)``.
+RELAY_READY = re.compile(r"ready: listening on (http://[\d.]+:\d+)(?: control (http://[\d.]+:\d+))?")
 RELISTED = re.compile(r"relisted (\S+) at rv (\d+)")
 LOG_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 CAUGHT_UP = re.compile(r"following (\S+): caught up at rv (\d+)")
-
-
-class StackError(RuntimeError):
-    pass
-
-
-@dataclass
-class Proc:
-    name: str
-    argv: list[str]
-    log_path: Path
-    ready_re: re.Pattern[bytes] = READY
-    process: subprocess.Popen[bytes] | None = None
-    url: str = ""
-    control_url: str = ""
-    _offset: int = 0
-    starts: list[float] = field(default_factory=list)
-    # Its own process group (session), so that the whole group can be killed at once (a container kill).
-    new_session: bool = False
-
-    def start(self) -> None:
-        self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
-        try:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            self.process = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=self.new_session
-            )
-        finally:
-            log.close()
-        self.starts.append(time.monotonic())
-
-    def wait_ready(self, timeout: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            data = self.log_path.read_bytes()[self._offset :]
-            m = self.ready_re.search(data)
-            if m:
-                self.url = m.group(1).decode()
-                if m.lastindex and m.lastindex >= 2 and m.group(2):
-                    self.control_url = m.group(2).decode()
-                return self.url
-            if self.process is not None and self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        tail = self.log_path.read_bytes()[self._offset :][-3000:].decode("utf-8", "replace")
-        raise StackError(f"{self.name} did not become ready:\n{tail}")
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash."""
-        if self.running():
-            assert self.process is not None
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM and wait; SIGKILL if it does not exit in time. Returns the exit code."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-                return None
-        return self.process.returncode
-
-
-def python_m(*args: str) -> list[str]:
-    return [sys.executable, "-m", *args]
 
 
 def sim_argv(listen: str, state_file: Path, *, objects: int, namespaces: int, churn: float, seed: int) -> list[str]:

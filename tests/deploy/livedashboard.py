@@ -28,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from tests.deploy.support import DASHBOARD, MONITORING, Process, dashboard_expressions, start, wait_ready
+from harness.processes import Proc
+from tests.deploy.support import DASHBOARD, MONITORING, dashboard_expressions, start, wait_ready
 
 NAMESPACE, POD = "watchcache", "watchcache-0"
 RESOURCES = ("pods", "configmaps", "namespaces")
@@ -116,8 +117,8 @@ def fill(expr: str) -> str:
 
 @dataclass
 class LiveStack:
-    sim: Process
-    proxy: Process
+    sim: Proc
+    proxy: Proc
     prometheus: Prometheus
     watches: list[http.client.HTTPConnection] = field(default_factory=list)
 

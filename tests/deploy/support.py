@@ -7,11 +7,8 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from harness.processes import Proc, wait_ok
 from tests.support.tools import KUBECTL_INSTALL, require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -316,53 +314,10 @@ def dashboard_expressions(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
 READY = re.compile(r"ready: listening on (http://[\d.]+:\d+)")
 
 
-@dataclass
-class Process:
-    argv: list[str]
-    popen: subprocess.Popen[str]
-    url: str
-    log: list[str]
-
-    def stop(self, timeout: float = 15.0) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                return self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-                raise
-        return self.popen.returncode
-
-
-def start(args: list[str], timeout: float = 20.0) -> Process:
-    """Run ``watchcache ARGS`` and wait for its ``ready: listening on URL`` line."""
-    cmd = [*watchcache_exe(), *args]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    log: list[str] = []
-    found: list[str] = []
-    seen = threading.Event()
-
-    def pump() -> None:
-        assert popen.stdout is not None
-        for line in popen.stdout:
-            log.append(line)
-            m = READY.search(line)
-            if m and not found:
-                found.append(m.group(1))
-                seen.set()
-        seen.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while not found and popen.poll() is None and time.monotonic() < deadline:
-        seen.wait(0.1)
-    if not found:
-        popen.kill()
-        popen.wait()
-        raise RuntimeError(f"{shlex.join(cmd)} did not become ready:\n" + "".join(log))
-    return Process(cmd, popen, found[0], log)
+def start(args: list[str], timeout: float = 20.0) -> Proc:
+    """``watchcache ARGS`` (the installed console script, as the image runs it) until its
+    ``ready: listening on URL`` line (not "serving, not ready")."""
+    return Proc([*watchcache_exe(), *args], name=args[0] if args else "watchcache", ready=READY).up(timeout)
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
@@ -374,14 +329,7 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
 
 
 def wait_ready(url: str, path: str = "/readyz", timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    status, body = 0, ""
-    while time.monotonic() < deadline:
-        status, body = http_get(url + path)
-        if status == 200:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{url}{path} not 200 after {timeout}s: {status} {body}")
+    wait_ok(url + path, timeout)
 
 
 def iter_containers(targets: list[str]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:

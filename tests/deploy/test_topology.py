@@ -12,27 +12,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.support import DEPLOY, Process, http_get, start, wait_ready
+from harness.processes import Proc
+from tests.deploy.support import DEPLOY, http_get, start, wait_ready
 
 KEY = DEPLOY / "kubernetes" / "base" / "continue-token.key"
 
 
 @dataclass
 class Topology:
-    sim: Process
-    replica_a: Process  # two replicas of one tier, same key file (the base's Secret)
-    replica_b: Process
-    other_key: Process  # a replica with a different key
-    edge: Process  # a second tier, upstream = replica_a
+    sim: Proc
+    replica_a: Proc  # two replicas of one tier, same key file (the base's Secret)
+    replica_b: Proc
+    other_key: Proc  # a replica with a different key
+    edge: Proc  # a second tier, upstream = replica_a
 
 
 @pytest.fixture(scope="module")
 def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     other_key = tmp_path_factory.mktemp("key") / "key"
     other_key.write_text("another-key-of-at-least-16-bytes\n")
-    started: list[Process] = []
+    started: list[Proc] = []
 
-    def serve(upstream: str, key: Path) -> Process:
+    def serve(upstream: str, key: Path) -> Proc:
         args = ["serve", "--listen", "127.0.0.1:0", "--upstream", upstream, "--workers", "1"]
         proc = start([*args, "--continue-token-key-file", str(key), "--resources", "pods,namespaces"])
         started.append(proc)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.processes import Proc, Stack, start, start_stack
+from harness.processes import Proc, Stack, start, start_stack
 
 
 @pytest.fixture

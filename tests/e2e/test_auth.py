@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import start, wait_ready
 from tests.support.httpkube import call, shard_views
-from tests.support.processes import start, wait_ready
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

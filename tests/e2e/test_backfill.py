@@ -14,26 +14,17 @@ import concurrent.futures
 import os
 import re
 import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness.processes import Proc, free_port, start, wait_ready
 from tests.support.httpkube import WatchStream, configmap, get, get_ok, path_with, request, rv_of
-from tests.support.processes import READY, Proc, start, wait_ready
 
 CM = "/api/v1/namespaces/ns-0/configmaps"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_proxy(sim: Proc, port: int, key: Path, *args: str) -> Proc:
@@ -41,30 +32,13 @@ def start_proxy(sim: Proc, port: int, key: Path, *args: str) -> Proc:
     cmd = [sys.executable, "-m", "watchcache", "serve", "--upstream", sim.url, "--workers", "2"]
     cmd += ["--resources", "configmaps", "--continue-token-key-file", str(key), *args]
     cmd += ["--listen", f"127.0.0.1:{port}"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-    )
-    log: list[str] = []
-    found = threading.Event()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            log.append(line)
-            if READY.search(line):
-                found.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    proc = Proc(f"http://127.0.0.1:{port}", process, log)
-    assert found.wait(30), "".join(log)
+    proc = Proc(cmd, name="proxy", new_session=True).up(30)
     wait_ready(proc)
     return proc
 
 
 def kill_group(proc: Proc) -> None:
-    os.killpg(proc.process.pid, signal.SIGKILL)
-    proc.process.wait(10)
+    proc.kill()  # its own session: the supervisor and its workers
 
 
 def metric(url: str, name: str, **labels: str) -> float:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc, start
 from tests.support.httpkube import (
     WatchStream,
     configmap,
@@ -24,7 +25,6 @@ from tests.support.httpkube import (
     request,
     rv_of,
 )
-from tests.support.processes import Proc, start
 from tests.support.waiting import wait_until
 
 PODS = "/api/v1/pods"

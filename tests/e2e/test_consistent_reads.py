@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.processes import Stack, start_stack
 from tests.support.httpkube import request
-from tests.support.processes import Stack, start_stack
 
 FAR = 1_000_000_000_000_000
 

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.processes import Proc, proc_rss_kb, start
+from harness.processes import Proc, rss_kb, start
 
 LONG = os.environ.get("WATCHCACHE_FUZZ_LONG") == "1"
 STRUCTURED = 10_000 if LONG else 1_500
@@ -154,7 +154,7 @@ def test_generated_requests_get_status_errors_never_5xx_and_the_server_survives(
     try:
         pid = proc.process.pid
         client = Client(proc)
-        rss_before = proc_rss_kb(pid)
+        rss_before = rss_kb(pid)
         attempts: list[int] = []
 
         @settings(max_examples=STRUCTURED, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -233,7 +233,7 @@ def test_generated_requests_get_status_errors_never_5xx_and_the_server_survives(
         time.sleep(0.3)
         log = "".join(proc.log)
         assert "Traceback" not in log, log[-3000:]
-        rss_after = proc_rss_kb(pid)
+        rss_after = rss_kb(pid)
         assert rss_after < rss_before + 200_000, (rss_before, rss_after)  # < 200 MB of growth
         assert len(attempts) >= STRUCTURED * 0.9, len(attempts)
         assert sum(client.statuses.values()) >= len(attempts) * 0.8, client.statuses

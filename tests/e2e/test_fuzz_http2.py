@@ -39,8 +39,8 @@ from hyperframe.frame import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.processes import Proc, rss_kb, start
 from tests.support.pki import Pki
-from tests.support.processes import Proc, proc_rss_kb, start
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -321,7 +321,7 @@ def client_context() -> ssl.SSLContext:
 def test_generated_http2_frames_get_status_errors_resets_or_goaway_never_5xx(stack: Proc) -> None:
     port = int(stack.url.rsplit(":", 1)[1])
     ctx = client_context()
-    rss_before = proc_rss_kb(stack.process.pid)
+    rss_before = rss_kb(stack.process.pid)
     generated: list[bytes] = []
 
     @settings(max_examples=STRUCTURED, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -360,7 +360,7 @@ def test_generated_http2_frames_get_status_errors_resets_or_goaway_never_5xx(sta
     time.sleep(0.3)
     log = "".join(stack.log)
     assert "Traceback" not in log, log[-3000:]
-    rss_after = proc_rss_kb(stack.process.pid)
+    rss_after = rss_kb(stack.process.pid)
     assert rss_after < rss_before + 200_000, (rss_before, rss_after)
     check = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=ssl._create_unverified_context())
     check.request("GET", "/readyz")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import Proc, start
 from tests.support.pki import Pair, Pki
-from tests.support.processes import Proc, start
 from tests.support.tools import KUBECTL_INSTALL, require
 
 httpx = pytest.importorskip("httpx", reason="httpx[http2] is a dev dependency: pip install -e '.[dev]'")

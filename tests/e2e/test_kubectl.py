@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc
 from tests.support.httpkube import configmap, get, get_ok
 from tests.support.kubectl import pods_requests
-from tests.support.processes import Proc
 from tests.support.tools import KUBECTL_INSTALL, require
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.processes import Stack, start_stack
 from tests.support import httpkube as hk
 from tests.support.metaclient import (
     META_JSON,
@@ -29,7 +30,6 @@ from tests.support.metaclient import (
     fetch,
     query,
 )
-from tests.support.processes import Stack, start_stack
 
 PODS = "/api/v1/namespaces/ns-0/pods"
 

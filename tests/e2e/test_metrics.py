@@ -10,9 +10,9 @@ import signal
 import subprocess
 import time
 
+from harness.processes import start_stack
 from tests.support.httpkube import WatchStream, get_ok, path_with
 from tests.support.metrics import scrape, total
-from tests.support.processes import start_stack
 from tests.support.waiting import wait_until
 
 NAMED = [

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import Stack, start_stack
+from harness.processes import Stack, start_stack
 
 pytestmark = pytest.mark.timeout(120)
 

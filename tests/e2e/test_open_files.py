@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import start, wait_ready
+from harness.processes import start, wait_ready
 from watchcache.http.limits import HttpLimits
 from watchcache.service.openfiles import fit_connections
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import Proc, Stack, start, start_stack, wait_logged, wait_ready
 from tests.support.httpkube import get, get_ok
 from tests.support.metrics import scrape, total
-from tests.support.processes import Proc, Stack, start, start_stack, wait_logged, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "watchcache/sim/policy-example.yaml")

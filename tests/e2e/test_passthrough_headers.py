@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
+from harness.processes import Proc, start
 from tests.support.echo_upstream import EchoUpstream, raw_request
-from tests.support.processes import Proc, start
 
 REVIEW = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
 REVIEW_PATH = b"/apis/authentication.k8s.io/v1/selfsubjectreviews"

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from harness.processes import Stack, start_stack
 from tests.support.httpkube import get, get_ok, key_of, rv_of
 from tests.support.kubectl import pods_requests
-from tests.support.processes import Stack, start_stack
 from tests.support.tools import KUBECTL_INSTALL, require
 
 TIMEOUT = 10

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Stack, start_stack
 from tests.support.httpkube import (
     WatchStream,
     configmap,
@@ -26,7 +27,6 @@ from tests.support.httpkube import (
     rv_of,
     summarize,
 )
-from tests.support.processes import Stack, start_stack
 
 PODS = "/api/v1/pods"
 CONFIGMAPS = "/api/v1/configmaps"

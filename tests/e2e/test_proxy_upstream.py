@@ -10,11 +10,6 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
-import os
-import socket
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc, Stack, free_port, logged, python_m, start, start_stack, wait_logged, wait_ready
 from tests.support.httpkube import (
     WatchStream,
     cm_path,
@@ -39,7 +35,6 @@ from tests.support.httpkube import (
     summarize,
     write,
 )
-from tests.support.processes import READY, Proc, Stack, logged, start, start_stack, wait_logged, wait_ready
 
 PODS = "/api/v1/pods"
 CONFIGMAPS = "/api/v1/configmaps"
@@ -48,35 +43,9 @@ CONFIGMAPS = "/api/v1/configmaps"
 # ---------------------------------------------------------------------------------------------- processes
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_sim_on(port: int, *args: str, timeout: float = 30.0) -> Proc:
-    """``watchcache sim ARGS`` on a given port (conftest's ``start`` always picks port 0)."""
-    cmd = [sys.executable, "-m", "watchcache", "sim", *args, "--listen", f"127.0.0.1:{port}"]
-    process = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-    )
-    log: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            log.append(line)
-            if READY.search(line):
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    if not ready.wait(timeout) or process.poll() is not None or not any(READY.search(line) for line in log):
-        process.kill()
-        process.wait()
-        raise RuntimeError(f"sim on port {port} did not become ready:\n" + "".join(log))
-    return Proc(f"http://127.0.0.1:{port}", process, log)
+    """``watchcache sim ARGS`` on a given port (``start`` always picks port 0)."""
+    return Proc(python_m("watchcache", "sim", *args, "--listen", f"127.0.0.1:{port}"), name="sim").up(timeout)
 
 
 def stop_all(*procs: Proc | None) -> None:

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from tests.support.processes import Proc
+from harness.processes import Proc
 
 TIMEOUT = 10
 

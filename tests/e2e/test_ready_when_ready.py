@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import Proc, start, wait_logged
+from harness.processes import Proc, python_m, start, wait_logged
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -103,21 +102,15 @@ def test_a_serving_certificate_that_cannot_be_read_stops_the_start(tmp_path: Pat
 # ----------------------------------------------------------------------------------------------- demo
 
 
-class Demo:
+DEMO_READY = re.compile(r"watchcache is ready at (http://\S+)")
+
+
+class Demo(Proc):
+    """``watchcache demo``: its ready line names the proxy's URL (and the simulator's)."""
+
     def __init__(self, *args: str) -> None:
-        cmd = [sys.executable, "-m", "watchcache", "demo", "--objects", "20", *args]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        self.log: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.log.append(line)
-
-    def wait_ready(self) -> str:
-        return wait_logged(self, lambda text: "watchcache is ready at" in text, 90)  # type: ignore[arg-type]
+        super().__init__(python_m("watchcache", "demo", "--objects", "20", *args), name="demo", ready=DEMO_READY)
+        self.start()
 
     def parts(self) -> dict[str, int]:
         """The demo's children by subcommand (sim, serve)."""
@@ -141,6 +134,7 @@ def test_demo_on_a_busy_sim_address_fails_without_saying_ready(other_sim: Proc) 
     demo = Demo("--listen", "127.0.0.1:0", "--sim-listen", other_sim.host_port)
     code = demo.process.wait(60)
     said = "".join(demo.log)
+    demo.stop()
     assert code == 2, said
     assert f"watchcache: cannot listen on {other_sim.host_port}: address already in use" in said, said
     assert "is ready" not in said and "Traceback" not in said, said
@@ -149,21 +143,18 @@ def test_demo_on_a_busy_sim_address_fails_without_saying_ready(other_sim: Proc) 
 def test_demo_exits_non_zero_when_a_part_dies_and_zero_when_stopped() -> None:
     demo = Demo("--listen", "127.0.0.1:0", "--sim-listen", "127.0.0.1:0")
     try:
-        line = demo.wait_ready()
-        url = re.search(r"ready at (http://\S+)", line).group(1)  # type: ignore[union-attr]
+        url = demo.wait_ready(90)
         assert readyz(url) == 200
         os.kill(demo.parts()["serve"], signal.SIGKILL)
         assert demo.process.wait(30) == 1
         assert any("watchcache demo: the proxy exited (exit -9)" in text for text in demo.log), "".join(demo.log)
     finally:
-        if demo.process.poll() is None:
-            demo.process.kill()
+        demo.stop()
     clean = Demo("--listen", "127.0.0.1:0", "--sim-listen", "127.0.0.1:0")
     try:
-        clean.wait_ready()
+        clean.wait_ready(90)
         time.sleep(0.5)
         clean.process.send_signal(signal.SIGTERM)
         assert clean.process.wait(30) == 0, "".join(clean.log)
     finally:
-        if clean.process.poll() is None:
-            clean.process.kill()
+        clean.stop()

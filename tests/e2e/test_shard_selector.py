@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Stack, start_stack
 from tests.support.httpkube import (
     WatchStream,
     cm_path,
@@ -24,7 +25,6 @@ from tests.support.httpkube import (
     path_with,
     write,
 )
-from tests.support.processes import Stack, start_stack
 from watchcache.selectors.shards import HASH_SPACE, fnv1a_64
 
 PODS = "/api/v1/pods"

@@ -10,8 +10,8 @@ import time
 import orjson
 import pytest
 
+from harness.processes import Stack, start, start_stack
 from tests.support.httpkube import WatchStream, get, get_ok, key_of, path_with, request, rv_of
-from tests.support.processes import Stack, start, start_stack
 from tests.support.waiting import wait_until
 
 RESOURCES = {

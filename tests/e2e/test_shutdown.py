@@ -15,8 +15,8 @@ import json
 import signal
 import threading
 
+from harness.processes import start_stack
 from tests.support.httpkube import get_ok
-from tests.support.processes import start_stack
 from tests.support.waiting import wait_until
 
 

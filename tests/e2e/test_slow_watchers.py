@@ -10,7 +10,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 
-from tests.support.processes import start
+from harness.processes import start
 from tests.support.waiting import wait_until
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.processes import start, start_stack, wait_logged, wait_ready
+from harness.processes import start, start_stack, wait_logged, wait_ready
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -35,12 +35,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.processes import Proc, logged, start, wait_ready
 from loadtest.chaos.relay import Relay
 from loadtest.chaos.stack import CAUGHT_UP, RELISTED
 from tests.reliability.checker import Upstream, WatchSpec, check, iter_records, read_log
 from tests.reliability.clients import Informer, InformerConfig, new_session
 from tests.support.httpkube import cm_path, configmap, get_ok, pipelined, rv_of, write
-from tests.support.processes import Proc, logged, start, wait_ready
 
 SPECS = [
     WatchSpec("configmaps"),

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.processes import Proc, start
+from harness.processes import Proc, start
 from tests.support.upgrade_upstream import FakeUpstream
 
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.processes import Proc, rss_kb, start
 from tests.support.httpkube import get
 from tests.support.metrics import scrape, total
-from tests.support.processes import Proc, proc_rss_kb, start
 from tests.support.upgrade_upstream import FakeUpstream
 from tests.support.upgrading import WebSocket, raw_upgrade
 
@@ -122,14 +122,14 @@ def test_upstream_refusal_reaches_the_client_unchanged(fake, front) -> None:
 
 def test_a_slow_client_holds_the_upstream_back_and_memory_stays_bounded(fake, front) -> None:
     pid = front.process.pid
-    before = proc_rss_kb(pid)
+    before = rss_kb(pid)
     size = 256 * MB
     up = raw_upgrade(front.url, f"/spdy/flood?bytes={size}")
     assert up.head.status == 101
     time.sleep(2.0)  # the client reads nothing: the upstream must be paused, not buffered
     stalled = fake.flood_written
     assert stalled < 48 * MB, f"upstream wrote {stalled / MB:.0f} MB into a client that reads nothing"
-    assert proc_rss_kb(pid) - before < 40_000
+    assert rss_kb(pid) - before < 40_000
     received = len(up.buffered)
     up.buffered.clear()
     peak = 0
@@ -139,7 +139,7 @@ def test_a_slow_client_holds_the_upstream_back_and_memory_stays_bounded(fake, fr
         assert data, f"closed after {received} bytes"
         received += len(data)
         if received % (32 * MB) < len(data):
-            peak = max(peak, proc_rss_kb(pid) - before)
+            peak = max(peak, rss_kb(pid) - before)
     assert received == size and fake.flood_written == size
     assert peak < 40_000, f"proxy RSS grew {peak} KB while relaying {size // MB} MB"
     up.close()
@@ -148,7 +148,7 @@ def test_a_slow_client_holds_the_upstream_back_and_memory_stays_bounded(fake, fr
 
 def test_an_upstream_that_does_not_read_holds_the_client_back(fake, front) -> None:
     pid = front.process.pid
-    before = proc_rss_kb(pid)
+    before = rss_kb(pid)
     up = raw_upgrade(front.url, "/spdy/sink")
     assert up.head.status == 101
     up.sock.setblocking(False)
@@ -161,7 +161,7 @@ def test_an_upstream_that_does_not_read_holds_the_client_back(fake, front) -> No
         except BlockingIOError:
             time.sleep(0.01)
     assert sent < 48 * MB, f"the client pushed {sent / MB:.0f} MB into an upstream that reads nothing"
-    assert proc_rss_kb(pid) - before < 40_000
+    assert rss_kb(pid) - before < 40_000
     up.close()
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Stack, logged, start, start_stack, wait_ready
 from tests.protobuf.recorded import PB, RecordedUpstream, b
-from tests.support.processes import Stack, logged, start, start_stack, wait_ready
 from tests.support.waiting import until
 from watchcache.cache.store import CacheConfig
 from watchcache.kubeproto import objects

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc, start, wait_ready
 from tests.protobuf.recorded import PB, RecordedUpstream, b, from_cache
-from tests.support.processes import Proc, start, wait_ready
 from watchcache.kubeproto import meta_pb2, objects
 
 TYPED = PB + ", */*"  # client-go's typed clients

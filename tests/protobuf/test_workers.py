@@ -10,10 +10,10 @@ from urllib.parse import parse_qs
 
 import pytest
 
+from harness.processes import Proc, start, wait_ready
 from tests.protobuf.recorded import PB, RecordedUpstream, b, from_cache
 from tests.protobuf.test_recorded import TYPED, request
 from tests.support.metrics import scrape, total
-from tests.support.processes import Proc, start, wait_ready
 
 RESOURCES = "pods,configmaps,secrets,nodes,namespaces"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import Proc, start
 from tests.support.pki import Pair, Pki
-from tests.support.processes import Proc, start
 from tests.support.tlsclient import SSR, SSR_PATH, call, wait_ready_tls
 
 pytestmark = pytest.mark.skipif(
@@ -30,10 +30,15 @@ _VARS = ("URL", "CA", "TOKEN", "NOBODY_TOKEN", "CLIENT_CERT", "CLIENT_KEY", "FRO
 
 
 @dataclass
+class Url:
+    url: str
+
+
+@dataclass
 class Kube:
     """The reference apiserver and the identities of shared/tools/kube-reference."""
 
-    api: Proc
+    api: Url
     ca: Pair
     admin: str
     nobody: str
@@ -50,7 +55,7 @@ def kube() -> Iterator[Kube]:
     missing = [f"KUBE_REFERENCE_{k}" for k, v in env.items() if not v]
     if missing:
         pytest.skip(f'{", ".join(missing)} unset: eval "$(shared/tools/kube-reference/env.sh)"')
-    api = Proc(env["URL"], None)  # type: ignore[arg-type]
+    api = Url(env["URL"])
     k = Kube(
         api,
         Pair(Path(env["CA"]), Path()),

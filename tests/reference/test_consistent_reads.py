@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import Proc
 from tests.reference.kit import Api, KubeEnv, Serving, drop_namespace, needs_kube, start_proxy
-from tests.support.processes import Proc
 
 pytestmark = needs_kube
 

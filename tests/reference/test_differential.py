@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc
 from tests.reference.crds import delete_crd, ensure_crd
 from tests.reference.kit import (
     Api,
@@ -40,7 +41,6 @@ from tests.reference.kit import (
 )
 from tests.support.continuetokens import KUBE_SAYS, UNSIGNED, raw
 from tests.support.metaclient import Target, WatchReader, decode_protobuf
-from tests.support.processes import Proc
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

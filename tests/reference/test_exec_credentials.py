@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.processes import Proc, start, wait_logged, wait_ready
 from tests.support.httpkube import get
-from tests.support.processes import Proc, start, wait_logged, wait_ready
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBE_REFERENCE_KUBECONFIG"),

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import Proc
 from tests.reference.informers import FLAVORS, Informer
 from tests.reference.kit import Api, ApiError, KubeEnv, Serving, drop_namespace, needs_kube, start_proxy, wait_for
 from tests.support.metaclient import Target
-from tests.support.processes import Proc
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

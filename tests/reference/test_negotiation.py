@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc, start, wait_ready
 from tests.reference.crds import delete_crd, ensure_crd
 from tests.reference.kit import Api
 from tests.support.metaclient import (
@@ -37,7 +38,6 @@ from tests.support.metaclient import (
     fetch,
     query,
 )
-from tests.support.processes import Proc, start, wait_ready
 from watchcache.kubeproto import objects
 
 pytestmark = pytest.mark.skipif(

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc, start
 from tests.support.httpkube import get, get_ok, request
-from tests.support.processes import Proc, start
 from watchcache.sim.fixtures import make_node
 
 pytestmark = pytest.mark.skipif(

@@ -27,14 +27,14 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.chaos.stack import python_m
+from harness.processes import free_port, python_m
 from tests.reference.controlplane import ControlPlane
 from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, needs_kube, wait_for, write_kubeconfig
 from tests.reference.kubelet import FakeKubelet
 from tests.reference.private import PrivateApiserver
 from tests.reference.requestlog import RequestLog, informers, relists, watches
 from tests.reference.scenario import CRD_RESOURCE, Scenario, ensure_crd
-from tests.reliability.restarts import ProxyGroup, free_port
+from tests.reliability.restarts import ProxyGroup
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc
 from tests.reference.kit import (
     DEFAULT_RESOURCES,
     Api,
@@ -37,7 +38,6 @@ from tests.reference.kit import (
     wait_for,
     with_query,
 )
-from tests.support.processes import Proc
 from watchcache.selectors.shards import HASH_SPACE, fnv1a_64
 
 pytestmark = [pytest.mark.reference, needs_kube]

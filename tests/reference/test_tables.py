@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc
 from tests.printers.scenario import Scenario, Target, targets
 from tests.reference.kit import (
     DEFAULT_RESOURCES,
@@ -47,7 +48,6 @@ from tests.reference.kit import (
     with_query,
     write_kubeconfig,
 )
-from tests.support.processes import Proc
 from tests.support.tools import KUBECTL_INSTALL, require
 
 pytestmark = [pytest.mark.reference, needs_kube]

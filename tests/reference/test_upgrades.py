@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Proc, start
 from tests.support.metrics import total
 from tests.support.pki import make_pki
-from tests.support.processes import Proc, start
 from tests.support.tools import KUBECTL_INSTALL, require
 from tests.support.upgrade_upstream import FakeUpstream
 from tests.support.upgrading import WebSocket, raw_upgrade

@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadtest.chaos.stack import SUPERVISOR_READY, Proc, python_m
+from harness.processes import SUPERVISOR_READY, Proc, free_port, python_m
 from tests.reliability.checker import (
     DELETED,
     ERROR_T,
@@ -296,7 +295,7 @@ class ProxyGroup:
     async def start(self, timeout: float) -> float:
         """Start a new supervisor; the seconds until /readyz says every worker has synced."""
         t0 = time.monotonic()
-        proc = Proc("proxy", self.argv, self.log_path, SUPERVISOR_READY, new_session=True)
+        proc = Proc(self.argv, name="proxy", ready=SUPERVISOR_READY, log_path=self.log_path, new_session=True)
         self.procs.append(proc)
         proc.start()
         await asyncio.to_thread(proc.wait_ready, timeout)
@@ -308,11 +307,7 @@ class ProxyGroup:
 
     def sigkill_group(self) -> None:
         """Every process of the group at once (a container kill); ours: the group's leader is our child."""
-        proc = self.current
-        assert proc.process is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.process.pid, signal.SIGKILL)
-        proc.process.wait(10)
+        self.current.kill()  # new_session: the whole group
 
     async def worker_pids(self, timeout: float) -> dict[int, tuple[int, bool]]:
         """worker id -> (pid, owns configmaps), from every worker's /debug/shards (fresh connections)."""
@@ -608,7 +603,7 @@ def sim_argv(port: int, journal: Path, namespaces: int) -> list[str]:
 async def run_on_sim(opts: ScenarioOptions, workdir: Path, say: Callable[[str], None] = print) -> Outcome:
     """The scenario against ``watchcache sim`` (real processes, loopback): the suite tier's."""
     journal = workdir / "sim.journal"
-    sim = Proc("sim", sim_argv(0, journal, len(opts.namespaces)), workdir / "sim.log")
+    sim = Proc(sim_argv(0, journal, len(opts.namespaces)), name="sim", log_path=workdir / "sim.log")
     sim.start()
     try:
         url = await asyncio.to_thread(sim.wait_ready, opts.step_timeout)
@@ -622,9 +617,3 @@ async def run_on_sim(opts: ScenarioOptions, workdir: Path, say: Callable[[str], 
             proxy.stop()
     finally:
         sim.stop(30.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

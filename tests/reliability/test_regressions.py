@@ -9,11 +9,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from harness.processes import start, wait_ready
 from tests.reliability.checker import LogEntry, WatchSpec, check, rec_bookmark, rec_event, rec_list, rec_reconnect
 from tests.support.factories import pod
 from tests.support.harness import Harness, arun
 from tests.support.httpkube import request
-from tests.support.processes import start, wait_ready
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS

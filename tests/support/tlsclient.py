@@ -5,9 +5,16 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+from typing import Protocol
 
 from tests.support.pki import Pair
-from tests.support.processes import Proc
+
+
+class Server(Protocol):
+    """What a request needs of a server: its URL (a started process, or the reference kube-apiserver's)."""
+
+    url: str
+
 
 SSR_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
@@ -15,7 +22,7 @@ SSR_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 SSR = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
 
 
-def wait_ready_tls(proc: Proc, ca: Pair) -> None:
+def wait_ready_tls(proc: Server, ca: Pair) -> None:
     import time
 
     deadline = time.monotonic() + 30
@@ -30,7 +37,7 @@ def wait_ready_tls(proc: Proc, ca: Pair) -> None:
 
 
 def call(
-    proc: Proc,
+    proc: Server,
     ca: Pair,
     method: str,
     path: str,
