@@ -24,7 +24,7 @@ import time
 
 import orjson
 
-from loadtest.bench.lib import NullSink
+from harness.doubles import NullSink
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS

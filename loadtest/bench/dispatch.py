@@ -19,7 +19,7 @@ import argparse
 import json
 import time
 
-from loadtest.bench.lib import NullSink
+from harness.doubles import NullSink
 from watchcache.cache.object import CachedObject, encode_object
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig, ResourceCache

@@ -17,7 +17,7 @@ import asyncio
 import timeit
 from collections.abc import Callable
 
-from loadtest.bench.lib import NullSink
+from harness.doubles import NullSink
 from watchcache.cache.events import MODIFIED, WatchEvent
 from watchcache.cache.object import encode_object
 from watchcache.cache.predicate import SelectionPredicate

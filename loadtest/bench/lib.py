@@ -316,19 +316,6 @@ def client_tls() -> ssl.SSLContext:
     return ctx
 
 
-class NullSink:
-    """A watcher's sink that does nothing: the in-process benches measure dispatch, not delivery."""
-
-    def wake(self, watcher: Any) -> None:
-        pass
-
-    def closed(self, watcher: Any, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Any) -> None:
-        pass
-
-
 def server_tls(cert: str, key: str) -> ssl.SSLContext:
     """The ceilings' server context: as ``watchcache.http.tls.ServingCert`` (TLS >= 1.2, ALPN http/1.1)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -62,7 +62,7 @@ except ImportError:  # before it: a before/after across the split (PYTHONPATH=/p
 
     from watchcache.http import protocol as h1protocol  # type: ignore[no-redef]
     from watchcache.http.h2protocol import H2Limits  # type: ignore[attr-defined,no-redef]
-from loadtest.bench.lib import NullSink
+from harness.doubles import NullSink
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from loadtest.bench.lib import NullSink
+from harness.doubles import NullSink
 from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF, Encoding
 from watchcache.cache.metadata import metadata_json, metadata_protobuf
 from watchcache.cache.object import CachedObject, encode_object

@@ -34,7 +34,8 @@ from typing import Any
 
 import orjson
 
-from loadtest.bench.lib import NullSink, machine_info
+from harness.doubles import NullSink
+from loadtest.bench.lib import machine_info
 from loadtest.bench.negotiation import Kube, best_of
 from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.object import CachedObject, body_in_event, encode_object

@@ -3,7 +3,7 @@
 Needs the reference kit running (``shared/tools/kube-reference``: start.sh without
 ``--control-plane``, then ``eval "$(shared/tools/kube-reference/env.sh)"``). Each round starts
 the kit's controller manager and scheduler against the apiserver, runs the scenario of
-``tests/reference/scenario.py``, stops them, and does the same through ``watchcache serve`` (TLS,
+``harness/kube/scenario.py``, stops them, and does the same through ``watchcache serve`` (TLS,
 delegated authentication, default workers) in front of the apiserver. Prints the table of
 docs/deploy.md: time per step (ranges over rounds) and the components' log counts.
 
@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.reference.comparison import compare, table
-from tests.reference.controlplane import other_controller_manager
-from tests.reference.kit import KubeEnv
+from harness.kube.comparison import compare, table
+from harness.kube.controlplane import other_controller_manager
+from harness.kube.kit import KubeEnv
 
 
 def main(argv: list[str] | None = None) -> int:

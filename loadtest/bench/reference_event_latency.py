@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.reference.kit import Api, KubeEnv, Serving, drop_namespace, start_proxy, wait_for, with_query
+from harness.kube.kit import Api, KubeEnv, Serving, drop_namespace, start_proxy, wait_for, with_query
 
 NS = "reference-event-latency"
 

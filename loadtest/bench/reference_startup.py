@@ -4,7 +4,7 @@ kube-controller-manager and kube-scheduler (the kit's v1.36 binaries) start, and
 once every informer has its initial state (``ControlPlane.wait_synced``). docs/deploy.md measured
 0.9-1.6 s direct against 2.9-3.4 s through the proxy; this says where the difference goes. Each
 component reaches its server through a TLS relay that logs every request
-(``tests/reference/requestlog.py``) and when it was answered: a LIST when its response ended, a
+(``harness/kube/requestlog.py``) and when it was answered: a LIST when its response ended, a
 watch-list (``sendInitialEvents=true``, what v1.36 informers send) at its ``initial-events-end``
 bookmark. Per target (the apiserver directly, or ``watchcache serve`` in front of it, already
 running and ready):
@@ -16,7 +16,7 @@ running and ready):
 * ``synced``: from exec until both components report their caches synced;
 * the slowest informers through each, and the proxy's consistent-read counters.
 
-Runs against a kube-apiserver of our own over the kit's etcd (``tests/reference/private.py``), so the
+Runs against a kube-apiserver of our own over the kit's etcd (``harness/kube/private.py``), so the
 kit's own controller manager, if it runs, is not disturbed::
 
     eval "$(../shared/tools/kube-reference/env.sh)"
@@ -38,13 +38,13 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.kube.controlplane import ControlPlane
+from harness.kube.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, write_kubeconfig
+from harness.kube.private import PrivateApiserver
+from harness.kube.requestlog import Logged, RequestLog, _parse
 from harness.processes import free_port
+from harness.proxygroup import ProxyGroup
 from loadtest.chaos.stack import python_m
-from tests.reference.controlplane import ControlPlane
-from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, write_kubeconfig
-from tests.reference.private import PrivateApiserver
-from tests.reference.requestlog import Logged, RequestLog, _parse
-from tests.reliability.restarts import ProxyGroup
 
 DISCOVERY = ("/api", "/apis", "/version", "/openapi")
 

@@ -32,11 +32,11 @@ import asyncio
 import contextlib
 import os
 import shlex
-import socket
 import threading
 import time
 from typing import Any
 
+from harness.processes import free_port
 from loadtest.bench import kubecluster as kc
 from loadtest.bench import lib as bl
 from loadtest.bench.kubeclient import ACCEPT_PROTOBUF, Collect, Target
@@ -85,12 +85,6 @@ class RssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def storm(

@@ -7,7 +7,7 @@ resource (ConfigMaps), a writer updating 10 of them per second; then one restart
   its relist if it had to), its median and maximum;
 * the requests and bytes the upstream served from the restart until then (a counting relay in
   front of it: requests by kind, response bytes; a TLS-terminating one in front of a kube-apiserver,
-  ``tests/reference/requestlog.py``; for a direct upstream, also what the clients sent and
+  ``harness/kube/requestlog.py``; for a direct upstream, also what the clients sent and
   received, since they are its clients);
 * relists (LISTs after the first, and the 410s that caused them).
 
@@ -19,7 +19,7 @@ Runs (``--runs``):
   its port with its journal (objects and resourceVersions survive; its watch history does not,
   as kube-apiserver's watch cache);
 * ``kube``: clients -> a kube-apiserver v1.36 of the kit's binaries, of our own over the kit's etcd
-  (``tests/reference/private.py``; the kit's apiserver is shared and must not be restarted);
+  (``harness/kube/private.py``; the kit's apiserver is shared and must not be restarted);
   SIGTERM it, start it again (only with the kit: ``eval "$(../shared/tools/kube-reference/env.sh)"``);
 * ``proxy-kube``: clients -> ``watchcache serve --workers 2`` -> that kube-apiserver; restart the proxy.
 
@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.processes import free_port
 from loadtest.bench import lib as bl
 from loadtest.bench.upstream import Counts, start_relay
 
@@ -72,7 +73,10 @@ class Stats:
 
 
 class Informer:
-    """client-go's reflector, reading only resourceVersions (see the module docstring)."""
+    """client-go's reflector, reading only resourceVersions (see the module docstring).
+
+    Not ``harness.fleet.Informer``: that one decodes and records every event for the checker (aiohttp,
+    JSON, digests), which at a thousand informers on one loop would be most of what this measures."""
 
     def __init__(self, target: tuple[str, int], path: str, ssl_ctx: ssl.SSLContext | None, token: str) -> None:
         self.target = target
@@ -307,14 +311,6 @@ async def writer(up: Upstream, ns: str, objects: int, rate: float, stop: asyncio
             await asyncio.wait_for(stop.wait(), 1.0 / rate)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Restartable:
     """A process on a fixed port that can be stopped (SIGTERM) and started again."""
 
@@ -518,9 +514,9 @@ class LoggedCounts:
 
 
 async def run_kube(args: argparse.Namespace, through_proxy: bool, workdir: Path) -> Result:
-    from tests.reference.kit import KubeEnv, Serving, write_kubeconfig
-    from tests.reference.private import PrivateApiserver
-    from tests.reference.requestlog import RequestLog
+    from harness.kube.kit import KubeEnv, Serving, write_kubeconfig
+    from harness.kube.private import PrivateApiserver
+    from harness.kube.requestlog import RequestLog
 
     private = PrivateApiserver(KubeEnv.from_environ(), workdir / "kube")
     try:

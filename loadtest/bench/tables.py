@@ -26,98 +26,25 @@ Needs the kit (``eval "$(../shared/tools/kube-reference/env.sh)"``). Run:
 from __future__ import annotations
 
 import argparse
-import base64
 import concurrent.futures
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from harness.kube.kit import Api, KubeEnv, write_kubeconfig
+from harness.kube.private import PrivateApiserver
+from harness.tools import KUBECTL_INSTALL, require
 from loadtest.bench import lib as bl
-from tests.reference.kit import Api, KubeEnv, write_kubeconfig
-from tests.support.tools import KUBECTL_INSTALL, require
 
 ACCEPT = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateApiserver:
-    """The kit's kube-apiserver binary on a port and an etcd prefix of its own."""
-
-    def __init__(self, kube: KubeEnv, workdir: Path) -> None:
-        self.kube = kube
-        self.port = free_port()
-        self.prefix = f"/watchcache-bench-tables-{os.getpid()}"
-        self.url = f"https://127.0.0.1:{self.port}"
-        pki = kube.home / "pki"
-        etcd = os.environ.get("KUBE_REFERENCE_ETCD_URL", "http://127.0.0.1:22379")
-        self.etcd = etcd
-        cmd = [
-            str(kube.bin / "kube-apiserver"),
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
-            f"--etcd-servers={etcd}", f"--etcd-prefix={self.prefix}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-            "--anonymous-auth=false", f"--token-auth-file={pki / 'tokens.csv'}", f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=Node,RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
-            # no controller manager here: pods need no ServiceAccount object
-            "--disable-admission-plugins=ServiceAccount",
-            f"--cert-dir={workdir / 'apiserver-certs'}",
-        ]  # fmt: skip
-        self.log = open(workdir / "apiserver.log", "wb")  # noqa: SIM115
-        self.process = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.api = Api(self.url, kube.token, kube.ca, timeout=120)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if self.api.raw("GET", "/readyz")[0] == 200:
-                    return
-            except OSError:
-                pass
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError("the private kube-apiserver did not become ready (see apiserver.log)")
-
-    def cpu(self) -> float:
-        return bl.cpu_seconds(self.process.pid)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
-        # everything it stored, in one etcd request (v3 JSON gateway: base64 keys)
-        key = self.prefix.encode()
-        body = json.dumps({
-            "key": base64.b64encode(key).decode(),
-            "range_end": base64.b64encode(key[:-1] + bytes([key[-1] + 1])).decode(),
-        }).encode()  # fmt: skip
-        req = urllib.request.Request(f"{self.etcd}/v3/kv/deleterange", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            deleted = json.loads(resp.read()).get("deleted", "0")
-        bl.log(f"etcd: {deleted} keys under {self.prefix} deleted")
 
 
 def pod(ns: str, i: int, node: str) -> dict[str, Any]:
@@ -212,10 +139,13 @@ def main() -> int:
     kubectl = require("kubectl", KUBECTL_INSTALL)
     work = Path(tempfile.mkdtemp(prefix="bench-tables-"))
     bl.log(f"load before: {os.getloadavg()}")
-    apiserver = PrivateApiserver(kube, work)
+    # no controller manager here: pods need no ServiceAccount object
+    apiserver = PrivateApiserver(kube, work, extra=["--disable-admission-plugins=ServiceAccount"])
+    apiserver.start()
+    api_direct = Api(apiserver.url, kube.token, kube.ca, timeout=120)
     proxy = None
     try:
-        populate(apiserver.api, args.pods, args.namespaces)
+        populate(api_direct, args.pods, args.namespaces)
         upstream = write_kubeconfig(work / "upstream.kubeconfig", apiserver.url, kube.ca, kube.token)
         cert, key = bl.make_tls_cert(work)
         proxy = bl.start_process("proxy", [
@@ -225,7 +155,7 @@ def main() -> int:
         ])  # fmt: skip
         bl.wait_ready(proxy)
         targets = {
-            "kube-apiserver": (apiserver.api, upstream, apiserver.cpu),
+            "kube-apiserver": (api_direct, upstream, lambda: bl.cpu_seconds(apiserver.pid)),
             "watchcache": (Api(proxy.url, kube.token, str(cert), timeout=120),
                            write_kubeconfig(work / "proxy.kubeconfig", proxy.url, str(cert), kube.token), proxy.cpu),
         }  # fmt: skip
@@ -262,7 +192,7 @@ def main() -> int:
     finally:
         if proxy is not None:
             proxy.stop()
-        apiserver.stop()
+        apiserver.close()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

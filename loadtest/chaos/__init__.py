@@ -1,6 +1,6 @@
 """The reliability campaign (docs/reliability.md): ``python -m loadtest.chaos.campaign --duration 300``
 (``make chaos``).
 
-``stack`` starts the processes under test, ``relay`` (``python -m loadtest.chaos.relay``) sits between the proxy and
-the simulated cluster to slow the network down; the watch-stream checker is tests/reliability/checker.py.
+``stack`` starts the processes under test, ``harness.relay`` (``python -m harness.relay``) sits between the proxy and
+the simulated cluster to slow the network down; the watch-stream checker is harness/checker.py.
 """

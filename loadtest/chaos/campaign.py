@@ -5,13 +5,13 @@ loopback only:
 
 * ``watchcache sim`` with ``--state-file`` (its journal is the authoritative log of writes) and
   pod churn, plus a configmap writer in this process (labels that flip, for selector transitions);
-* ``loadtest.chaos.relay`` between the proxy and the sim (the network-slowness toggle);
+* ``harness.relay`` between the proxy and the sim (the network-slowness toggle);
 * ``watchcache serve --workers 3 --stall-timeout 5`` in front of the relay;
-* ≥ 100 informer-style clients (``tests.reliability.clients``) through the proxy, recording
+* ≥ 100 informer-style clients (``harness.fleet``) through the proxy, recording
   every list, event, bookmark, error and reconnect;
 * registers (``loadtest.chaos.registers``): sequential writers and consistent readers (LIST and GET
   without a resourceVersion) through the proxy, whose history is checked for linearizability
-  (``tests.reliability.linearizability``): no consistent read may miss a write that completed
+  (``harness.linearizability``): no consistent read may miss a write that completed
   before it began.
 
 Faults, one at a time, each with a duration, then combined (``FAULTS``): the upstream SIGKILLed
@@ -21,7 +21,7 @@ SIGKILLed, a rolling restart of the proxy (SIGTERM, start again on the same port
 that stops reading, a slow network between proxy and upstream.
 
 Then churn stops (the sim restarts without it), clients converge (every client's last rv
-reaches the final upstream rv, bounded), and the checker (``tests.reliability.checker``) runs
+reaches the final upstream rv, bounded), and the checker (``harness.checker``) runs
 over the journal and every client's record. The table printed gives, per fault: events
 delivered, clients affected, reconnects, relists (410s) and guarantee violations (must be 0).
 Exit status 0 only with no violation, every client converged and enough events delivered.
@@ -49,7 +49,11 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness import linearizability
+from harness.checker import Report, Upstream, check, read_log
+from harness.fleet import Informer, InformerConfig, Phase, default_mix, new_session
 from harness.processes import SUPERVISOR_READY, NotReady, Proc, free_port, python_m
+from harness.proxylog import relist_points, relist_times
 from loadtest.chaos.registers import Registers
 from loadtest.chaos.stack import (
     RELAY_READY,
@@ -57,13 +61,8 @@ from loadtest.chaos.stack import (
     last_journal_rv,
     proxy_argv,
     relay_argv,
-    relist_points,
-    relist_times,
     sim_argv,
 )
-from tests.reliability import linearizability
-from tests.reliability.checker import Report, Upstream, check, read_log
-from tests.reliability.clients import Informer, InformerConfig, Phase, default_mix, new_session
 
 STALL_TIMEOUT = 5.0
 CM_LABEL = "chaos"

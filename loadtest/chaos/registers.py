@@ -5,7 +5,7 @@ values 0, 1, 2, ... (``data.v``); a write that fails or gets no answer is tried 
 same value until it succeeds, so each value is written once. Readers LIST the namespace, or GET
 one register, without a resourceVersion (consistent reads: the proxy proves its cache fresh or
 passes them through), all through the proxy, under the campaign's faults. Each call's start and
-end are taken on this process's monotonic clock; ``tests.reliability.linearizability`` checks the
+end are taken on this process's monotonic clock; ``harness.linearizability`` checks the
 history. A read that fails (an error status, a reset) is not recorded: it returned nothing.
 """
 
@@ -19,7 +19,7 @@ import time
 
 import aiohttp
 
-from tests.reliability.linearizability import History, Read
+from harness.linearizability import History, Read
 
 REGISTERS = 8
 NAMESPACE = "ns-0"

@@ -1,5 +1,5 @@
 """Processes of the chaos campaign: the command lines of the simulated cluster, the relay and the
-sharded proxy, and what their logs say about relists.
+sharded proxy, and what the sim's journal says (what the proxy's log says is harness/proxylog.py).
 
 Each one runs as a ``harness.processes.Proc`` logging to a file in the campaign's directory: a
 process restarted on the same port (same log file, appended) is recognised anew by its ready line.
@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 
 from harness.processes import python_m
 
 # The relay's ready line names its control endpoint too: ``Proc.group(2)``.
 RELAY_READY = re.compile(r"ready: listening on (http://[\d.]+:\d+)(?: control (http://[\d.]+:\d+))?")
-RELISTED = re.compile(r"relisted (\S+) at rv (\d+)")
-LOG_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
-CAUGHT_UP = re.compile(r"following (\S+): caught up at rv (\d+)")
 
 
 def sim_argv(listen: str, state_file: Path, *, objects: int, namespaces: int, churn: float, seed: int) -> list[str]:
@@ -40,39 +36,11 @@ def proxy_argv(listen: str, upstream: str, *, workers: int, stall_timeout: float
 
 
 def relay_argv(target: str) -> list[str]:
-    return python_m("loadtest.chaos.relay", "--listen", "127.0.0.1:0", "--target", target, "--control", "127.0.0.1:0")
+    return python_m("harness.relay", "--listen", "127.0.0.1:0", "--target", target, "--control", "127.0.0.1:0")
 
 
 def host_port(url: str) -> str:
     return url.removeprefix("http://")
-
-
-def relist_points(log_path: Path) -> dict[str, set[int]]:
-    """The rvs at which the proxy delivered a relist diff, per resource (reflector relists, follower resyncs)."""
-    out: dict[str, set[int]] = {}
-    if not log_path.exists():
-        return out
-    for line in log_path.read_text("utf-8", "replace").splitlines():
-        for pattern in (RELISTED, CAUGHT_UP):
-            m = pattern.search(line)
-            if m:
-                out.setdefault(m.group(1), set()).add(int(m.group(2)))
-    return out
-
-
-def relist_times(log_path: Path) -> dict[str, list[tuple[float, int]]]:
-    """(wall-clock time, rv) of every reflector relist in the proxy's log, per resource: each one the
-    upstream forced (its 410). Follower resyncs (``caught up``) are not: a follower resyncs when its
-    owner's stream breaks, which is the proxy's own doing."""
-    out: dict[str, list[tuple[float, int]]] = {}
-    if not log_path.exists():
-        return out
-    for line in log_path.read_text("utf-8", "replace").splitlines():
-        m = RELISTED.search(line)
-        if m and LOG_TIME.match(line):
-            when = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
-            out.setdefault(m.group(1), []).append((when, int(m.group(2))))
-    return out
 
 
 def journal_heads(path: Path) -> dict[str, int]:

@@ -215,7 +215,7 @@ def test_negative_ttls_are_refused_when_parsed(capsys: pytest.CaptureFixture[str
 def test_reference_wiring_in_front_of_cached_reads(client: LocalReviewClient) -> None:
     """What the lead wires into ApiHandler: the gate before the cached read, its StatusError rendered."""
     from tests.support.factories import FakeResponse
-    from tests.support.harness import Harness
+    from tests.support.handlers import Harness
 
     async def go() -> list[tuple[int | None, bytes]]:
         harness = Harness()

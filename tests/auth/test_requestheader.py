@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.pki import Pki
 from tests.support.authfakes import info_of, request
-from tests.support.pki import Pki
 from watchcache.apierrors import StatusError
 from watchcache.auth.authn import CREDENTIAL_ID, CertAuthenticator, UserInfo
 from watchcache.auth.gate import Gate

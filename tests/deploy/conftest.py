@@ -1,5 +1,5 @@
 """Fixtures for the deployment tests. Rendering needs kubectl (its built-in kustomize; the dev extra
-installs it, see tests/support/tools.py): without it those tests skip with a reason, or fail under CI.
+installs it, see harness/tools.py): without it those tests skip with a reason, or fail under CI.
 promtool and hadolint are optional (a skip with a reason)."""
 
 from __future__ import annotations

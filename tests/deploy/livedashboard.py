@@ -15,7 +15,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from harness.processes import Proc
+from harness.processes import Proc, free_port
 from tests.deploy.support import DASHBOARD, MONITORING, dashboard_expressions, start, wait_ready
 
 NAMESPACE, POD = "watchcache", "watchcache-0"
@@ -36,12 +35,6 @@ RESOURCES = ("pods", "configmaps", "namespaces")
 # Scraped every 2 s (a 2-worker /metrics gathers both workers: slow on a loaded machine): rates over
 # 20 s have about 10 points.
 VARIABLES = {"$__rate_interval": "20s", "$namespace": NAMESPACE, "$pod": ".*", "${datasource}": ""}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from harness.processes import Proc, wait_ok
-from tests.support.tools import KUBECTL_INSTALL, require
+from harness.tools import KUBECTL_INSTALL, require
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

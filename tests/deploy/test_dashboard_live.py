@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from harness.tools import require
 from tests.deploy.livedashboard import (
     RESOURCES,
     LiveStack,
@@ -25,7 +26,6 @@ from tests.deploy.livedashboard import (
     wait_scraped,
 )
 from tests.deploy.support import DASHBOARD, dashboard_expressions, exposed_series_names, metric_names
-from tests.support.tools import require
 
 WATCHES = 24  # half on pods, half on configmaps
 

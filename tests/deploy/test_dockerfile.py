@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from harness.tools import require
 from tests.deploy.support import (
     DOCKERFILE,
     DOCKERIGNORE,
@@ -19,7 +20,6 @@ from tests.deploy.support import (
     flag_value,
     parse_dockerfile,
 )
-from tests.support.tools import require
 
 
 @pytest.fixture(scope="module")

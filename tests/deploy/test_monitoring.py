@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
+from harness.tools import require
 from tests.deploy.support import DASHBOARD, MONITORING, dashboard_expressions, metric_names, objects, one, render
-from tests.support.tools import require
 
 HERE = Path(__file__).parent
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")

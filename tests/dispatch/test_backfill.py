@@ -9,9 +9,10 @@ import re
 import orjson
 import pytest
 
+from harness.doubles import RecordingSink
+from harness.waiting import until
 from tests.dispatch.readctx import ReadCtx
 from tests.support.factories import pod
-from tests.support.waiting import until
 from watchcache.backoff import Backoff
 from watchcache.cache.events import ADDED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
@@ -195,21 +196,6 @@ def test_no_fetch_for_an_rv_the_window_reaches(rv: int) -> None:
 ALL = SelectionPredicate.parse(PODS, None, "", "")
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.lagged = 0
-        self.closed_reasons: list[str] = []
-
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        self.closed_reasons.append(reason)
-
-    def lagging(self, watcher: Watcher) -> None:
-        self.lagged += 1
-
-
 def exact(rv: int) -> WatchPlan:
     return WatchPlan(Mode.EXACT, rv, initial_events=False, initial_events_end_bookmark=False)
 
@@ -224,7 +210,7 @@ def test_a_watch_from_before_the_window_starts_after_the_backfill_with_the_upstr
     async def go() -> tuple[list[int], FakeUpstream]:
         fetch = FakeUpstream(delay=0.02)
         cacher = cacher_with(fetch)
-        w = await reads.start_watch(ReadCtx(), cacher, WatchRequest(ALL, exact(95)), Sink())
+        w = await reads.start_watch(ReadCtx(), cacher, WatchRequest(ALL, exact(95)), RecordingSink())
         assert isinstance(w, Watcher)
         cacher.apply([(MODIFIED, pod("a", "ns", HEAD + 1))])
         return rvs(w), fetch
@@ -240,7 +226,7 @@ def test_a_watch_the_upstream_compacted_gets_kubes_own_410() -> None:
 
     async def go() -> Watcher | Expired:
         cacher = cacher_with(FakeUpstream(gone_below=1000))
-        outcome = await reads.start_watch(ReadCtx(), cacher, WatchRequest(ALL, exact(95)), Sink())
+        outcome = await reads.start_watch(ReadCtx(), cacher, WatchRequest(ALL, exact(95)), RecordingSink())
         assert len(cacher.dispatcher) == 0
         return outcome
 
@@ -248,14 +234,14 @@ def test_a_watch_the_upstream_compacted_gets_kubes_own_410() -> None:
     assert error == Expired("too old resource version: 95 (100)")
 
 
-def lagging_watcher_past_its_window(fetch: FakeUpstream, max_events: int = 50) -> tuple[Cacher, Watcher, Sink]:
+def lagging_watcher_past_its_window(fetch: FakeUpstream, max_events: int = 50) -> tuple[Cacher, Watcher, RecordingSink]:
     """A watcher that lagged at 90 while its client read nothing; then its history aged out of the window."""
 
     now = [0.0]
     cacher = Cacher(PODS, CacheConfig(history_max_events=max_events, history_max_age=10.0), clock=lambda: now[0])
     cacher.replace([pod("a", "ns", 90)], 90)  # the upstream's state at 90 (see upstream_span)
     cacher.backfills = Backfills(cacher, fetch, coalesce=0.0)
-    sink = Sink()
+    sink = RecordingSink()
     watcher = cacher.start_watch(WatchRequest(ALL, exact(90), max_pending_bytes=1500), sink)
     for rv in range(91, HEAD + 1):
         cacher.apply([(MODIFIED, pod("a", "ns", rv))])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.doubles import RecordingSink, WakeFailsSink
 from tests.support.factories import pod
 from watchcache.cache.events import ADDED, DELETED, MODIFIED, WatchEvent
 from watchcache.cache.predicate import SelectionPredicate
@@ -19,22 +20,6 @@ from watchcache.dispatch import dispatcher as dispatcher_module
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import CloseReason, Watcher
-
-
-class Sink:
-    def __init__(self, *, fail_wake: bool = False) -> None:
-        self.fail_wake = fail_wake
-        self.closed_reasons: list[str] = []
-
-    def wake(self, watcher: Watcher) -> None:
-        if self.fail_wake:
-            raise RuntimeError("a bug on this watcher's path")
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        self.closed_reasons.append(reason)
-
-    def lagging(self, watcher: Watcher) -> None:
-        pass
 
 
 class Replica:
@@ -69,8 +54,13 @@ def cacher() -> Cacher:
     return c
 
 
-def watch(c: Cacher, labels: str = "", **kw: object) -> Watcher:
-    w = Watcher(PODS, SelectionPredicate.parse(PODS, None, labels, ""), c.rv, Sink(**kw))  # type: ignore[arg-type]
+def watch(c: Cacher, labels: str = "", *, fail_wake: bool = False) -> Watcher:
+    w = Watcher(
+        PODS,
+        SelectionPredicate.parse(PODS, None, labels, ""),
+        c.rv,
+        (WakeFailsSink() if fail_wake else RecordingSink()),
+    )
     c.add_watcher(w)
     return w
 
@@ -155,8 +145,8 @@ def test_a_failure_outside_any_group_ends_every_watcher_rather_than_leave_one_sh
 
 def test_relist_bookmarks_reach_the_other_watchers_when_one_raises() -> None:
     c = cacher()
-    broken = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 10, Sink(fail_wake=True), allow_bookmarks=True)
-    ok = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 10, Sink(), allow_bookmarks=True)
+    broken = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 10, WakeFailsSink(), allow_bookmarks=True)
+    ok = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 10, RecordingSink(), allow_bookmarks=True)
     c.add_watcher(broken)
     c.add_watcher(ok)
     c.relist([pod("a", rv=1), pod("b", rv=2)], 20)  # no difference: only the bookmark
@@ -172,12 +162,12 @@ def test_watches_that_saw_a_group_partly_are_ended_with_410_when_the_rest_arrive
     c = cacher()  # a, b at rv 10
     c.apply([(ADDED, pod("c", "other", rv=11))])
     before = watch(c)  # from 11: will get the whole group live
-    bookmarked = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 11, Sink(), allow_bookmarks=True)
+    bookmarked = Watcher(PODS, SelectionPredicate.parse(PODS, None, "", ""), 11, RecordingSink(), allow_bookmarks=True)
     c.add_watcher(bookmarked)
     c.apply([(DELETED, pod("a", rv=20))])
     bookmarked.bookmark(20)  # a periodic bookmark between the two reads: it promised all of 20
     at_20 = watch(c)  # started (or listed) at 20 with only the first part
-    elsewhere = Watcher(PODS, SelectionPredicate.parse(PODS, "other", "", ""), 20, Sink())
+    elsewhere = Watcher(PODS, SelectionPredicate.parse(PODS, "other", "", ""), 20, RecordingSink())
     c.add_watcher(elsewhere)  # nothing of the group concerns it
     c.apply([(DELETED, pod("b", rv=20))])
     assert names(before) == ["a", "b"] and not before.closed

@@ -10,8 +10,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from harness.doubles import RecordingSink
 from tests.support.factories import pod
-from tests.support.harness import arun
+from tests.support.handlers import arun
 from watchcache.cache.encoding import FULL_JSON
 from watchcache.cache.events import MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
@@ -23,21 +24,6 @@ from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.watcher import CloseReason, Watcher
 
 ALL = SelectionPredicate.parse(PODS, None, "", "")
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.closed_reasons: list[str] = []
-        self.lagged = 0
-
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        self.closed_reasons.append(reason)
-
-    def lagging(self, watcher: Watcher) -> None:
-        self.lagged += 1
 
 
 def cacher(max_events: int = 50_000) -> Cacher:
@@ -63,7 +49,7 @@ async def test_a_watch_from_an_exact_rv_gets_the_backlog_then_live_events_each_o
     c = cacher()
     c.apply([(MODIFIED, pod("a", "ns1", 11))])
     c.apply([(MODIFIED, pod("b", "ns2", 12))])
-    w = c.start_watch(WatchRequest(ALL, exact(10)), Sink())
+    w = c.start_watch(WatchRequest(ALL, exact(10)), RecordingSink())
     c.apply([(MODIFIED, pod("a", "ns1", 13))])
     assert rvs(w) == [11, 12, 13]
     assert list(c.dispatcher.watchers()) == [w]
@@ -77,7 +63,7 @@ async def test_a_watch_from_before_the_window_gets_410_and_leaves_nothing_regist
     budget = WatchBudget(1 << 20)
     # The read's owner answers it with 410 (tests/dispatch/test_reads.py).
     with pytest.raises(ResourceVersionTooOld) as e:
-        c.start_watch(WatchRequest(ALL, exact(10), budget=budget), Sink())
+        c.start_watch(WatchRequest(ALL, exact(10), budget=budget), RecordingSink())
     assert str(e.value) == "too old resource version: 10 (12)"
     assert len(c.dispatcher) == 0 and not budget.watchers
 
@@ -87,7 +73,7 @@ async def test_initial_events_come_first_then_the_end_bookmark_then_live_events(
     c = cacher()
     plan = WatchPlan(Mode.ANY, 0, initial_events=True, initial_events_end_bookmark=True)
     ns1 = SelectionPredicate.parse(PODS, "ns1", "", "")
-    w = c.start_watch(WatchRequest(ns1, plan, allow_bookmarks=True), Sink())
+    w = c.start_watch(WatchRequest(ns1, plan, allow_bookmarks=True), RecordingSink())
     c.apply([(MODIFIED, pod("a", "ns1", 11)), (MODIFIED, pod("b", "ns2", 12))])
     got = frames(w)
     assert [(f["type"], f["object"]["metadata"].get("name")) for f in got] == [
@@ -110,7 +96,7 @@ async def test_a_start_that_raises_leaves_no_watcher_registered_or_budgeted(monk
         raise RuntimeError("a bug in the initial events")
 
     monkeypatch.setattr(FULL_JSON, "initial_events", broken)
-    sink = Sink()
+    sink = RecordingSink()
     plan = WatchPlan(Mode.ANY, 0, initial_events=True, initial_events_end_bookmark=False)
     with pytest.raises(RuntimeError):
         c.start_watch(WatchRequest(ALL, plan, budget=budget), sink)
@@ -121,7 +107,7 @@ async def test_a_start_that_raises_leaves_no_watcher_registered_or_budgeted(monk
 @arun
 async def test_a_lagging_watcher_whose_history_moved_on_gets_410_when_its_client_drains() -> None:
     c = cacher(max_events=3)
-    sink = Sink()
+    sink = RecordingSink()
     w = c.start_watch(WatchRequest(ALL, exact(10), max_pending_bytes=1500), sink)
     for rv in range(11, 20):  # the client reads nothing: over its cap, it lags at 10
         c.apply([(MODIFIED, pod("a", "ns1", rv))])
@@ -139,7 +125,7 @@ async def test_a_lagging_watcher_whose_history_moved_on_gets_410_when_its_client
 async def test_a_closed_watcher_leaves_the_dispatcher_and_the_budget() -> None:
     c = cacher()
     budget = WatchBudget(1 << 20)
-    w = c.start_watch(WatchRequest(ALL, exact(10), budget=budget), Sink())
+    w = c.start_watch(WatchRequest(ALL, exact(10), budget=budget), RecordingSink())
     assert budget.watchers == {w} and len(c.dispatcher) == 1
     w.close(CloseReason.TIMEOUT)
     assert not budget.watchers and len(c.dispatcher) == 0
@@ -149,9 +135,9 @@ async def test_a_closed_watcher_leaves_the_dispatcher_and_the_budget() -> None:
 @arun
 async def test_a_watcher_that_overflows_inside_a_fan_out_leaves_when_the_fan_out_ends() -> None:
     c = cacher()
-    small = c.start_watch(WatchRequest(ALL, exact(10), max_pending_bytes=1000), Sink())
+    small = c.start_watch(WatchRequest(ALL, exact(10), max_pending_bytes=1000), RecordingSink())
     small.can_lag = False  # over its cap it closes (BUFFER_OVERFLOW) instead of lagging
-    others = [c.start_watch(WatchRequest(ALL, exact(10)), Sink()) for _ in range(3)]
+    others = [c.start_watch(WatchRequest(ALL, exact(10)), RecordingSink()) for _ in range(3)]
     c.apply([(MODIFIED, pod(f"p{i}", "ns1", 11)) for i in range(5)])  # one batch, ~2.5 KB
     assert small.closed and small.close_reason == CloseReason.BUFFER_OVERFLOW
     assert list(c.dispatcher.watchers()) == others  # removed once the fan-out ended, not during it

@@ -15,6 +15,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.doubles import NoLagSink
 from tests.support.factories import pod
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
@@ -43,17 +44,6 @@ step = st.one_of(
     st.tuples(st.just("join"), predicates),
     st.tuples(st.just("leave"), st.integers(0, 1000)),
 )
-
-
-class Sink:
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Watcher) -> None:
-        raise AssertionError("no watcher should lag here")
 
 
 def model_matches(pred: tuple[str | None, str, str], key: str, state: dict[str, Any]) -> bool:
@@ -102,7 +92,7 @@ def test_every_watcher_gets_exactly_its_per_watcher_events(steps, initial):
 
     def join(pred: tuple) -> None:
         ns, labels, fields = pred
-        w = Watcher(PODS, SelectionPredicate.parse(PODS, ns, labels, fields), cache.rv, Sink(), can_lag=False)
+        w = Watcher(PODS, SelectionPredicate.parse(PODS, ns, labels, fields), cache.rv, NoLagSink(), can_lag=False)
         d.add(w, 0.0)
         live.append((w, pred, [], []))
 

@@ -7,6 +7,7 @@ from collections.abc import Hashable
 import orjson
 import pytest
 
+from harness.doubles import RecordingSink
 from tests.support.factories import pod
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
@@ -16,21 +17,6 @@ from watchcache.dispatch.cacher import Cacher, WatchRequest
 from watchcache.dispatch.dispatcher import Dispatcher, WatcherGroup, group_key
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import CloseReason, Watcher
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.woken = 0
-        self.closed_reasons: list[str] = []
-
-    def wake(self, watcher: Watcher) -> None:
-        self.woken += 1
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        self.closed_reasons.append(reason)
-
-    def lagging(self, watcher: Watcher) -> None:
-        self.lagged = getattr(self, "lagged", 0) + 1
 
 
 @pytest.fixture
@@ -52,7 +38,7 @@ def offered(counts: collections.Counter[Hashable], w: Watcher) -> int:
 
 
 def watcher(ns: str | None = None, fields: str = "", labels: str = "", start_rv: int = 0, cls=Watcher, **kw) -> Watcher:
-    return cls(PODS, SelectionPredicate.parse(PODS, ns, labels, fields), start_rv, Sink(), **kw)
+    return cls(PODS, SelectionPredicate.parse(PODS, ns, labels, fields), start_rv, RecordingSink(), **kw)
 
 
 def cache() -> ResourceCache:
@@ -192,7 +178,7 @@ def test_slow_watcher_lags_then_catches_up_from_history_without_gap_or_duplicate
         c.replace([pod("a", "ns1", node="n1"), pod("b", "ns2", node="n2")], 10)
         plan = WatchPlan(Mode.EXACT, 10, initial_events=False, initial_events_end_bookmark=False)
         request = WatchRequest(SelectionPredicate.parse(PODS, "ns1", "", ""), plan, max_pending_bytes=1500)
-        w = c.start_watch(request, Sink())
+        w = c.start_watch(request, RecordingSink())
         delivered: list[int] = []
 
         def read_all() -> None:

@@ -17,6 +17,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.doubles import NoLagSink
 from tests.support.factories import pod
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
@@ -44,17 +45,6 @@ step = st.one_of(
 )
 
 
-class Sink:
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Watcher) -> None:
-        raise AssertionError("no watcher lags here")
-
-
 @dataclass
 class Client:
     selection: tuple[str | None, str]
@@ -76,7 +66,7 @@ def list_and_watch(cacher: Cacher, client: Client) -> None:
     snapshot = cacher.cache.snapshot()
     client.state = {o.key: o.rv for o in snapshot.iter_range("", None) if predicate.matches(o)}
     client.rv = client.bookmark = snapshot.rv
-    client.watcher = Watcher(PODS, predicate, snapshot.rv, Sink(), allow_bookmarks=True)
+    client.watcher = Watcher(PODS, predicate, snapshot.rv, NoLagSink(), allow_bookmarks=True)
     cacher.add_watcher(client.watcher)
 
 
@@ -84,7 +74,7 @@ def resume(cacher: Cacher, client: Client) -> None:
     """WATCH from the newest rv seen (the cacher's own start section); on 410, relist."""
     plan = WatchPlan(Mode.EXACT, client.rv, initial_events=False, initial_events_end_bookmark=False)
     try:
-        client.watcher = cacher.start_watch(WatchRequest(client.predicate, plan, allow_bookmarks=True), Sink())
+        client.watcher = cacher.start_watch(WatchRequest(client.predicate, plan, allow_bookmarks=True), NoLagSink())
     except ResourceVersionTooOld:  # 410
         client.relists += 1
         list_and_watch(cacher, client)

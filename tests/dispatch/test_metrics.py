@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from harness.doubles import NullSink
 from tests.support.collectors import CM, POD, k, scrape
-from tests.support.factories import NullSink, pod
+from tests.support.factories import pod
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import Span

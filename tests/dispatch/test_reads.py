@@ -10,10 +10,11 @@ import asyncio
 
 import pytest
 
+from harness.doubles import NullSink
+from harness.waiting import until
 from tests.dispatch.readctx import Config, ReadCtx
 from tests.support.factories import pod
-from tests.support.harness import arun
-from tests.support.waiting import until
+from tests.support.handlers import arun
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.events import MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
@@ -36,17 +37,6 @@ from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
 
 ALL = SelectionPredicate.parse(PODS, None, "", "")
-
-
-class Sink:
-    def wake(self, watcher: Watcher) -> None:
-        pass
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Watcher) -> None:
-        pass
 
 
 def cacher(max_events: int = 100) -> Cacher:
@@ -198,7 +188,7 @@ class FailingFetch:
 
 async def list_and_watch_at(c: Cacher, ctx: ReadCtx, rv: int) -> tuple[Expired, Expired]:
     listed = await reads.list_snapshot(ctx, c, plan(Mode.EXACT, rv), None)
-    watched = await reads.start_watch(ctx, c, WatchRequest(ALL, watch_from(rv)), Sink())
+    watched = await reads.start_watch(ctx, c, WatchRequest(ALL, watch_from(rv)), NullSink())
     assert isinstance(listed, Expired) and isinstance(watched, Expired), (listed, watched)
     assert len(c.dispatcher) == 0
     return listed, watched
@@ -280,6 +270,6 @@ async def test_a_watch_from_inside_the_window_starts_with_its_backlog_and_no_wai
     ctx = ctx_at(c)
     write(c, ctx, 11)
     assert await reads.admit_watch(ctx, c, watch_from(10), None) is None
-    watcher = await reads.start_watch(ctx, c, WatchRequest(ALL, watch_from(10)), Sink())
+    watcher = await reads.start_watch(ctx, c, WatchRequest(ALL, watch_from(10)), NullSink())
     assert isinstance(watcher, Watcher) and watcher.pending and list(c.dispatcher.watchers()) == [watcher]
     assert ctx.waits == 0

@@ -1,4 +1,4 @@
-"""End-to-end fixtures: real ``watchcache`` processes on real sockets (tests/support/processes.py)."""
+"""End-to-end fixtures: real ``watchcache`` processes on real sockets (harness/processes.py)."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.processes import start, wait_ready
+from harness.waiting import wait_until
 from tests.support.httpkube import call, shard_views
-from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "watchcache/sim/policy-example.yaml")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.pki import Pair, Pki
 from harness.processes import Proc, start
-from tests.support.pki import Pair, Pki
 from tests.support.tlsclient import SSR, SSR_PATH, call, wait_ready_tls
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from harness.processes import Proc, start
+from harness.waiting import wait_until
 from tests.support.httpkube import (
     WatchStream,
     configmap,
@@ -25,7 +26,6 @@ from tests.support.httpkube import (
     request,
     rv_of,
 )
-from tests.support.waiting import wait_until
 
 PODS = "/api/v1/pods"
 

@@ -18,9 +18,9 @@ from kubernetes import client
 from kubernetes.stream import portforward, stream
 
 from harness.processes import Stack, start_stack
+from harness.tools import KUBECTL_INSTALL, require
 from tests.support.httpkube import get, get_ok
 from tests.support.metrics import scrape, total
-from tests.support.tools import KUBECTL_INSTALL, require
 from tests.support.upgrading import WebSocket, raw_upgrade
 
 

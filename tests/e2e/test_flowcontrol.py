@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.processes import Proc, start, wait_ready
+from harness.processes import Proc, start, wait_ready
 from watchcache.fairness.defaults import flow_schemas, priority_levels
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -39,8 +39,8 @@ from hyperframe.frame import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.pki import Pki
 from harness.processes import Proc, rss_kb, start
-from tests.support.pki import Pki
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.pki import Pair, Pki
 from harness.processes import Proc, start
-from tests.support.pki import Pair, Pki
-from tests.support.tools import KUBECTL_INSTALL, require
+from harness.tools import KUBECTL_INSTALL, require
 
 httpx = pytest.importorskip("httpx", reason="httpx[http2] is a dev dependency: pip install -e '.[dev]'")
 pytest.importorskip("h2", reason="h2 is a dependency of watchcache: pip install -e .")

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.pki import Pair, Pki
 from harness.processes import Proc, start, wait_logged, wait_ready
 from tests.support.execplugin import ExecPlugin, kubeconfig
 from tests.support.forwardproxy import ForwardProxy
 from tests.support.httpkube import get
-from tests.support.pki import Pair, Pki
 from tests.support.upgrading import WebSocket
 
 ROOT = Path(__file__).resolve().parents[2]

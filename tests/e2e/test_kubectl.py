@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from harness.processes import Proc
+from harness.tools import KUBECTL_INSTALL, require
 from tests.support.httpkube import configmap, get, get_ok
 from tests.support.kubectl import pods_requests
-from tests.support.tools import KUBECTL_INSTALL, require
 
 
 class Kubectl:

@@ -17,19 +17,19 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.processes import Stack, start_stack
-from tests.support import httpkube as hk
-from tests.support.metaclient import (
+from harness.metaclient import (
     META_JSON,
     META_LIST_JSON,
     META_LIST_PB,
     META_PB,
-    MetadataInformer,
     Target,
     WatchReader,
     fetch,
     query,
 )
+from harness.processes import Stack, start_stack
+from harness.reflector import FLAVORS, Informer
+from tests.support import httpkube as hk
 
 PODS = "/api/v1/namespaces/ns-0/pods"
 
@@ -256,8 +256,11 @@ def churning() -> Iterator[Stack]:
 
 def test_metadata_informers_sync_without_decode_errors_or_relists_over_churn(churning: Stack) -> None:
     target = Target(churning.proxy.url)
-    informers = [MetadataInformer(target, "/api/v1/pods", protobuf=p, page=40) for p in (True, False)]
-    threads = [threading.Thread(target=i.run, args=(60.0, 3.0)) for i in informers]
+    informers = [
+        Informer(target, "/api/v1/pods", "Pod", "v1", FLAVORS[flavor], watch_seconds=3, page=40)
+        for flavor in ("metadata", "metadata-json")
+    ]
+    threads = [threading.Thread(target=i.run) for i in informers]
     for t in threads:
         t.start()
     try:
@@ -273,8 +276,8 @@ def test_metadata_informers_sync_without_decode_errors_or_relists_over_churn(chu
         for t in threads:
             t.join(30)
     for informer in informers:
-        assert informer.decode_errors == []
-        assert informer.relists == 1, "a metadata informer relisted"
+        assert informer.decode_errors == [] and informer.errors == [], informer
+        assert informer.lists == 1, f"a metadata informer relisted: {informer}"
         assert informer.events > 100 and informer.watches >= 2 and informer.bookmarks > 0
         # the store equals the proxy's state at the informer's last rv, exactly
         exact = hk.get_ok(churning.proxy.url, "/api/v1/pods", resourceVersion=informer.rv, resourceVersionMatch="Exact")

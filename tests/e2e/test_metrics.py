@@ -11,9 +11,9 @@ import subprocess
 import time
 
 from harness.processes import start_stack
+from harness.waiting import wait_until
 from tests.support.httpkube import WatchStream, get_ok, path_with
 from tests.support.metrics import scrape, total
-from tests.support.waiting import wait_until
 
 NAMED = [
     "apiserver_watch_cache_events_received_total",

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Stack, start, start_stack, wait_ready
+from harness.waiting import wait_until
 from tests.support.httpkube import WatchStream, call, cm_path, configmap, get, get_ok, path_with, request, write
-from tests.support.processes import Stack, start, start_stack, wait_ready
-from tests.support.waiting import wait_until
 
 CONFIGMAPS = "/api/v1/configmaps"
 DEPLOYMENTS = "/apis/apps/v1/deployments"

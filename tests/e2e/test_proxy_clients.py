@@ -17,9 +17,9 @@ import pytest
 from kubernetes import client, watch
 
 from harness.processes import Stack, start_stack
+from harness.tools import KUBECTL_INSTALL, require
 from tests.support.httpkube import get, get_ok, key_of, rv_of
 from tests.support.kubectl import pods_requests
-from tests.support.tools import KUBECTL_INSTALL, require
 
 TIMEOUT = 10
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from harness.processes import Stack, start, start_stack
+from harness.waiting import wait_until
 from tests.support.httpkube import WatchStream, get, get_ok, key_of, path_with, request, rv_of
-from tests.support.waiting import wait_until
 
 RESOURCES = {
     "pods": "/api/v1/pods",

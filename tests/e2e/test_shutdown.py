@@ -16,8 +16,8 @@ import signal
 import threading
 
 from harness.processes import start_stack
+from harness.waiting import wait_until
 from tests.support.httpkube import get_ok
-from tests.support.waiting import wait_until
 
 
 def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, dict[str, str], bytes]:

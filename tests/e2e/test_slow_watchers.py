@@ -11,7 +11,7 @@ import urllib.request
 from collections.abc import Callable
 
 from harness.processes import start
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 
 def open_watch(host_port: str, path: str, rcvbuf: int | None = None) -> socket.socket:

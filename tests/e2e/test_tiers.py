@@ -10,7 +10,7 @@
                                         network reads)
                                     <-  outer: serve --upstream relay  <-  informer-style clients
 
-The clients (``tests/reliability/clients.py``) list in pages of 7 items (every list is chunked,
+The clients (``harness/fleet.py``) list in pages of 7 items (every list is chunked,
 read at the first page's rv while the sim churns pods), watch with bookmarks and resume every few
 seconds from the newest rv they saw. The inner tier is made to relist configmaps: cut off its
 upstream, it misses changes made meanwhile — one configmap created, three deleted, one
@@ -18,7 +18,7 @@ modified — and a compaction after them, so its resume gets 410 whatever rv it 
 travels to the outer tier announced (a BOOKMARK annotated with its end rv), split across reads by
 the relay; the outer tier buffers it and applies it as one relist of its own, so no client of it
 ever reads the diff's intermediate states (its deletions' rvs are stamped, not the upstream's).
-The watch-guarantee checker (``tests/reliability/checker.py``) then checks every client's record
+The watch-guarantee checker (``harness/checker.py``) then checks every client's record
 against the sim's journal: nothing lost, repeated or reordered, every LIST the state at its rv.
 """
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.checker import Upstream, WatchSpec, check, iter_records, read_log
+from harness.fleet import Informer, InformerConfig, new_session
 from harness.processes import Proc, logged, start, wait_ready
-from loadtest.chaos.relay import Relay
-from loadtest.chaos.stack import CAUGHT_UP, RELISTED
-from tests.reliability.checker import Upstream, WatchSpec, check, iter_records, read_log
-from tests.reliability.clients import Informer, InformerConfig, new_session
+from harness.proxylog import relist_points_in
+from harness.relay import Relay
+from harness.waiting import until
 from tests.support.httpkube import cm_path, configmap, get_ok, pipelined, rv_of, write
 
 SPECS = [
@@ -56,14 +56,7 @@ TOOK_DIFF = re.compile(r"took the upstream's relist diff of configmaps at rv (\d
 
 def relist_rvs(*procs: Proc) -> dict[str, set[int]]:
     """Where the tiers relisted (their reflectors) or resynced (their followers), per resource."""
-    out: dict[str, set[int]] = {}
-    for proc in procs:
-        for line in proc.log:
-            for pattern in (RELISTED, CAUGHT_UP):
-                m = pattern.search(line)
-                if m:
-                    out.setdefault(m.group(1), set()).add(int(m.group(2)))
-    return out
+    return relist_points_in(line for proc in procs for line in proc.log)
 
 
 def metric(url: str, name: str, **labels: str) -> float:
@@ -78,13 +71,6 @@ def metric(url: str, name: str, **labels: str) -> float:
 
 def cache_rv(url: str, resource: str) -> int:
     return int(get_ok(url, "/debug/cache")["resources"][resource]["rv"])
-
-
-async def until(what: str, condition: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(condition):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 @pytest.mark.timeout(240)
@@ -139,7 +125,13 @@ async def scenario(journal: Path, sim: Proc, procs: list[Proc]) -> None:
     ]
     tasks = [asyncio.ensure_future(inf.run()) for inf in informers]
     try:
-        await until("every client to list", lambda: all(inf.counters.lists for inf in informers))
+        await until(
+            what="every client to list",
+            timeout=30.0,
+            blocking=True,
+            interval=0.1,
+            condition=lambda: all(inf.counters.lists for inf in informers),
+        )
         await asyncio.sleep(2.0)  # a few resumes on the outer tier before the relist
 
         # 25 ms between 150-byte pieces: through 2 ms pauses a busy 2-core CI machine (the suite runs
@@ -151,7 +143,13 @@ async def scenario(journal: Path, sim: Proc, procs: list[Proc]) -> None:
         lost = "reflector configmaps: watching -> backoff"
         before = sum(lost in line for line in inner.log)
         await cut.close()
-        await until("the inner tier to lose its watch", lambda: sum(lost in line for line in inner.log) > before)
+        await until(
+            what="the inner tier to lose its watch",
+            timeout=30.0,
+            blocking=True,
+            interval=0.1,
+            condition=lambda: sum(lost in line for line in inner.log) > before,
+        )
         answers = await asyncio.to_thread(
             pipelined,
             sim.url,
@@ -165,13 +163,30 @@ async def scenario(journal: Path, sim: Proc, procs: list[Proc]) -> None:
         assert [status for status, _ in answers] == [201, 200, 200, 200, 200, 200], answers
         changed = max(rv_of(body) for _, body in answers[:-1])
         await cut.start("127.0.0.1", cut_port)
-        await until("the inner tier to relist configmaps", lambda: logged(inner, "relisted configmaps"))
-        await until("the outer tier to apply the diff", lambda: cache_rv(outer.url, "configmaps") >= changed)
+        await until(
+            what="the inner tier to relist configmaps",
+            timeout=30.0,
+            blocking=True,
+            interval=0.1,
+            condition=lambda: logged(inner, "relisted configmaps"),
+        )
+        await until(
+            what="the outer tier to apply the diff",
+            timeout=30.0,
+            blocking=True,
+            interval=0.1,
+            condition=lambda: cache_rv(outer.url, "configmaps") >= changed,
+        )
         relay.configure({})
         after = await asyncio.to_thread(write, sim.url, "POST", cm_path("ns-1"), labelled("e2e-after"))
         cm_clients = [inf for inf in informers if inf.spec.resource == "configmaps"]
-        await until("configmap clients to see the write after the relist",
-                    lambda: all(inf.counters.last_rv >= rv_of(after) for inf in cm_clients))  # fmt: skip
+        await until(
+            what="configmap clients to see the write after the relist",
+            timeout=30.0,
+            blocking=True,
+            interval=0.1,
+            condition=lambda: all(inf.counters.last_rv >= rv_of(after) for inf in cm_clients),
+        )
         await asyncio.sleep(3.0)  # more resumes, on a quiet configmaps resource
         # The outer tier ends where the upstream is (a consistent read: proven fresh through both tiers).
         through = await asyncio.to_thread(get_ok, outer.url, "/api/v1/configmaps")

@@ -10,9 +10,9 @@ import ssl
 import time
 from typing import BinaryIO
 
+from harness.pki import make_pki, openssl
 from harness.processes import start
 from tests.support.httpkube import WatchStream, configmap, get, path_with, request
-from tests.support.pki import make_pki, openssl
 
 
 def https_get(port: int, path: str, ctx: ssl.SSLContext) -> tuple[int, dict, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pki import Pair, Pki
+from harness.pki import Pair, Pki
 from tests.support.protocols import PROTOCOLS, ProtocolClient
 from tests.support.serverthread import ServerThread, serve
 from watchcache.http.limits import H2Limits, HttpLimits

@@ -19,11 +19,11 @@ import pytest
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 
+from harness.pki import Pair, Pki
 from tests.support.echo_upstream import EchoUpstream
 from tests.support.factories import FakeResponse
 from tests.support.h2client import H2Client
-from tests.support.harness import Harness, arun
-from tests.support.pki import Pair, Pki
+from tests.support.handlers import Harness, arun
 from watchcache import apierrors
 from watchcache.http.admission import Admission
 from watchcache.http.h2protocol import create_h2_factory

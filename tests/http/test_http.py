@@ -14,9 +14,9 @@ from typing import Any, BinaryIO
 
 import pytest
 
+from harness.waiting import wait_until
 from tests.support.http1 import GET, at_eof, exchange, read_reply
 from tests.support.serverthread import Serve
-from tests.support.waiting import wait_until
 from watchcache import apierrors
 from watchcache.cli import build_parser
 from watchcache.http.flowcontrol import ConnectionClosed

@@ -1,6 +1,6 @@
 """HTTP/2 (``--http2``) over real TLS sockets: an ``h2`` client connection against the server's H2Protocol.
 
-The handler is the real ApiHandler over a pods cache (tests/support/harness.py), so each stream
+The handler is the real ApiHandler over a pods cache (tests/support/handlers.py), so each stream
 goes through the same routing, cached reads, watches and errors as HTTP/1.1 requests.
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from h2.errors import ErrorCodes
 
+from harness.pki import Pair, Pki
 from tests.support.echo_upstream import EchoUpstream
 from tests.support.h2client import H2Client, client_context
-from tests.support.harness import MODIFIED, Harness, arun
-from tests.support.pki import Pair, Pki
+from tests.support.handlers import MODIFIED, Harness, arun
 from watchcache.http.admission import Admission
 from watchcache.http.h2protocol import create_h2_factory
 from watchcache.http.limits import H2Limits, HttpLimits

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from h2.errors import ErrorCodes
 
+from harness.pki import Pair, Pki
 from tests.support.factories import pod
 from tests.support.h2client import H2Client, client_context
-from tests.support.harness import Harness, arun, until
-from tests.support.pki import Pair, Pki
+from tests.support.handlers import Harness, arun, until
 from watchcache.http.admission import Admission
 from watchcache.http.h2protocol import create_h2_factory
 from watchcache.http.limits import H2Limits, HttpLimits

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pki import Pair
+from harness.pki import Pair
 from watchcache.http.tls import ServingCert, TlsOptions
 
 LOGGER = "watchcache.http.tls"

@@ -14,7 +14,7 @@ import pytest
 
 from loadtest.bench.kubeclient import ACCEPT_PROTOBUF, Collect, FrameSplitter, Sink, Target, frame_stamp, list_meta
 from loadtest.bench.relay_floor import Client, Expired, Relay
-from tests.support.harness import arun
+from tests.support.handlers import arun
 
 
 class Stream(Sink):

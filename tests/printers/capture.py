@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.kube.kit import Api, KubeEnv, with_query
 from tests.printers.scenario import Scenario, Target, targets
-from tests.reference.kit import Api, KubeEnv, with_query
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TABLE = "application/json;as=Table;v={v};g=meta.k8s.io"

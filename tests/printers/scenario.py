@@ -19,8 +19,8 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.reference.kit import Api, ApiError, wait_for
-from tests.reference.kubelet import FakeKubelet
+from harness.kube.kit import Api, ApiError, wait_for
+from harness.kube.kubelet import FakeKubelet
 
 HOLD = "i23.example.com/hold"
 

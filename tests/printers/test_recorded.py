@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.doubles import NullSink
 from watchcache.cache.encoding import FULL_JSON
 from watchcache.cache.object import CachedObject, encode_object
 from watchcache.cache.predicate import SelectionPredicate
@@ -139,14 +140,6 @@ def test_get_and_v1beta1_tables_are_kubes(name: str) -> None:
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
 
 
-class Sink:
-    def wake(self, watcher: Watcher) -> None: ...
-
-    def closed(self, watcher: Watcher, reason: str) -> None: ...
-
-    def lagging(self, watcher: Watcher) -> None: ...
-
-
 def frames_of(watcher: Watcher) -> list[dict[str, Any]]:
     data = b"".join(watcher.take()[0])
     return [json.loads(line) for line in data.splitlines()]
@@ -185,7 +178,7 @@ def test_watch_events_are_one_row_tables_with_the_columns_first(include: str) ->
     cacher.replace([], start)
     encoding = TableEncoding(printer_for(CONFIGMAPS), "v1", include, lambda: next(times))
     watcher = Watcher(
-        CONFIGMAPS, SelectionPredicate.parse(CONFIGMAPS, "i23-tables", "", ""), start, Sink(), encoding=encoding
+        CONFIGMAPS, SelectionPredicate.parse(CONFIGMAPS, "i23-tables", "", ""), start, NullSink(), encoding=encoding
     )
     cacher.add_watcher(watcher)
     for frame, obj in zip(recorded["watches"]["Object"]["frames"], objects, strict=True):
@@ -208,7 +201,7 @@ def test_initial_events_and_their_bookmark_as_tables() -> None:
         CONFIGMAPS,
         SelectionPredicate.parse(CONFIGMAPS, "i23-tables", "", ""),
         rv,
-        Sink(),
+        NullSink(),
         encoding=encoding,
         allow_bookmarks=True,
     )

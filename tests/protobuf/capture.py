@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.reference.kit import Api, ApiError, KubeEnv, wait_for, with_query
+from harness.kube.kit import Api, ApiError, KubeEnv, wait_for, with_query
 from watchcache.kubeproto import objects
 
 FIXTURES = Path(__file__).parent / "fixtures"

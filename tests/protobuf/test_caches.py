@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from harness.processes import Stack, logged, start, start_stack, wait_ready
+from harness.waiting import until
 from tests.protobuf.recorded import PB, RecordedUpstream, b
-from tests.support.waiting import until
 from watchcache.cache.store import CacheConfig
 from watchcache.kubeproto import objects
 from watchcache.resources import CONFIGMAPS, PODS, ResourceType

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.pki import Pair, Pki
 from harness.processes import Proc, start
-from tests.support.pki import Pair, Pki
 from tests.support.tlsclient import SSR, SSR_PATH, call, wait_ready_tls
 
 pytestmark = pytest.mark.skipif(

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.reference.kit import Api, ApiError, KubeEnv, drop_namespace, needs_kube
+from harness.kube.kit import Api, ApiError, KubeEnv, drop_namespace, needs_kube
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.backfill import BackfillFailed, BackfillLimits, reach_back
 from watchcache.dispatch.cacher import Cacher

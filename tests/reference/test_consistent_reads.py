@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.kube.kit import Api, KubeEnv, Serving, drop_namespace, needs_kube, start_proxy
 from harness.processes import Proc
-from tests.reference.kit import Api, KubeEnv, Serving, drop_namespace, needs_kube, start_proxy
 
 pytestmark = needs_kube
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.reference.comparison import FLOOR, RATIO, Comparison, compare, table
-from tests.reference.controlplane import other_controller_manager
-from tests.reference.kit import KubeEnv, needs_kube
+from harness.kube.comparison import FLOOR, RATIO, Comparison, compare, table
+from harness.kube.controlplane import other_controller_manager
+from harness.kube.kit import KubeEnv, needs_kube
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

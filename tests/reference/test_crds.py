@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.reference.crds import CRDS, delete_crd, ensure_crd
-from tests.reference.kit import Api, ApiError, KubeEnv, needs_kube
+from harness.kube.crds import CRDS, delete_crd, ensure_crd
+from harness.kube.kit import Api, ApiError, KubeEnv, needs_kube
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

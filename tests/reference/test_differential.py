@@ -26,9 +26,8 @@ from typing import Any
 
 import pytest
 
-from harness.processes import Proc
-from tests.reference.crds import delete_crd, ensure_crd
-from tests.reference.kit import (
+from harness.kube.crds import delete_crd, ensure_crd
+from harness.kube.kit import (
     Api,
     ApiError,
     KubeEnv,
@@ -39,8 +38,9 @@ from tests.reference.kit import (
     wait_for,
     with_query,
 )
+from harness.metaclient import Target, WatchReader, decode_protobuf
+from harness.processes import Proc
 from tests.support.continuetokens import KUBE_SAYS, UNSIGNED, raw
-from tests.support.metaclient import Target, WatchReader, decode_protobuf
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

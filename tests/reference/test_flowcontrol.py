@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.reference.kit import Api, KubeEnv, Serving, needs_kube, start_proxy, wait_for
-from tests.support.processes import Proc
+from harness.kube.kit import Api, KubeEnv, Serving, needs_kube, start_proxy, wait_for
+from harness.processes import Proc
 
 pytestmark = needs_kube
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.kube.kit import Api, ApiError, KubeEnv, Serving, drop_namespace, needs_kube, start_proxy, wait_for
+from harness.metaclient import Target
 from harness.processes import Proc
-from tests.reference.informers import FLAVORS, Informer
-from tests.reference.kit import Api, ApiError, KubeEnv, Serving, drop_namespace, needs_kube, start_proxy, wait_for
-from tests.support.metaclient import Target
+from harness.reflector import FLAVORS, Informer
 
 pytestmark = [pytest.mark.reference, needs_kube]
 
@@ -153,4 +153,4 @@ def test_informers_through_the_proxy_match_the_apiserver_after_churn(env: Env) -
         assert inf.errors == [], inf
         assert (inf.lists, inf.expired) == (1, 0), inf  # no relist, no 410
         assert inf.watches > 2, inf  # resumed from its resourceVersion, several times
-        assert inf.store == truth[resource], inf
+        assert inf.versions() == truth[resource], inf

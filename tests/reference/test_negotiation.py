@@ -24,20 +24,20 @@ from typing import Any
 
 import pytest
 
-from harness.processes import Proc, start, wait_ready
-from tests.reference.crds import delete_crd, ensure_crd
-from tests.reference.kit import Api
-from tests.support.metaclient import (
+from harness.kube.crds import delete_crd, ensure_crd
+from harness.kube.kit import Api
+from harness.metaclient import (
     META_JSON,
     META_LIST_JSON,
     META_LIST_PB,
     META_PB,
-    MetadataInformer,
     Target,
     WatchReader,
     fetch,
     query,
 )
+from harness.processes import Proc, start, wait_ready
+from harness.reflector import FLAVORS, Informer
 from watchcache.kubeproto import objects
 
 pytestmark = pytest.mark.skipif(
@@ -313,7 +313,7 @@ def _events(reader: WatchReader, count: int) -> list[bytes]:
 
 
 def _decode(reader: WatchReader, raw: bytes) -> tuple[str, dict[str, Any]]:
-    from tests.support.metaclient import decode_event
+    from harness.metaclient import decode_event
 
     return decode_event(raw, reader.protobuf)
 
@@ -427,9 +427,12 @@ def _churn(kube: Target, seconds: float) -> None:
 @pytest.mark.parametrize("protobuf", [True, False], ids=["protobuf", "json"])
 def test_metadata_informers_through_the_proxy_match_the_apiserver(ref: Ref, protobuf: bool) -> None:
     fetch(ref.kube, f"{CONFIGMAPS}/churn-final", None, method="DELETE")
-    informer = MetadataInformer(ref.proxy, CONFIGMAPS, protobuf=protobuf, page=3)
-    control = MetadataInformer(ref.kube, CONFIGMAPS, protobuf=protobuf, page=3)  # the same code against kube
-    runners = [threading.Thread(target=i.run, args=(60.0, 2.0)) for i in (informer, control)]
+    flavor = FLAVORS["metadata" if protobuf else "metadata-json"]
+    informer = Informer(ref.proxy, CONFIGMAPS, "ConfigMap", "v1", flavor, watch_seconds=2, page=3)
+    control = Informer(
+        ref.kube, CONFIGMAPS, "ConfigMap", "v1", flavor, watch_seconds=2, page=3
+    )  # the same, against kube
+    runners = [threading.Thread(target=i.run) for i in (informer, control)]
     for t in runners:
         t.start()
     try:
@@ -448,7 +451,7 @@ def test_metadata_informers_through_the_proxy_match_the_apiserver(ref: Ref, prot
         for i in fetch(ref.kube, CONFIGMAPS, META_LIST_JSON).decoded()["items"]
     }
     for inf in (control, informer):
-        assert inf.decode_errors == []
-        assert inf.relists == 1
+        assert inf.decode_errors == [] and inf.errors == [], inf
+        assert inf.lists == 1, inf
         assert inf.events > 20
         assert inf.store == truth

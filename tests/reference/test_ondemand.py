@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.reference.crds import CRDS, delete_crd, ensure_crd
-from tests.reference.kit import (
+from harness.kube.crds import CRDS, delete_crd, ensure_crd
+from harness.kube.kit import (
     DEFAULT_RESOURCES,
     Api,
     ApiError,
@@ -33,7 +33,7 @@ from tests.reference.kit import (
     wait_for,
     with_query,
 )
-from tests.support.processes import Proc, proc_rss_kb
+from harness.processes import Proc, rss_kb
 
 pytestmark = needs_kube
 
@@ -222,7 +222,7 @@ def test_a_cluster_bigger_than_the_memory_budget_keeps_the_worker_within_it(
     through = Api(proc.url, kube.token, str(serving.ca.crt))
     direct = Api(kube.url, kube.token, kube.ca)
     try:
-        idle_rss = proc_rss_kb(proc.process.pid)
+        idle_rss = rss_kb(proc.process.pid)
         kinds = ["/api/v1/configmaps", "/api/v1/events", "/apis/rbac.authorization.k8s.io/v1/clusterroles"]
         for path in kinds:
             through.get(path, limit=1)
@@ -231,7 +231,7 @@ def test_a_cluster_bigger_than_the_memory_budget_keeps_the_worker_within_it(
         time.sleep(2.5)  # two ticks: the freed pages handed back
         view = debug(through)["caching"]
         assert view["accounted_bytes"] <= budget, view
-        rss = proc_rss_kb(proc.process.pid)
+        rss = rss_kb(proc.process.pid)
         # Over budget, reads are the apiserver's answers (passed through).
         for path in kinds[:2]:
             cached = through.get(path)

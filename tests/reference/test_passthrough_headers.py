@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.pki import make_pki
 from harness.processes import Proc, start
-from tests.support.pki import make_pki
 
 needs_kube = pytest.mark.skipif(
     not os.environ.get("KUBE_REFERENCE_KUBECONFIG"),

@@ -27,10 +27,10 @@ from typing import Any
 
 import pytest
 
+from harness.kube.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, needs_kube, start_proxy, with_query
 from harness.processes import Proc
 from tests.protobuf import capture
 from tests.protobuf.capture import LABEL, NS, PB, watch_frames
-from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, needs_kube, start_proxy, with_query
 from watchcache.kubeproto import objects
 
 pytestmark = [pytest.mark.reference, needs_kube]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reference.kit import Api, KubeEnv, drop_namespace, needs_kube
+from harness.kube.kit import Api, KubeEnv, drop_namespace, needs_kube
 from tests.reliability.restarts import (
     FAULTS,
     Outcome,

@@ -27,14 +27,14 @@ from pathlib import Path
 
 import pytest
 
+from harness.kube.controlplane import ControlPlane
+from harness.kube.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, needs_kube, wait_for, write_kubeconfig
+from harness.kube.kubelet import FakeKubelet
+from harness.kube.private import PrivateApiserver
+from harness.kube.requestlog import RequestLog, informers, relists, watches
+from harness.kube.scenario import CRD_RESOURCE, Scenario, ensure_crd
 from harness.processes import free_port, python_m
-from tests.reference.controlplane import ControlPlane
-from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, needs_kube, wait_for, write_kubeconfig
-from tests.reference.kubelet import FakeKubelet
-from tests.reference.private import PrivateApiserver
-from tests.reference.requestlog import RequestLog, informers, relists, watches
-from tests.reference.scenario import CRD_RESOURCE, Scenario, ensure_crd
-from tests.reliability.restarts import ProxyGroup
+from harness.proxygroup import ProxyGroup
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

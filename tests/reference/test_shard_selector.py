@@ -25,8 +25,7 @@ from typing import Any
 
 import pytest
 
-from harness.processes import Proc
-from tests.reference.kit import (
+from harness.kube.kit import (
     DEFAULT_RESOURCES,
     Api,
     ApiError,
@@ -38,6 +37,7 @@ from tests.reference.kit import (
     wait_for,
     with_query,
 )
+from harness.processes import Proc
 from watchcache.selectors.shards import HASH_SPACE, fnv1a_64
 
 pytestmark = [pytest.mark.reference, needs_kube]

@@ -35,9 +35,7 @@ from typing import Any
 
 import pytest
 
-from harness.processes import Proc
-from tests.printers.scenario import Scenario, Target, targets
-from tests.reference.kit import (
+from harness.kube.kit import (
     DEFAULT_RESOURCES,
     Api,
     KubeEnv,
@@ -48,7 +46,9 @@ from tests.reference.kit import (
     with_query,
     write_kubeconfig,
 )
-from tests.support.tools import KUBECTL_INSTALL, require
+from harness.processes import Proc
+from harness.tools import KUBECTL_INSTALL, require
+from tests.printers.scenario import Scenario, Target, targets
 
 pytestmark = [pytest.mark.reference, needs_kube]
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
+from harness.pki import make_pki
 from harness.processes import Proc, start
+from harness.tools import KUBECTL_INSTALL, require
 from tests.support.metrics import total
-from tests.support.pki import make_pki
-from tests.support.tools import KUBECTL_INSTALL, require
 from tests.support.upgrade_upstream import FakeUpstream
 from tests.support.upgrading import WebSocket, raw_upgrade
 

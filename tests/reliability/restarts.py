@@ -4,7 +4,7 @@ One ``RestartScenario`` is: an upstream (the simulated cluster, or a real kube-a
 ``watchcache serve --workers 2 --resources configmaps`` in front of it on a fixed port, a writer
 that updates ConfigMaps at ~40/s straight on the upstream (labels flip, so selector watches see
 objects enter and leave; a few deletes and re-creates), and 20+ informer-style clients
-(``tests.reliability.clients.Informer``: list, watch from the list's rv with bookmarks, resume
+(``harness.fleet.Informer``: list, watch from the list's rv with bookmarks, resume
 from the newest rv seen, relist on 410) reading through the proxy. Mid-churn, one fault
 (``FAULTS``):
 
@@ -18,7 +18,7 @@ from the newest rv seen, relist on 410) reading through the proxy. Mid-churn, on
 Every step waits for a condition, bounded (no sleep-and-hope): clients listed and watching live,
 the proxy ready again, every client past writes made after the fault, then (writer stopped)
 every client at the upstream's head. The verdict (``Outcome``): relists (LISTs beyond each
-client's first; 410s), guarantee violations from ``tests.reliability.checker`` against the
+client's first; 410s), guarantee violations from ``harness.checker`` against the
 upstream's authoritative log with *no* relist diff accepted (every update seen exactly once and
 in order), clients that did not converge, and each client's final state against a direct LIST
 of the upstream. The log is the sim's journal (``--state-file``) or, for a real apiserver, what
@@ -41,8 +41,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from harness.processes import SUPERVISOR_READY, Proc, free_port, python_m
-from tests.reliability.checker import (
+from harness.checker import (
     DELETED,
     ERROR_T,
     LogEntry,
@@ -54,7 +53,10 @@ from tests.reliability.checker import (
     object_key,
     read_log,
 )
-from tests.reliability.clients import Informer, InformerConfig, new_session
+from harness.fleet import Informer, InformerConfig, new_session
+from harness.processes import Proc, free_port, python_m
+from harness.proxygroup import ProxyGroup, wait_http_ok
+from harness.waiting import until
 
 FAULTS = ("sigterm", "sigkill", "kill-owner", "kill-follower")
 
@@ -271,92 +273,6 @@ class Writer:
         return max(self.rvs) if self.rvs else 0
 
 
-# ---------------------------------------------------------------------------- the proxy
-
-
-@dataclass
-class ProxyGroup:
-    """``watchcache serve --workers N`` on a fixed port, restartable; its log appends across starts."""
-
-    argv: list[str]
-    log_path: Path
-    port: int
-    procs: list[Proc] = field(default_factory=list)
-    ca_file: str | None = None  # it serves HTTPS with a certificate this CA signed
-
-    @property
-    def url(self) -> str:
-        return f"{'https' if self.ca_file else 'http'}://127.0.0.1:{self.port}"
-
-    @property
-    def current(self) -> Proc:
-        return self.procs[-1]
-
-    async def start(self, timeout: float) -> float:
-        """Start a new supervisor; the seconds until /readyz says every worker has synced."""
-        t0 = time.monotonic()
-        proc = Proc(self.argv, name="proxy", ready=SUPERVISOR_READY, log_path=self.log_path, new_session=True)
-        self.procs.append(proc)
-        proc.start()
-        await asyncio.to_thread(proc.wait_ready, timeout)
-        await wait_http_ok(self.url + "/readyz", timeout, self.ca_file)
-        return time.monotonic() - t0
-
-    async def sigterm(self, timeout: float) -> int | None:
-        return await asyncio.to_thread(self.current.stop, timeout)
-
-    def sigkill_group(self) -> None:
-        """Every process of the group at once (a container kill); ours: the group's leader is our child."""
-        self.current.kill()  # new_session: the whole group
-
-    async def worker_pids(self, timeout: float) -> dict[int, tuple[int, bool]]:
-        """worker id -> (pid, owns configmaps), from every worker's /debug/shards (fresh connections)."""
-        views: dict[int, dict[str, Any]] = {}
-        deadline = time.monotonic() + timeout
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
-            while len(views) < 2 and time.monotonic() < deadline:
-                with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, ValueError):
-                    async with s.get(self.url + "/debug/shards", timeout=aiohttp.ClientTimeout(total=2)) as r:
-                        if r.status == 200:
-                            view = orjson.loads(await r.read())
-                            views[int(view["worker"])] = view
-                await asyncio.sleep(0.005)
-        return {w: (int(v["pid"]), RESOURCE in " ".join(v["owned"])) for w, v in views.items()}
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.running():
-                proc.stop(30.0)
-
-    def relist_lines(self) -> list[str]:
-        text = self.log_path.read_text("utf-8", "replace") if self.log_path.exists() else ""
-        return [ln.strip() for ln in text.splitlines() if "relisted" in ln or "caught up" in ln]
-
-
-async def wait_http_ok(url: str, timeout: float, ca_file: str | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    ssl_ctx: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True, ssl=ssl_ctx)) as s:
-        while True:
-            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-                async with s.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
-                    if resp.status == 200:
-                        return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{url} not 200 within {timeout:.0f}s")
-            await asyncio.sleep(0.05)
-
-
-async def until(what: str, condition: Callable[[], object], timeout: float, interval: float = 0.02) -> float:
-    """Wait for ``condition`` (bounded); the seconds it took. Raises TimeoutError naming ``what``."""
-    t0 = time.monotonic()
-    while not condition():
-        if time.monotonic() - t0 > timeout:
-            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
-        await asyncio.sleep(interval)
-    return time.monotonic() - t0
-
-
 def proxy_argv(port: int, upstream_flags: list[str], workers: int, extra: tuple[str, ...] = ()) -> list[str]:
     return python_m(
         "watchcache", "serve", "--listen", f"127.0.0.1:{port}", *upstream_flags, "--workers", str(workers),
@@ -481,7 +397,12 @@ class RestartScenario:
             if self.recorder is not None and recording is not None:
                 recorder = self.recorder
                 with contextlib.suppress(TimeoutError):
-                    await until("the recorder at the head", lambda: recorder.rv >= writer.head, o.step_timeout)
+                    await until(
+                        lambda: recorder.rv >= writer.head,
+                        o.step_timeout,
+                        what="the recorder at the head",
+                        interval=0.02,
+                    )
                 recorder.stop()
                 recording.cancel()
                 await asyncio.gather(recording, return_exceptions=True)
@@ -495,25 +416,39 @@ class RestartScenario:
     async def _phases(self, writer: Writer, writing: asyncio.Future[None]) -> None:
         o = self.opts
         base = len(writer.rvs)
-        await until("clients listed", lambda: all(i.counters.lists for i in self.informers), o.step_timeout)
-        await until("warm-up writes", lambda: len(writer.rvs) >= base + o.warm_writes, o.step_timeout)
-        await until("clients watching live", self._seen(writer.rvs[base + o.warm_writes - 1]), o.step_timeout)
+        await until(
+            lambda: all(i.counters.lists for i in self.informers), o.step_timeout, what="clients listed", interval=0.02
+        )
+        await until(
+            lambda: len(writer.rvs) >= base + o.warm_writes, o.step_timeout, what="warm-up writes", interval=0.02
+        )
+        await until(
+            self._seen(writer.rvs[base + o.warm_writes - 1]),
+            o.step_timeout,
+            what="clients watching live",
+            interval=0.02,
+        )
         self.say(f"{len(self.informers)} clients listed and watching; fault {o.fault} at rv {writer.head}")
         t0 = time.monotonic()
         await self._fault()
         self.timings["fault to ready"] = time.monotonic() - t0
         mark = len(writer.rvs)
-        await until("writes after the fault", lambda: len(writer.rvs) >= mark + o.after_writes, o.step_timeout)
+        await until(
+            lambda: len(writer.rvs) >= mark + o.after_writes,
+            o.step_timeout,
+            what="writes after the fault",
+            interval=0.02,
+        )
         target = writer.rvs[mark + o.after_writes - 1]
-        await until("clients past the fault", self._seen(writer.rvs[mark]), o.step_timeout)
+        await until(self._seen(writer.rvs[mark]), o.step_timeout, what="clients past the fault", interval=0.02)
         self.timings["fault to every client past it"] = time.monotonic() - t0
-        await until("clients caught up after the fault", self._seen(target), o.step_timeout)
+        await until(self._seen(target), o.step_timeout, what="clients caught up after the fault", interval=0.02)
         writer.stop()
         await asyncio.wait_for(writing, 15)  # its last request is answered: the head is known
         # Converged: every client at the head (by an event or a bookmark). Bounded; the verdict
         # reports the laggards rather than raising.
         with contextlib.suppress(TimeoutError):
-            await until("clients at the head", lambda: self._seen(writer.head)(), o.step_timeout)
+            await until(lambda: self._seen(writer.head)(), o.step_timeout, what="clients at the head", interval=0.02)
 
     async def _fault(self) -> None:
         o, p = self.opts, self.proxy

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness import linearizability
+from harness.checker import Upstream, check, read_log
+from harness.proxylog import relist_points
 from loadtest.chaos.campaign import Campaign, Options, summary, verdict
-from loadtest.chaos.stack import relist_points
-from tests.reliability import linearizability
-from tests.reliability.checker import Upstream, check, read_log
 
 MIN_EVENTS = 10_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tests.reliability.checker import (
+from harness.checker import (
     ADDED,
     DELETED,
     MODIFIED,

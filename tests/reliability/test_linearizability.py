@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reliability.linearizability import History, Read, check
+from harness.linearizability import History, Read, check
 
 
 def history(*writes: tuple[str, float, float]) -> History:

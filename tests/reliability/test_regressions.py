@@ -9,29 +9,16 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from harness.checker import LogEntry, WatchSpec, check, rec_bookmark, rec_event, rec_list, rec_reconnect
+from harness.doubles import RecordingSink
 from harness.processes import start, wait_ready
-from tests.reliability.checker import LogEntry, WatchSpec, check, rec_bookmark, rec_event, rec_list, rec_reconnect
 from tests.support.factories import pod
-from tests.support.harness import Harness, arun
+from tests.support.handlers import Harness, arun
 from tests.support.httpkube import request
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.woken = 0
-
-    def wake(self, watcher: Watcher) -> None:
-        self.woken += 1
-
-    def closed(self, watcher: Watcher, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Watcher) -> None:
-        pass
 
 
 def test_relist_diff_keeps_resource_versions_increasing_for_a_selective_watcher() -> None:
@@ -44,7 +31,9 @@ def test_relist_diff_keeps_resource_versions_increasing_for_a_selective_watcher(
     ]
     cacher = Cacher(PODS)
     cacher.replace([pod("a", rv=1, labels={"app": "web"}), pod("b", rv=2, labels={"app": "web"})], 2)
-    watcher = Watcher(PODS, SelectionPredicate.parse(PODS, None, "app=web", ""), 2, Sink(), allow_bookmarks=True)
+    watcher = Watcher(
+        PODS, SelectionPredicate.parse(PODS, None, "app=web", ""), 2, RecordingSink(), allow_bookmarks=True
+    )
     cacher.add_watcher(watcher)
     # The proxy's upstream answered 410; a fresh list at rv 10 is handed over as a diff.
     cacher.relist([pod("a", rv=4, labels={"app": "db"}), pod("b", rv=7, labels={"app": "web", "v": "2"})], 10)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from harness.proxylog import relist_times
 from loadtest.chaos.campaign import Campaign, Options
-from loadtest.chaos.stack import relist_times
 
 
 def campaign(tmp_path: Path) -> Campaign:

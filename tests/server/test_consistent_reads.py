@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from harness.waiting import until
 from tests.support.factories import pod
-from tests.support.harness import DELETED, Harness, arun, background
-from tests.support.waiting import until
+from tests.support.handlers import DELETED, Harness, arun, background
 
 
 def feed_later(h: Harness) -> None:

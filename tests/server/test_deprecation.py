@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from tests.support.factories import FakeResponse, pod
-from tests.support.harness import FakeUpstream, arun, until
+from tests.support.handlers import FakeUpstream, arun, until
 from watchcache import apierrors
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.object import encode_object

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.server.test_limits import PODS, finish, start, until
-from tests.support.harness import MODIFIED, Harness, arun
+from tests.support.handlers import MODIFIED, Harness, arun
 from watchcache.fairness.defaults import flow_schemas, priority_levels
 from watchcache.http.request import Request
 from watchcache.server import fairness

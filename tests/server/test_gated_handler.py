@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tests.support.factories import FakeResponse, pod
-from tests.support.harness import FakeUpstream
+from tests.support.handlers import FakeUpstream
 from watchcache import apierrors
 from watchcache.auth.gate import Gate
 from watchcache.cache.continuetoken import ContinueCodec

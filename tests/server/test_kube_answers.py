@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.harness import Harness, arun
+from tests.support.handlers import Harness, arun
 
 
 @arun

@@ -10,23 +10,16 @@ until the watch is initialised). A watch passed through counts toward --max-watc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+from harness.waiting import until
 from tests.support.factories import FakeResponse
-from tests.support.harness import MODIFIED, Harness, arun
+from tests.support.handlers import MODIFIED, Harness, arun
 from watchcache import apierrors
 from watchcache.http.request import Request
 
 PODS = "/api/v1/namespaces/default/pods"
-
-
-async def until(cond: Callable[[], bool], timeout: float = 2.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
 
 
 def start(h: Harness, path: str, query: dict[str, Any], method: str = "GET") -> tuple[asyncio.Task[None], FakeResponse]:

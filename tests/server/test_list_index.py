@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.harness import MODIFIED, Harness, arun
+from tests.support.handlers import MODIFIED, Harness, arun
 
 
 def names(resp) -> list[str]:  # type: ignore[no-untyped-def]

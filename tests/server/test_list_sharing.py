@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.harness import DELETED, MODIFIED, Harness, arun
+from tests.support.handlers import DELETED, MODIFIED, Harness, arun
 from watchcache.dispatch import lists
 from watchcache.dispatch.bodies import ListBodies
 

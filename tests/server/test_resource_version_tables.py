@@ -17,7 +17,7 @@ import asyncio
 import pytest
 
 from tests.support.factories import pod
-from tests.support.harness import DELETED, MODIFIED, Harness, arun, background, until
+from tests.support.handlers import DELETED, MODIFIED, Harness, arun, background, until
 
 
 def names(resp) -> list[str]:

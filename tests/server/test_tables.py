@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlencode
 import orjson
 
 from tests.support.factories import FakeResponse, pod
-from tests.support.harness import FakeUpstream, arun, until
+from tests.support.handlers import FakeUpstream, arun, until
 from watchcache import apierrors
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.object import encode_object

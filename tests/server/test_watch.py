@@ -8,7 +8,7 @@ from urllib.parse import parse_qs
 import pytest
 
 from tests.support.factories import FakeResponse
-from tests.support.harness import MODIFIED, Harness, arun, background, until
+from tests.support.handlers import MODIFIED, Harness, arun, background, until
 from watchcache.http.request import Request
 from watchcache.watchers.budget import WatchBudget
 

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from tests.support.factories import pod
-from tests.support.harness import FakeUpstream, arun
+from tests.support.handlers import FakeUpstream, arun
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher

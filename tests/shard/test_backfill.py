@@ -14,9 +14,10 @@ from pathlib import Path
 
 import orjson
 
-from tests.support.factories import NullSink, pod
-from tests.support.harness import arun
-from tests.support.waiting import until
+from harness.doubles import NullSink
+from harness.waiting import until
+from tests.support.factories import pod
+from tests.support.handlers import arun
 from watchcache.backoff import Backoff
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.object import CachedObject

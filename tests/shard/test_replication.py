@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.factories import NullSink, pod
-from tests.support.harness import arun
-from tests.support.waiting import until
+from harness.doubles import NullSink
+from harness.waiting import until
+from tests.support.factories import pod
+from tests.support.handlers import arun
 from watchcache.cache.events import DELETED, MODIFIED
 from watchcache.cache.object import CachedObject, encode_object
 from watchcache.cache.predicate import SelectionPredicate

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from tests.support.waiting import until
+from harness.waiting import until
 from watchcache.cache.events import ADDED, DELETED, MODIFIED
 from watchcache.cache.object import CachedObject
 from watchcache.resources import CONFIGMAPS, NAMESPACES, NODES, PODS, ResourceRegistry, ResourceType

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from tests.support.waiting import until
+from harness.waiting import until
 from watchcache import apierrors
 from watchcache.http.request import Request
 from watchcache.sim.faults import FaultInjector

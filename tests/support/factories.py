@@ -1,4 +1,6 @@
-"""Small builders shared by the unit tests: cached objects and a socket-free Response."""
+"""Small builders shared by the unit tests: cached objects and a socket-free Response.
+
+The watch sinks' doubles are in harness/doubles.py (the in-process benchmarks use them too)."""
 
 from __future__ import annotations
 
@@ -125,16 +127,3 @@ class FakeResponse:
     def events(self) -> list[dict[str, Any]]:
         data = b"".join(self.chunks)
         return [orjson.loads(line) for line in data.splitlines() if line]
-
-
-class NullSink:
-    """A watcher's sink that does nothing: for tests that read a watcher's frames with ``take()``."""
-
-    def wake(self, watcher: Any) -> None:
-        pass
-
-    def closed(self, watcher: Any, reason: str) -> None:
-        pass
-
-    def lagging(self, watcher: Any) -> None:
-        pass

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 
 import httpx
 
-from tests.support.pki import Pair
+from harness.pki import Pair
 from tests.support.serverthread import ServerThread
 
 PROTOCOLS = ("HTTP/1.1", "HTTP/2")

@@ -7,7 +7,7 @@ import json
 import ssl
 from typing import Protocol
 
-from tests.support.pki import Pair
+from harness.pki import Pair
 
 
 class Server(Protocol):

@@ -13,8 +13,8 @@ import random
 import time
 from collections.abc import AsyncIterator
 
+from harness.waiting import until
 from tests.support.simserver import SimServer, sim_server, upstream_client
-from tests.support.waiting import until
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.backfill import BackfillFailed, BackfillLimits, reach_back

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from tests.support.pki import Pki
+from harness.pki import Pki
 from watchcache.upstream.config import UpstreamConfigError, from_flags, load_cert_chain_data
 from watchcache.upstream.kubeconfig import from_kubeconfig
 

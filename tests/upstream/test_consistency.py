@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
+from harness.waiting import until
 from tests.support.factories import pod
-from tests.support.waiting import until
 from tests.upstream.fakeapi import fake_api
 from watchcache.cache.events import ADDED
 from watchcache.dispatch.cacher import Cacher

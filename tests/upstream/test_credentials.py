@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.pki import Pki
 from tests.support.execplugin import ExecPlugin, kubeconfig
-from tests.support.pki import Pki
 from watchcache.upstream.config import ExecConfig, UpstreamConfig
 from watchcache.upstream.credentials import CredentialError, Credentials, run_exec
 from watchcache.upstream.kubeconfig import load

@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.pki import Pki
 from tests.support.authfakes import request
-from tests.support.pki import Pki
 from watchcache.apierrors import StatusError
 from watchcache.auth.authn import CREDENTIAL_ID, CertAuthenticator
 from watchcache.auth.requestheader import RequestHeaderNames, escape_extra_key

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.tools import KUBECTL_INSTALL, require
+from harness.tools import KUBECTL_INSTALL, require
 from watchcache.upstream.config import UpstreamConfig, UpstreamConfigError
 from watchcache.upstream.credentials import Credentials
 from watchcache.upstream.kubeconfig import NoKubeconfig, load, upstream_from_args

@@ -5,8 +5,9 @@ import asyncio
 import orjson
 import pytest
 
-from tests.support.factories import NullSink, pod
-from tests.support.waiting import until
+from harness.doubles import NullSink
+from harness.waiting import until
+from tests.support.factories import pod
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import PODS

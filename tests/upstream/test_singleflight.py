@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from tests.support.waiting import until
+from harness.waiting import until
 from watchcache.backoff import Backoff
 from watchcache.dispatch.freshness import NoTarget
 from watchcache.upstream.consistency import _SingleFlight

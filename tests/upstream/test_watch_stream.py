@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.pki import make_pki
 from tests.support.execplugin import ExecPlugin
 from tests.support.execplugin import kubeconfig as exec_kubeconfig
 from tests.support.forwardproxy import ForwardProxy
-from tests.support.pki import make_pki
 from watchcache.resources import PODS
 from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled
 from watchcache.upstream.config import UpstreamConfig

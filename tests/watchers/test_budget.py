@@ -7,7 +7,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.harness import arun
+from tests.support.handlers import arun
 from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.resources import PODS

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.support.factories import NullSink
-from tests.support.harness import arun
-from tests.support.waiting import until
+from harness.doubles import NullSink
+from harness.waiting import until
+from tests.support.handlers import arun
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.resources import PODS
 from watchcache.watchers.deadlines import WatchDeadlines

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.support.harness import arun
-from tests.support.waiting import until
+from harness.waiting import until
+from tests.support.handlers import arun
 from watchcache.watchers.flush import FlushScheduler, FramesPerWrite
 
 

@@ -7,6 +7,7 @@ Written from client-go v1.36 (``tools/cache/reflector.go``, ``util/watchlist``, 
   ``UseProtobufAsDefault``: ``Accept: application/vnd.kubernetes.protobuf,application/json``);
 - ``typed-json``: a typed informer configured for JSON (``Accept: application/json``);
 - ``metadata``: a metadata informer (the metadata client's exact Accept headers, protobuf first);
+- ``metadata-json``: a metadata informer whose client asks for JSON only;
 - ``watchlist``, ``watchlist-metadata``: the same with ``WatchListClient`` (on by default in 1.35+,
   so what kube-controller-manager v1.36 does): ``sendInitialEvents=true&resourceVersionMatch=
   NotOlderThan&allowWatchBookmarks=true``, synced at the ``k8s.io/initial-events-end`` bookmark,
@@ -21,17 +22,33 @@ watch with an error, and the reflector relists; a watch that ends within a secon
 what client-go's decoder would refuse: an object of another kind than the informer's (typed:
 ``kind``/``apiVersion`` of each watch object, as the JSON decoder needs them; protobuf: the
 ``runtime.Unknown`` type), or bytes it cannot parse.
+
+The store keeps each object's metadata as kube writes it in JSON (protobuf decoded to the same
+shape by ``harness.metaclient``), so that a metadata informer's store can be compared whole with a
+LIST's. The campaigns' recording informers are ``harness.fleet`` (why two: its docstring).
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.metaclient import META_LIST_PB, META_PB, PROTOBUF, Target, WatchReader, fetch, query
+from harness.metaclient import (
+    META_JSON,
+    META_LIST_JSON,
+    META_LIST_PB,
+    META_PB,
+    PROTOBUF,
+    Target,
+    WatchReader,
+    fetch,
+    object_meta,
+    query,
+)
 from watchcache.kubeproto import meta_pb2
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -53,6 +70,7 @@ FLAVORS = {
         Flavor("typed-protobuf", TYPED_PROTOBUF, TYPED_PROTOBUF),
         Flavor("typed-json", "application/json", "application/json"),
         Flavor("metadata", META_LIST_PB, META_PB, metadata=True),
+        Flavor("metadata-json", META_LIST_JSON, META_JSON, metadata=True),
         Flavor("watchlist", TYPED_PROTOBUF, TYPED_PROTOBUF, watch_list=True),
         Flavor("watchlist-metadata", META_PB, META_PB, metadata=True, watch_list=True),
     )
@@ -76,7 +94,8 @@ class Informer:
     flavor: Flavor
     watch_seconds: int = 5  # client-go uses 5-10 min; short here, so that watches are resumed often
     page: int = 500
-    store: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (uid, rv)
+    # key -> the object's metadata, as kube writes it in JSON (protobuf decoded to the same shape)
+    store: dict[str, dict[str, Any]] = field(default_factory=dict)
     rv: str = ""
     rv_unavailable: bool = False
     synced: threading.Event = field(default_factory=threading.Event)
@@ -123,6 +142,19 @@ class Informer:
                     self.errors.append(repr(e))
                     time.sleep(0.2)
 
+    def wait_for(self, key: str, timeout: float) -> bool:
+        """Until ``key`` (namespace/name) is in the store."""
+        deadline = time.monotonic() + timeout
+        while key not in self.store:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def versions(self) -> dict[str, tuple[str, str]]:
+        """key -> (uid, resourceVersion) of every object in the store."""
+        return {k: (m["uid"], m["resourceVersion"]) for k, m in self.store.items()}
+
     def relist_rv(self) -> str:
         if self.rv_unavailable:
             return ""
@@ -132,7 +164,7 @@ class Informer:
         """The pager: ``limit=500`` and the relist rv on the first page, ``continue`` after."""
         self.lists += 1
         rv = self.relist_rv()
-        store: dict[str, tuple[str, str]] = {}
+        store: dict[str, dict[str, Any]] = {}
         token: str | None = None
         while True:
             params = {"limit": self.page, "continue": token} if token else {"limit": self.page, "resourceVersion": rv}
@@ -144,7 +176,7 @@ class Informer:
             self.media.add(answer.content_type)
             items, meta = self.decode_list(answer.content_type, answer.body)
             for m in items:
-                store[_key(m)] = (m["uid"], m["resourceVersion"])
+                store[_key(m)] = m
             token = meta.get("continue")
             if not token:
                 self.store, self.rv, self.rv_unavailable = store, meta["resourceVersion"], False
@@ -161,7 +193,7 @@ class Informer:
         if not self.rv_unavailable and self.rv:
             params["resourceVersion"] = self.rv
         stream = self.open_watch(params)
-        store: dict[str, tuple[str, str]] = {}
+        store: dict[str, dict[str, Any]] = {}
         try:
             while True:
                 event = self.next_event(stream, 30.0)
@@ -176,7 +208,7 @@ class Informer:
                     continue
                 if kind != "ADDED":
                     raise DecodeError(f"watch-list: {kind} before the initial-events-end bookmark")
-                store[_key(meta)] = (meta["uid"], meta["resourceVersion"])
+                store[_key(meta)] = meta
         except BaseException:
             stream.close()
             raise
@@ -217,7 +249,7 @@ class Informer:
                     if kind == "DELETED":
                         self.store.pop(_key(meta), None)
                     else:
-                        self.store[_key(meta)] = (meta["uid"], meta["resourceVersion"])
+                        self.store[_key(meta)] = meta
             finally:
                 stream.close()
                 stream = None
@@ -269,9 +301,9 @@ class Informer:
         if got != self.expected:
             raise DecodeError(f'unable to decode watch event: no kind "{got[0]}" is registered for {got[1]!r}')
         # Every kind's field 1 is its ObjectMeta: read as a PartialObjectMetadata, the rest is skipped.
-        return event.type, _meta(meta_pb2.PartialObjectMetadata.FromString(unknown.raw).metadata)
+        return event.type, object_meta(meta_pb2.PartialObjectMetadata.FromString(unknown.raw).metadata)
 
-    def decode_list(self, content_type: str, body: bytes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def decode_list(self, content_type: str, body: bytes) -> tuple[builtins.list[dict[str, Any]], dict[str, Any]]:
         """(items' metadata, list metadata)."""
         kind, version = self.expected
         want = (kind + "List", version)
@@ -280,7 +312,7 @@ class Informer:
                 unknown = _unknown(body)
                 got = (unknown.typeMeta.kind, unknown.typeMeta.apiVersion)
                 lst = meta_pb2.PartialObjectMetadataList.FromString(unknown.raw)  # field 1 ListMeta, 2 items
-                items = [_meta(i.metadata) for i in lst.items]
+                items = [object_meta(i.metadata) for i in lst.items]
                 meta = {"resourceVersion": lst.metadata.resourceVersion, "continue": getattr(lst.metadata, "continue")}
             else:
                 doc = json.loads(body)
@@ -298,14 +330,6 @@ def _unknown(body: bytes) -> meta_pb2.Unknown:
     if not body.startswith(b"k8s\x00"):
         raise ValueError(f"no protobuf magic: {body[:16]!r}")
     return meta_pb2.Unknown.FromString(body[4:])
-
-
-def _meta(om: meta_pb2.ObjectMeta) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": om.name, "namespace": om.namespace, "uid": om.uid,
-                           "resourceVersion": om.resourceVersion}  # fmt: skip
-    if om.annotations:
-        out["annotations"] = dict(om.annotations)
-    return out
 
 
 def _key(meta: dict[str, Any]) -> str:

@@ -21,8 +21,8 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tests.reference.controlplane import free_port
-from tests.reference.kit import Api, KubeEnv, wait_for, write_kubeconfig
+from harness.kube.kit import Api, KubeEnv, wait_for, write_kubeconfig
+from harness.processes import free_port
 
 
 def _b64(text: str) -> str:
@@ -36,10 +36,16 @@ class PrivateApiserver:
     port: int = field(default_factory=free_port)
     prefix: str = field(default_factory=lambda: f"/i20t-{os.urandom(4).hex()}")
     process: subprocess.Popen[bytes] | None = None
+    extra: list[str] = field(default_factory=list)  # more kube-apiserver flags, e.g. an admission plugin off
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "not started"
+        return self.process.pid
 
     @property
     def log(self) -> Path:
@@ -66,7 +72,7 @@ class PrivateApiserver:
             f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
+            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", *self.extra,
         ]  # fmt: skip
 
     def launch(self) -> None:

@@ -9,9 +9,17 @@ Each ``Informer`` does what a client-go reflector does, over raw HTTP (aiohttp):
    newest rv seen (event or bookmark), after a short backoff on errors;
 4. on 410 Gone (HTTP status or ERROR event) LIST again.
 
-Every step is appended to ``records`` in the checker's format (``tests.reliability.checker``).
+Every step is appended to ``records`` in the checker's format (``harness.checker``).
 Connections are never reused (``force_close``), so with SO_REUSEPORT each watch lands on
 any worker, as a fleet of real clients would. Every wait is bounded; ``stop`` ends the loop.
+
+Why a reflector of its own beside ``harness.reflector``: this one is asynchronous (a campaign runs
+a hundred of them on one event loop, with fault phases), pages with ``limit``/``continue`` as
+configured per client, and records every event, bookmark and list for the checker (JSON only,
+with digests); ``harness.reflector`` is one thread per informer, speaks each client-go flavor's
+media types (protobuf, metadata, WatchList) and keeps only the store, to compare it with kube's.
+``loadtest/bench/restart.py`` has a third, on raw sockets, that reads resourceVersions only: it
+times a thousand informers, and this one's records would be the cost it measured.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from tests.reliability.checker import (
+from harness.checker import (
     BOOKMARK_T,
     ERROR_T,
     Record,

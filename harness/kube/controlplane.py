@@ -13,14 +13,14 @@ import http.client
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.reference.kit import KubeEnv, wait_for
+from harness.kube.kit import KubeEnv, wait_for
+from harness.processes import free_port
 
 # What the tier counts in the components' logs, by name (each a regular expression on a line).
 PATTERNS: dict[str, str] = {
@@ -53,12 +53,6 @@ def other_controller_manager(kube: KubeEnv) -> str | None:
         if os.path.basename(exe.removesuffix(" (deleted)")) == "kube-controller-manager":
             return f"a kube-controller-manager already runs (pid {pid}): two would fight over every object"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

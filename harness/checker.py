@@ -156,6 +156,25 @@ _REQ = re.compile(
 )
 
 
+Labels = Mapping[str, str]
+
+
+def _absent(key: str) -> Callable[[Labels], bool]:
+    return lambda labels: key not in labels
+
+
+def _present(key: str) -> Callable[[Labels], bool]:
+    return lambda labels: key in labels
+
+
+def _equals(key: str, value: str, equal: bool) -> Callable[[Labels], bool]:
+    return lambda labels: (labels.get(key) == value) == equal
+
+
+def _among(key: str, values: frozenset[str], inside: bool) -> Callable[[Labels], bool]:
+    return lambda labels: (labels.get(key) in values) == inside
+
+
 def label_matcher(selector: str) -> Callable[[Mapping[str, str]], bool]:
     """Equality-, set- and existence-based label selectors (``a=b,c!=d,e in (f,g),h,!i``)."""
     parts: list[str] = []
@@ -175,24 +194,16 @@ def label_matcher(selector: str) -> Callable[[Mapping[str, str]], bool]:
         if m is None:
             raise ValueError(f"unsupported label selector requirement {part!r}")
         if m["not"]:
-            k = m["nkey"]
-            tests.append(lambda labels, k=k: k not in labels)
+            tests.append(_absent(m["nkey"]))
         elif m["op"] in ("=", "=="):
-            k, v = m["key"], m["val"]
-            tests.append(lambda labels, k=k, v=v: labels.get(k) == v)
+            tests.append(_equals(m["key"], m["val"], True))
         elif m["op"] == "!=":
-            k, v = m["key"], m["val"]
-            tests.append(lambda labels, k=k, v=v: labels.get(k) != v)
+            tests.append(_equals(m["key"], m["val"], False))
         elif m["setop"]:
-            k = m["key"]
             values = frozenset(s.strip() for s in m["set"].split(",") if s.strip())
-            if m["setop"] == "in":
-                tests.append(lambda labels, k=k, vs=values: labels.get(k) in vs)
-            else:
-                tests.append(lambda labels, k=k, vs=values: labels.get(k) not in vs)
+            tests.append(_among(m["key"], values, m["setop"] == "in"))
         else:
-            k = m["key"]
-            tests.append(lambda labels, k=k: k in labels)
+            tests.append(_present(m["key"]))
     return lambda labels: all(t(labels) for t in tests)
 
 

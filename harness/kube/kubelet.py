@@ -17,7 +17,7 @@ import queue
 import threading
 from typing import Any
 
-from tests.reference.kit import Api, ApiError, with_query
+from harness.kube.kit import Api, ApiError, with_query
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 

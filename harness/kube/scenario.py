@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.reference import crds
-from tests.reference.kit import Api, wait_for, with_query
+from harness.kube import crds
+from harness.kube.kit import Api, wait_for, with_query
 
 CRD_GROUP = "reference.watchcache.example.com"
 CRD_NAME = f"gizmos.{CRD_GROUP}"

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+from harness.waiting import until
 from tests.support.factories import FakeResponse, pod
-from tests.support.waiting import until
 from watchcache import apierrors
 from watchcache.cache.continuetoken import ContinueCodec
 from watchcache.cache.events import ADDED, DELETED, MODIFIED

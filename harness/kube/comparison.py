@@ -19,11 +19,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.reference.controlplane import PATTERNS, ControlPlane
-from tests.reference.crds import delete_crd
-from tests.reference.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, start_proxy, wait_for, write_kubeconfig
-from tests.reference.kubelet import FakeKubelet
-from tests.reference.scenario import CRD_NAME, CRD_RESOURCE, STEPS, Scenario, ensure_crd
+from harness.kube.controlplane import PATTERNS, ControlPlane
+from harness.kube.crds import delete_crd
+from harness.kube.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, start_proxy, wait_for, write_kubeconfig
+from harness.kube.kubelet import FakeKubelet
+from harness.kube.scenario import CRD_NAME, CRD_RESOURCE, STEPS, Scenario, ensure_crd
 
 TARGETS = ("direct", "proxy")
 # A step through the proxy may take 1.5x its time direct, or FLOOR seconds, whichever is more:

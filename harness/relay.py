@@ -1,6 +1,6 @@
-"""A throttling TCP relay for the chaos campaign: proxy → relay → upstream, with a slowness toggle.
+"""A throttling TCP relay for the chaos campaign and the tiers test: proxy → relay → upstream, with a slowness toggle.
 
-``python -m loadtest.chaos.relay --listen 127.0.0.1:0 --target 127.0.0.1:8081`` forwards every
+``python -m harness.relay --listen 127.0.0.1:0 --target 127.0.0.1:8081`` forwards every
 connection to the target, byte for byte. A control endpoint (``--control``, HTTP) changes how:
 
     POST /config {"latency": 0.1, "jitter": 0.02, "bandwidth": 1000000}   # seconds, seconds, bytes/s
@@ -30,6 +30,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 CHUNK = 64 << 10
 QUEUE_CHUNKS = 64
@@ -171,6 +172,7 @@ async def _control(relay: Relay, reader: asyncio.StreamReader, writer: asyncio.S
                 length = int(value.strip())
         body = await asyncio.wait_for(reader.readexactly(length), 5.0) if length else b""
         status = "200 OK"
+        payload: dict[str, Any]
         if path != "/config":
             status, payload = "404 Not Found", {"error": "not found"}
         else:
@@ -212,7 +214,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtest.chaos.relay", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m harness.relay", description=__doc__.split("\n\n")[0])
     p.add_argument("--listen", default="127.0.0.1:0")
     p.add_argument("--target", required=True, help="HOST:PORT to forward to")
     p.add_argument("--control", default="127.0.0.1:0", help="HOST:PORT of the control endpoint")

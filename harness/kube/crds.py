@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.reference.kit import Api, ApiError, wait_for
+from harness.kube.kit import Api, ApiError, wait_for
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # A deletion removes every custom resource of the CRD first; the tests' CRDs hold a few dozen.

@@ -3,9 +3,8 @@
 ``Target`` is a server (the proxy, or the reference kube-apiserver with TLS and a token);
 ``fetch`` sends one request with an exact Accept header; ``decode`` turns a JSON or
 protobuf answer into kube's JSON shape (protobuf decoded with the runtime and our own
-``meta.proto``, standing in for client-go's generated code); ``MetadataInformer`` does what
-client-go's reflector does for a metadata informer: a paged LIST, then a WATCH from the
-list's resourceVersion with bookmarks, relisting on 410, counting decode errors and relists.
+``meta.proto``, standing in for client-go's generated code); ``WatchReader`` reads one watch's
+events. The reflector over them is ``harness.reflector``.
 """
 
 from __future__ import annotations
@@ -15,9 +14,7 @@ import http.client
 import json
 import socket
 import ssl
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -244,120 +241,3 @@ def decode_event(raw: bytes, protobuf: bool) -> tuple[str, dict[str, Any]]:
         return event["type"], event["object"]
     event = meta_pb2.WatchEvent.FromString(raw[4:])
     return event.type, decode_protobuf(event.object.raw)
-
-
-# ------------------------------------------------------------------ the informer
-
-
-@dataclass
-class MetadataInformer:
-    """client-go's reflector for a metadata informer: paged LIST, then WATCH from its rv, relist on 410."""
-
-    target: Target
-    path: str
-    protobuf: bool = True
-    page: int = 50
-    store: dict[str, dict[str, Any]] = field(default_factory=dict)
-    rv: str = ""
-    relists: int = 0
-    decode_errors: list[str] = field(default_factory=list)
-    bookmarks: int = 0
-    events: int = 0
-    watches: int = 0
-    # Set to end ``run`` after the current watch (which the server ends within its timeoutSeconds).
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def list(self) -> None:
-        self.relists += 1
-        accept = META_LIST_PB if self.protobuf else META_LIST_JSON
-        store: dict[str, dict[str, Any]] = {}
-        token: str | None = None
-        while True:
-            answer = fetch(
-                self.target,
-                query(
-                    self.path, limit=self.page, resourceVersion="0" if token is None else None, **{"continue": token}
-                ),
-                accept,
-            )
-            assert answer.status == 200, (answer.status, answer.body[:300])
-            try:
-                doc = answer.decoded()
-                if doc["kind"] != "PartialObjectMetadataList":
-                    raise ValueError(f"LIST answered {doc['kind']}")
-            except Exception as e:
-                self.decode_errors.append(f"list: {e!r}")
-                raise
-            for item in doc["items"]:
-                store[_key(item["metadata"])] = item["metadata"]
-            token = doc["metadata"].get("continue")
-            if not token:
-                self.rv = doc["metadata"]["resourceVersion"]
-                break
-        self.store = store
-
-    def watch_once(self, seconds: float) -> str:
-        """One watch from ``rv`` for about ``seconds``; returns how it ended ("timeout", "closed", "expired")."""
-        self.watches += 1
-        accept = META_PB if self.protobuf else META_JSON
-        path = query(
-            self.path, watch=1, resourceVersion=self.rv, allowWatchBookmarks=True, timeoutSeconds=max(1, int(seconds))
-        )
-        deadline = time.monotonic() + seconds + 5
-        with WatchReader(self.target, path, accept) as stream:
-            assert stream.status == 200, stream.status
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return "timeout"
-                try:
-                    raw = stream.raw(left)
-                except TimeoutError:
-                    return "timeout"
-                if raw is None:
-                    return "closed"
-                try:
-                    kind, obj = decode_event(raw, stream.protobuf)
-                    if kind != "ERROR" and obj.get("kind") != "PartialObjectMetadata":
-                        raise ValueError(f'no kind "{obj.get("kind")}" is registered for PartialObjectMetadata')
-                except Exception as e:
-                    self.decode_errors.append(f"watch: {e!r}")
-                    return "decode-error"
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        return "expired"
-                    self.decode_errors.append(f"watch ERROR: {obj}")
-                    return "error"
-                meta = obj["metadata"]
-                self.rv = meta["resourceVersion"]
-                if kind == "BOOKMARK":
-                    self.bookmarks += 1
-                    continue
-                self.events += 1
-                if kind == "DELETED":
-                    self.store.pop(_key(meta), None)
-                else:
-                    self.store[_key(meta)] = meta
-
-    def run(self, seconds: float, watch_seconds: float = 5.0) -> None:
-        """LIST, then WATCH (resuming from the last rv) until ``stop`` or ``seconds``; relist only
-        on 410 or a watch it cannot decode, as client-go."""
-        self.list()
-        deadline = time.monotonic() + seconds
-        while not self.stop.is_set() and time.monotonic() < deadline:
-            ended = self.watch_once(min(watch_seconds, max(1.0, deadline - time.monotonic())))
-            if ended in ("expired", "decode-error", "error"):
-                self.list()
-
-    def wait_for(self, key: str, timeout: float) -> bool:
-        """Until ``key`` (namespace/name) is in the store."""
-        deadline = time.monotonic() + timeout
-        while key not in self.store:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
-
-
-def _key(meta: dict[str, Any]) -> str:
-    return f"{meta.get('namespace', '')}/{meta['name']}"

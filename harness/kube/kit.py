@@ -20,8 +20,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import pytest
 
+from harness.pki import Pair, Pki
 from harness.processes import Proc, start
-from tests.support.pki import Pair, Pki
 
 NO_KIT = "no reference kube-apiserver: see shared/tools/kube-reference/README.md"
 needs_kube = pytest.mark.skipif(not os.environ.get("KUBE_REFERENCE_KUBECONFIG"), reason=NO_KIT)
