@@ -17,7 +17,7 @@ typed with the components' own classes so that ``mypy`` catches a renamed counte
 | connections, HTTP/2 connections and streams, request bytes held | ``http/metrics.py`` |
 | requests, read waits, consistent reads and fallbacks, delivery latency, frame sizes | ``server/metrics.py`` |
 | pass-through by reason, refusals by limit, requests in flight | ``server/metrics.py`` |
-| tunnels | ``server/tunnel.py`` (``TunnelCollector``) |
+| tunnels (connection upgrades) | ``server/metrics.py`` |
 | API Priority and Fairness (``apiserver_flowcontrol_*``), skipped flow control objects | ``fairness/metrics.py`` |
 
 ``service.lifecycle`` registers them in one registry per process (``process_registry``: with

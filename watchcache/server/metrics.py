@@ -4,7 +4,8 @@
 ``apiserver_request*``, the read waits and consistent-read phases, watch delivery latency and
 frame sizes: per request, or per flush and sampled, never per delivered event).
 ``HandlerCollector`` reads the handler's plain counters at scrape time: pass-through reasons,
-refusals by limit (the HTTP server's included), requests in flight.
+refusals by limit (the HTTP server's included), requests in flight; ``TunnelCollector`` the
+connection upgrades' (``server/tunnel.py``), through a protocol: the tunnels sit above this module.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from watchcache.resources import ResourceType
 from watchcache.server.negotiation import PassReason
 from watchcache.server.seats import Seats
 
-__all__ = ["HandlerCollector", "HandlerCounters", "Metrics"]
+__all__ = ["HandlerCollector", "HandlerCounters", "Metrics", "TunnelCollector", "TunnelCounters"]
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # kube-apiserver's apiserver_watch_cache_read_wait_seconds buckets.
@@ -223,3 +224,43 @@ class HandlerCollector(Collector):
             "Watches and other long-running requests being passed through (counted toward --max-watchers)",
             value=handler.streams,
         )
+
+
+class TunnelCounters(Protocol):
+    """What ``TunnelCollector`` reads of the connection upgrades (``server.tunnel.Tunnels``)."""
+
+    #: Tunnels open now, by protocol label (websocket, spdy, other).
+    open: dict[str, int]
+    #: Upgrades by (protocol, outcome): switched, refused by the upstream, failed, rejected.
+    outcomes: dict[tuple[str, str], int]
+    #: Tunnels ended, by reason.
+    ends: dict[str, int]
+    bytes_to_upstream: int
+    bytes_to_client: int
+
+
+class TunnelCollector(Collector):
+    """The tunnels' plain counters as metric families, at scrape time."""
+
+    def __init__(self, tunnels: TunnelCounters) -> None:
+        self.tunnels = tunnels
+
+    def collect(self) -> Iterator[Metric]:
+        t = self.tunnels
+        open_ = GaugeMetricFamily("watchcache_tunnels_open", "Connection upgrades open now", labels=["protocol"])
+        for protocol in ("websocket", "spdy", "other"):
+            open_.add_metric([protocol], t.open.get(protocol, 0))
+        total = CounterMetricFamily(
+            "watchcache_tunnels",
+            "Connection upgrades by protocol and outcome (switched, refused by the upstream, failed, rejected)",
+            labels=["protocol", "outcome"],
+        )
+        for (protocol, outcome), count in sorted(t.outcomes.items()):
+            total.add_metric([protocol, outcome], count)
+        ends = CounterMetricFamily("watchcache_tunnel_ends", "Tunnels ended, by reason", labels=["reason"])
+        for reason, count in sorted(t.ends.items()):
+            ends.add_metric([reason], count)
+        moved = CounterMetricFamily("watchcache_tunnel_bytes", "Bytes relayed by tunnels", labels=["direction"])
+        moved.add_metric(["to_upstream"], t.bytes_to_upstream)
+        moved.add_metric(["to_client"], t.bytes_to_client)
+        yield from (open_, total, ends, moved)

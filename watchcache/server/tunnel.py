@@ -20,14 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from watchcache import apierrors
 from watchcache.http.flowcontrol import ConnectionClosed
@@ -89,7 +86,7 @@ class Tunnels:
         self._netloc = url.netloc
         self._prefix = url.path.rstrip("/")
         self.live: set[Tunnel] = set()
-        # Plain counters, read at scrape time (TunnelCollector).
+        # Plain counters, read at scrape time (server/metrics.py, TunnelCollector).
         self.open: dict[str, int] = {}
         self.outcomes: dict[tuple[str, str], int] = {}
         self.ends: dict[str, int] = {}
@@ -508,30 +505,3 @@ class UpstreamSide(asyncio.Protocol):
             self.head.set_exception(error)
         if self.transport is not None:
             self.transport.abort()
-
-
-class TunnelCollector(Collector):
-    """The tunnels' plain counters as metric families, at scrape time."""
-
-    def __init__(self, tunnels: Tunnels) -> None:
-        self.tunnels = tunnels
-
-    def collect(self) -> Iterator[Metric]:
-        t = self.tunnels
-        open_ = GaugeMetricFamily("watchcache_tunnels_open", "Connection upgrades open now", labels=["protocol"])
-        for protocol in ("websocket", "spdy", "other"):
-            open_.add_metric([protocol], t.open.get(protocol, 0))
-        total = CounterMetricFamily(
-            "watchcache_tunnels",
-            "Connection upgrades by protocol and outcome (switched, refused by the upstream, failed, rejected)",
-            labels=["protocol", "outcome"],
-        )
-        for (protocol, outcome), count in sorted(t.outcomes.items()):
-            total.add_metric([protocol, outcome], count)
-        ends = CounterMetricFamily("watchcache_tunnel_ends", "Tunnels ended, by reason", labels=["reason"])
-        for reason, count in sorted(t.ends.items()):
-            ends.add_metric([reason], count)
-        moved = CounterMetricFamily("watchcache_tunnel_bytes", "Bytes relayed by tunnels", labels=["direction"])
-        moved.add_metric(["to_upstream"], t.bytes_to_upstream)
-        moved.add_metric(["to_client"], t.bytes_to_client)
-        yield from (open_, total, ends, moved)

@@ -17,9 +17,10 @@ from watchcache.dispatch.lifecycle import SECRETS, seconds
 from watchcache.resources import BUILTIN_GROUPS, ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext
+from watchcache.server.metrics import TunnelCollector
 from watchcache.server.proxy import ProxyUpstream
 from watchcache.server.tables import CRDS_ID
-from watchcache.server.tunnel import TunnelCollector, Tunnels
+from watchcache.server.tunnel import Tunnels
 from watchcache.service.crds import CustomResources
 from watchcache.service.flowconfig import FlowConfigSource
 from watchcache.service.lifecycle import Wiring, api_context, run
