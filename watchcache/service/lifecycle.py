@@ -237,7 +237,7 @@ def _collectors(wiring: Wiring, admission: Admission, shard: ShardOptions | None
     if wiring.consistent is not None:
         collectors.append(ConsistencyCollector(wiring.consistent))
     if shard is not None:
-        collectors.append(RestartsCollector(shard.restarts_file, shard.worker_id))
+        collectors.append(RestartsCollector(shard.layout.restarts_file, shard.worker_id))
     return collectors + wiring.collectors
 
 

@@ -23,6 +23,7 @@ from watchcache.http.tls import TlsOptions
 from watchcache.resources import ResourceType
 from watchcache.server.config import ServeConfig
 from watchcache.server.tunnel import TunnelLimits
+from watchcache.shard.layout import ShardDir
 from watchcache.shard.ownership import owner_of
 from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.discovery import DEFAULT_RESOURCES, ResourceResolutionError, parse_resource_id
@@ -39,18 +40,10 @@ class ShardOptions:
     workers: int
     shard_dir: str
 
-    def socket_path(self, worker: int) -> str:
-        """The worker's socket: the follow streams of the caches it owns, and its metrics for the others."""
-        return os.path.join(self.shard_dir, f"w{worker}.sock")
-
-    def marker(self, worker: int, name: str) -> Path:
-        """``w<i>.ready`` / ``w<i>.synced``: files the supervisor and the other workers look for."""
-        return Path(self.shard_dir, f"w{worker}.{name}")
-
     @property
-    def restarts_file(self) -> Path:
-        """Written by the supervisor: restarts per worker (``watchcache_worker_restarts_total``)."""
-        return Path(self.shard_dir, "restarts.json")
+    def layout(self) -> ShardDir:
+        """What is in the shard directory (``shard/layout.py``)."""
+        return ShardDir(Path(self.shard_dir))
 
     def owns(self, resource: ResourceType) -> bool:
         return owner_of(resource.path_id(), self.workers) == self.worker_id

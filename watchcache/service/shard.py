@@ -26,6 +26,7 @@ from watchcache.service.lifecycle import MetricsRoute, Wiring
 from watchcache.service.ondemand import OnDemandCaches
 from watchcache.service.options import RunOptions, ShardOptions
 from watchcache.shard.follower import Followers
+from watchcache.shard.layout import READY, SYNCED
 from watchcache.shard.owner import FollowServer, fetch_metrics, fetch_status
 from watchcache.shard.ownership import owner_of
 from watchcache.upstream.protobuf import ProtobufCaches
@@ -49,7 +50,7 @@ async def wire_shard(
     ctx = wiring.ctx
 
     def socket_of(t: ResourceType) -> str:
-        return shard.socket_path(owner_of(t.path_id(), shard.workers))
+        return shard.layout.socket(owner_of(t.path_id(), shard.workers))
 
     followers = Followers(ctx.cachers, socket_of, shard.worker_id, options.cache, backfill=options.backfill)
     ctx.on_demand = lambda t: None if shard.owns(t) else followers.ensure(t)
@@ -85,14 +86,14 @@ async def wire_shard(
 
     async def peer_statuses() -> list[dict[str, Any]]:
         peers = [w for w in range(shard.workers) if w != shard.worker_id]
-        replies = await asyncio.gather(*(fetch_status(shard.socket_path(w)) for w in peers), return_exceptions=True)
+        replies = await asyncio.gather(*(fetch_status(shard.layout.socket(w)) for w in peers), return_exceptions=True)
         return [orjson.loads(r) for r in replies if isinstance(r, bytes)]
 
     handler.peer_statuses = peer_statuses
     wiring.following = lambda: [f for fs in (followers, od_followers) for f, _ in fs.followers.values()]
     wiring.metrics_route = lambda own: _gathered_metrics(own, shard, follow)
     wiring.housekeeping.append(followers.drop_idle)
-    synced = shard.marker(shard.worker_id, "synced")
+    synced = shard.layout.marker(shard.worker_id, SYNCED)
     synced.unlink(missing_ok=True)
 
     def mark_synced() -> None:
@@ -102,7 +103,7 @@ async def wire_shard(
             synced.write_text(str(os.getpid()))
 
     def workers_synced() -> tuple[bool, str]:
-        missing = [w for w in range(shard.workers) if not shard.marker(w, "synced").exists()]
+        missing = [w for w in range(shard.workers) if not shard.layout.marker(w, SYNCED).exists()]
         if missing:
             return False, f"[-]workers-synced failed: workers {missing} not synced"
         return True, f"[+]workers-synced ok ({shard.workers} workers)"
@@ -117,7 +118,7 @@ async def wire_shard(
     announcing: list[asyncio.Future[None]] = []
 
     def on_listening() -> None:
-        shard.marker(shard.worker_id, "ready").write_text(str(os.getpid()))
+        shard.layout.marker(shard.worker_id, READY).write_text(str(os.getpid()))
         announcing.append(asyncio.ensure_future(announce_synced()))
 
     wiring.housekeeping.append(mark_synced)
@@ -137,7 +138,7 @@ async def _listen(
 ) -> tuple[FollowServer, asyncio.AbstractServer]:
     """This worker's socket: the follow streams of the caches it owns (started if a read may start
     them: ``ondemand``), and its metrics."""
-    path = shard.socket_path(shard.worker_id)
+    path = shard.layout.socket(shard.worker_id)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # left by a predecessor that was killed
     owned = {t.path_id() for t in ctx.cachers}
@@ -175,7 +176,7 @@ def _gathered_metrics(own: Callable[[], bytes], shard: ShardOptions, follow: Fol
     async def gathered() -> bytes:
         texts = [(shard.worker_id, own())]
         peers = [w for w in range(shard.workers) if w != shard.worker_id]
-        replies = await asyncio.gather(*(fetch_metrics(shard.socket_path(w)) for w in peers), return_exceptions=True)
+        replies = await asyncio.gather(*(fetch_metrics(shard.layout.socket(w)) for w in peers), return_exceptions=True)
         texts += [(w, r) for w, r in zip(peers, replies, strict=True) if isinstance(r, bytes)]
         return merge_workers(texts)
 

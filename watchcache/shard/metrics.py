@@ -1,7 +1,7 @@
 """The worker group's metric families: follower replicas, and this worker's restarts by the supervisor.
 
 Followers are read at scrape time from their plain counters; restarts from the file the
-supervisor keeps in the shard directory (``ShardOptions.restarts_file``), as the supervisor
+supervisor keeps in the shard directory (``shard/layout.py``: restarts.json), as the supervisor
 is another process.
 """
 

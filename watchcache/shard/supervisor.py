@@ -36,6 +36,7 @@ from pathlib import Path
 
 from watchcache.backoff import Backoff
 from watchcache.http.listener import bind_listener
+from watchcache.shard.layout import MARKERS, SYNCED, ShardDir
 
 log = logging.getLogger("watchcache.shard.supervisor")
 
@@ -151,8 +152,9 @@ class Supervisor:
         # The public socket, listening; every worker accepts on it. Bound in ``run`` (or given).
         self.listener = listener
         self.shard_dir = Path(tempfile.mkdtemp(prefix="watchcache-"))
+        self.layout = ShardDir(self.shard_dir)
         if continue_key_file is None:
-            key = self.shard_dir / "continue-token-key"
+            key = self.layout.continue_key
             key.write_bytes(os.urandom(32).hex().encode())
             key.chmod(0o600)
             continue_key_file = str(key)
@@ -175,8 +177,8 @@ class Supervisor:
     # ------------------------------------------------------------------ workers
 
     def _spawn(self, slot: WorkerSlot) -> None:
-        for marker in ("ready", "synced"):
-            (self.shard_dir / f"w{slot.id}.{marker}").unlink(missing_ok=True)
+        for marker in MARKERS:
+            self.layout.marker(slot.id, marker).unlink(missing_ok=True)
         argv = [
             "serve", *self.worker_args,
             "--listen", f"{self.host}:{self.port}",
@@ -249,7 +251,7 @@ class Supervisor:
 
     def _write_restarts(self) -> None:
         """For the workers' /metrics (watchcache_worker_restarts_total)."""
-        path = self.shard_dir / "restarts.json"
+        path = self.layout.restarts_file
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({s.id: s.restarts for s in self.slots}))
         tmp.replace(path)
@@ -263,7 +265,7 @@ class Supervisor:
         worker's check waits for every worker's ``synced`` mark), not merely when they all listen."""
         if self._announced:
             return
-        if all((self.shard_dir / f"w{s.id}.synced").exists() for s in self.slots):
+        if all(self.layout.marker(s.id, SYNCED).exists() for s in self.slots):
             self._announced = True
             scheme = "https" if "--tls-cert-file" in " ".join(self.worker_args) else "http"
             log.info(
