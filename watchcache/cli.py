@@ -27,7 +27,7 @@ from watchcache.sim.options import SimOptions
 from watchcache.upstream.config import UpstreamConfigError
 from watchcache.upstream.discovery import ResourceResolutionError, parse_resource_id
 from watchcache.upstream.identity_options import add_identity_flags
-from watchcache.upstream.kubeconfig import upstream_from_args
+from watchcache.upstream.kubeconfig import UpstreamFlags, upstream_from_flags
 from watchcache.upstream.reflector import ReflectorConfig
 from watchcache.version import version
 
@@ -376,6 +376,22 @@ def _listener(args: argparse.Namespace) -> socket.socket:
     return bind_listener(*parse_listen(args.listen))
 
 
+def upstream_flags(args: argparse.Namespace) -> UpstreamFlags:
+    """The flags that name the apiserver, read off the command line once."""
+    return UpstreamFlags(
+        upstream=args.upstream,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        in_cluster=args.in_cluster,
+        simulated=args.simulated,
+        token_file=args.token_file,
+        client_certificate=args.client_certificate,
+        client_key=args.client_key,
+        certificate_authority=args.certificate_authority,
+        insecure_skip_tls_verify=args.insecure_skip_tls_verify,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"), getattr(args, "worker_id", None))
@@ -398,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         sim_flags = sorted({a.split("=", 1)[0] for a in raw if a.startswith("--sim-")})
         if sim_flags and not args.simulated:
             raise ValueError(f"{', '.join(sim_flags)} shape the simulated cluster: add --simulated to run one")
-        upstream = upstream_from_args(args)
+        upstream = upstream_from_flags(upstream_flags(args))
         if upstream is not None:
             upstream.check()
         workers = worker_count(args.workers, upstream is not None)

@@ -21,7 +21,7 @@ import yaml
 from harness.tools import KUBECTL_INSTALL, require
 from watchcache.upstream.config import UpstreamConfig, UpstreamConfigError
 from watchcache.upstream.credentials import Credentials
-from watchcache.upstream.kubeconfig import NoKubeconfig, load, upstream_from_args
+from watchcache.upstream.kubeconfig import NoKubeconfig, UpstreamFlags, load, upstream_from_flags
 
 PEM_CA = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n"
 
@@ -272,26 +272,17 @@ def test_serve_without_any_upstream_exits_with_the_reason(tmp_path: Path) -> Non
     assert out.returncode == 2 and "add --simulated" in out.stderr
 
 
-class Args:
-    def __init__(self, **kw: Any) -> None:
-        defaults = dict.fromkeys(
-            ("kubeconfig", "context", "upstream", "token_file", "client_certificate", "client_key"), None
-        )
-        defaults.update(certificate_authority=None, insecure_skip_tls_verify=False, in_cluster=False, simulated=False)
-        self.__dict__.update({**defaults, **kw})
-
-
 def test_flags_that_name_different_upstreams_are_refused(files: dict[str, Path]) -> None:
     with pytest.raises(UpstreamConfigError, match="choose one"):
-        upstream_from_args(Args(upstream="https://x", kubeconfig=str(files["a"])))
+        upstream_from_flags(UpstreamFlags(upstream="https://x", kubeconfig=str(files["a"])))
     with pytest.raises(UpstreamConfigError, match="choose one"):
-        upstream_from_args(Args(simulated=True, in_cluster=True))
+        upstream_from_flags(UpstreamFlags(simulated=True, in_cluster=True))
     with pytest.raises(UpstreamConfigError, match="--token-file apply to --upstream"):
-        upstream_from_args(Args(kubeconfig=str(files["a"]), token_file="t"))
+        upstream_from_flags(UpstreamFlags(kubeconfig=str(files["a"]), token_file="t"))
     with pytest.raises(UpstreamConfigError, match="does not apply to --upstream"):
-        upstream_from_args(Args(upstream="https://x", context="c"))
-    assert upstream_from_args(Args(simulated=True)) is None
-    assert upstream_from_args(Args(kubeconfig=str(files["a"]), context="inline")).server == (
+        upstream_from_flags(UpstreamFlags(upstream="https://x", context="c"))
+    assert upstream_from_flags(UpstreamFlags(simulated=True)) is None
+    assert upstream_from_flags(UpstreamFlags(kubeconfig=str(files["a"]), context="inline")).server == (
         "https://a-only.example:443"
     )
 

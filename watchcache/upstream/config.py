@@ -173,15 +173,29 @@ def _redacted(url: str) -> str:
     return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
 
 
+def _service_server(env: Mapping[str, str]) -> str | None:
+    """The apiserver a pod reaches through its service env (``KUBERNETES_SERVICE_HOST``/``_PORT``); None elsewhere."""
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return None
+    host = f"[{host}]" if ":" in host else host
+    return f"https://{host}:{port}"
+
+
+def in_cluster_possible(env: Mapping[str, str] | None = None, service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> bool:
+    """client-go's inClusterClientConfig.Possible: the service env and the service account's token are there."""
+    env = os.environ if env is None else env
+    return _service_server(env) is not None and (service_account_dir / "token").exists()
+
+
 def in_cluster(env: Mapping[str, str] | None = None, service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> UpstreamConfig:
     """The pod's service account and ``KUBERNETES_SERVICE_HOST``/``_PORT`` (client-go's InClusterConfig)."""
     env = os.environ if env is None else env
-    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
-    if not host or not port:
+    server = _service_server(env)
+    if server is None:
         raise UpstreamConfigError("not running in a cluster (KUBERNETES_SERVICE_HOST/PORT unset)")
-    host = f"[{host}]" if ":" in host else host
     return UpstreamConfig(
-        server=f"https://{host}:{port}",
+        server=server,
         ca_file=str(service_account_dir / "ca.crt"),
         token_file=str(service_account_dir / "token"),
         source="in-cluster service account",

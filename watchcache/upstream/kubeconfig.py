@@ -45,6 +45,7 @@ from watchcache.upstream.config import (
     UpstreamConfigError,
     from_flags,
     in_cluster,
+    in_cluster_possible,
 )
 
 # Fields client-go reads; anything else in a cluster, user or context is a typo or a newer field.
@@ -411,15 +412,6 @@ def resolve(loaded: Loaded, context: str | None = None) -> UpstreamConfig:
     )
 
 
-def in_cluster_possible(env: Mapping[str, str], service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> bool:
-    """client-go's inClusterClientConfig.Possible: the service env and the token file are there."""
-    return bool(
-        env.get("KUBERNETES_SERVICE_HOST")
-        and env.get("KUBERNETES_SERVICE_PORT")
-        and (service_account_dir / "token").exists()
-    )
-
-
 def from_kubeconfig(path: str | os.PathLike[str], context: str | None = None) -> UpstreamConfig:
     """One kubeconfig file, as ``--kubeconfig`` loads it."""
     return load(str(path), context)
@@ -453,38 +445,62 @@ def load(
     )
 
 
-_URL_ONLY = ("token_file", "client_certificate", "client_key", "certificate_authority", "insecure_skip_tls_verify")
+@dataclass(frozen=True)
+class UpstreamFlags:
+    """The flags of ``watchcache serve`` that name its apiserver, as values (the command line reads them)."""
+
+    upstream: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool = False
+    simulated: bool = False
+    # Only with --upstream URL: a kubeconfig and the in-cluster configuration name their own credentials.
+    token_file: str | None = None
+    client_certificate: str | None = None
+    client_key: str | None = None
+    certificate_authority: str | None = None
+    insecure_skip_tls_verify: bool = False
+
+    def url_only_flags(self) -> list[str]:
+        given = (
+            ("--token-file", self.token_file),
+            ("--client-certificate", self.client_certificate),
+            ("--client-key", self.client_key),
+            ("--certificate-authority", self.certificate_authority),
+            ("--insecure-skip-tls-verify", self.insecure_skip_tls_verify),
+        )
+        return [flag for flag, value in given if value]
 
 
-def upstream_from_args(args: Any) -> UpstreamConfig | None:
+def upstream_from_flags(flags: UpstreamFlags) -> UpstreamConfig | None:
     """The apiserver ``watchcache serve``'s flags name, by client-go's loading rules when no flag names one;
     None only for ``--simulated`` (the embedded simulated cluster, an explicit choice)."""
-    explicit = [f for f, on in (("--upstream", args.upstream), ("--in-cluster", args.in_cluster)) if on]
-    if args.kubeconfig:
+    explicit = [f for f, on in (("--upstream", flags.upstream), ("--in-cluster", flags.in_cluster)) if on]
+    if flags.kubeconfig:
         explicit.append("--kubeconfig")
-    if getattr(args, "simulated", False):
+    if flags.simulated:
         explicit.append("--simulated")
     if len(explicit) > 1:
         raise UpstreamConfigError(f"{' and '.join(explicit)} name different upstreams: choose one")
-    if args.context and explicit and explicit[0] != "--kubeconfig":
+    if flags.context and explicit and explicit[0] != "--kubeconfig":
         raise UpstreamConfigError(f"--context selects a kubeconfig context; it does not apply to {explicit[0]}")
-    url_flags = [f"--{name.replace('_', '-')}" for name in _URL_ONLY if getattr(args, name, None)]
-    if url_flags and not args.upstream:
+    url_flags = flags.url_only_flags()
+    if url_flags and not flags.upstream:
         raise UpstreamConfigError(
             f"{', '.join(url_flags)} apply to --upstream URL; a kubeconfig or the in-cluster configuration names "
             "its own credentials"
         )
-    if getattr(args, "simulated", False):
+    if flags.simulated:
         return None
-    if args.upstream:
+    if flags.upstream:
         return from_flags(
-            args.upstream,
-            token_file=args.token_file,
-            client_certificate=args.client_certificate,
-            client_key=args.client_key,
-            certificate_authority=args.certificate_authority,
-            insecure_skip_tls_verify=args.insecure_skip_tls_verify,
+            flags.upstream,
+            token_file=flags.token_file,
+            client_certificate=flags.client_certificate,
+            client_key=flags.client_key,
+            certificate_authority=flags.certificate_authority,
+            insecure_skip_tls_verify=flags.insecure_skip_tls_verify,
         )
-    if args.in_cluster:
+    if flags.in_cluster:
         return in_cluster()
-    return load(args.kubeconfig, args.context)
+    return load(flags.kubeconfig, flags.context)
