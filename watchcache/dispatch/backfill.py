@@ -22,7 +22,6 @@ fetch is not cancelled when its requests give up (its span serves the next ones)
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import logging
 import time
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.outcomes import BackfillFailed  # raised here; importers of it from here keep working
+from watchcache.histogram import PlainHistogram
 
 log = logging.getLogger("watchcache.dispatch.backfill")
 
@@ -80,26 +80,12 @@ class Fetched:
 Fetch = Callable[[Cacher, int], Awaitable[Fetched]]
 
 
-class Durations:
-    """A histogram in plain numbers (observed once per fetch; exported at scrape time)."""
+class Durations(PlainHistogram):
+    """How long fetches took (observed once per fetch): from a fast owner's 0.1 s to a slow upstream's 30 s."""
 
     BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
 
-    def __init__(self) -> None:
-        self.counts = [0] * (len(self.BOUNDS) + 1)
-        self.sum = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(self.BOUNDS, seconds)] += 1
-        self.sum += seconds
-
-    def cumulative(self) -> list[tuple[str, int]]:
-        """(le, cumulative count) pairs, ``+Inf`` last."""
-        out, total = [], 0
-        for bound, n in zip((*map(str, self.BOUNDS), "+Inf"), self.counts, strict=True):
-            total += n
-            out.append((bound, total))
-        return out
+    __slots__ = ()
 
 
 class Backfills:

@@ -21,10 +21,11 @@ observed once per pass with the pass's frames over its writes), which is what
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 from collections.abc import Callable
 from typing import Protocol
+
+from watchcache.histogram import PlainHistogram
 
 log = logging.getLogger("watchcache.watchers.flush")
 
@@ -37,8 +38,8 @@ class Flushable(Protocol):
         """``flush`` raised: end this stream (its client resumes); the pass goes on with the others (invariant 11)."""
 
 
-class FramesPerWrite:
-    """A histogram in plain integers, observed once per flush pass; exported at scrape time.
+class FramesPerWrite(PlainHistogram):
+    """Frames per write, observed once per flush pass.
 
     Buckets are powers of two: 1 frame per write means no coalescing; the ceiling's
     10 ms ticks reach tens (docs/lab/performance-notebook.md).
@@ -46,26 +47,7 @@ class FramesPerWrite:
 
     BOUNDS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
 
-    __slots__ = ("count", "counts", "sum")
-
-    def __init__(self) -> None:
-        # counts[i]: observations <= BOUNDS[i] and > BOUNDS[i-1]; the last one: > BOUNDS[-1].
-        self.counts = [0] * (len(self.BOUNDS) + 1)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.BOUNDS, value)] += 1
-        self.sum += value
-        self.count += 1
-
-    def cumulative(self) -> list[tuple[str, int]]:
-        """(le, cumulative count) pairs, ``+Inf`` last, as Prometheus histograms are written."""
-        out, total = [], 0
-        for bound, n in zip((*map(str, self.BOUNDS), "+Inf"), self.counts, strict=True):
-            total += n
-            out.append((bound, total))
-        return out
+    __slots__ = ()
 
 
 class FlushScheduler:
