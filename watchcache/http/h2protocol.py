@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import weakref
 from typing import Any, cast
 
@@ -62,20 +61,15 @@ from hyperframe.frame import GoAwayFrame
 from watchcache import apierrors
 from watchcache.http.admission import Admission
 from watchcache.http.flowcontrol import FlowControl
-from watchcache.http.h2stream import BLOCKED, CONNECTION_SPECIFIC, ENDED, H2Response
+from watchcache.http.h2headers import Refused, read_fields, read_target, too_large_body, too_much_buffered
+from watchcache.http.h2stream import BLOCKED, ENDED, H2Response
 from watchcache.http.limits import H2Limits, HttpLimits
-from watchcache.http.request import Handler, Request, is_probe, peer_identity, split_target
+from watchcache.http.request import Handler, Request, is_probe, peer_identity
 from watchcache.ratelimit import TokenBucket
 
 __all__ = ["H2Connections", "H2Protocol", "create_h2_factory"]
 
 logger = logging.getLogger("watchcache.http.h2protocol")
-
-_REQUIRED = (b":method", b":scheme", b":path")
-# Go's httpguts, as its HTTP/2 framer applies them to every field (RFC 9113 8.2.1): a name is
-# lower-case token characters; a value has no control character but HTAB (bytes >= 0x80 are fine).
-_BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9a-z]")
-_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class _Stream(h2.stream.H2Stream):
@@ -102,18 +96,6 @@ class _Connection(h2.connection.H2Connection):
         stream = super()._begin_new_stream(stream_id, allowed_ids)
         stream.__class__ = _Stream
         return stream
-
-
-_NEEDS_HTTP1 = " (connection upgrades -- exec, attach, port-forward -- need HTTP/1.1)"
-
-
-class _Refused(Exception):
-    """A stream answered with a Status before its handler runs (431, 400, 413, 429, 408)."""
-
-    def __init__(self, error: apierrors.StatusError, limit: str | None = None) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.limit = limit
 
 
 class H2Protocol(asyncio.Protocol):
@@ -349,7 +331,7 @@ class H2Protocol(asyncio.Protocol):
         self._admission.h2_streams += 1
         try:
             request = self._request(stream, event.headers or [])
-        except _Refused as refusal:
+        except Refused as refusal:
             self._refuse(stream, refusal)
             return
         except ValueError:  # a malformed request (RFC 9113 8.1.1): a stream error, as Go's
@@ -361,99 +343,37 @@ class H2Protocol(asyncio.Protocol):
             timer = self._loop.call_later(self._limits.body_timeout, self._on_body_timeout, stream)
         stream.begin(request, timer)
 
-    def _request(self, stream: H2Response, fields: list[tuple[bytes, bytes]]) -> Request:
-        """The request of a HEADERS block; raises _Refused (answered with a Status) or ValueError (reset)."""
-        pseudo: dict[bytes, bytes] = {}
-        headers: dict[str, str] = {}
-        repeated: dict[str, list[str]] | None = None
-        size = 0
-        for name, value in fields:
-            size += len(name) + len(value) + 32
-            if _BAD_VALUE.search(value) is not None:
-                raise ValueError("invalid header value")
-            if name[:1] == b":":
-                if headers or name in pseudo or name not in (b":method", b":scheme", b":path", b":authority"):
-                    raise ValueError("invalid pseudo-header")
-                pseudo[name] = value
-                continue
-            if not name or _BAD_NAME.search(name) is not None:
-                raise ValueError("invalid header name")
-            key = name.decode("latin-1")
-            text = value.decode("latin-1")
-            old = headers.get(key)
-            if old is None:
-                headers[key] = text
-            elif key == "cookie":  # RFC 9113 8.2.3: cookie crumbs join with "; "
-                headers[key] = f"{old}; {text}"
-            else:
-                headers[key] = f"{old}, {text}"
-                if repeated is None:
-                    repeated = {}
-                repeated.setdefault(key, [old]).append(text)
-        if size > self._limits.max_header_bytes:
-            raise _Refused(
-                apierrors.StatusError(431, "RequestHeaderFieldsTooLarge", "request header fields too large"),
-                "http2_header_list",
-            )
-        for key in CONNECTION_SPECIFIC:
-            if key in headers:
-                upgrade = _NEEDS_HTTP1 if key in ("connection", "upgrade") else ""
-                raise _Refused(
-                    apierrors.bad_request(f'request header "{key}" is not valid in HTTP/2{upgrade}'), "http2_upgrade"
-                )
-        te = headers.get("te")
-        if te is not None and te not in ("trailers", ""):
-            raise _Refused(apierrors.bad_request('request header "TE" may only be "trailers" in HTTP/2'))
-        method = pseudo.get(b":method", b"")
-        if method == b"CONNECT":
-            raise _Refused(apierrors.bad_request("the CONNECT method is not supported"), "http2_upgrade")
-        if any(not pseudo.get(name) for name in _REQUIRED):
-            raise ValueError("missing pseudo-header")
+    def _request(self, stream: H2Response, block: list[tuple[bytes, bytes]]) -> Request:
+        """The request of a HEADERS block (checked in ``h2headers``); raises Refused (answered with a
+        Status) or ValueError (reset)."""
+        fields = read_fields(block, self._limits)
         if self._refused:
             self._goaway()  # this connection is over the per-client limit: no further stream
-            raise _Refused(
+            raise Refused(
                 apierrors.too_many_requests("too many connections from this client, please try again later", 1)
             )
-        raw = pseudo[b":path"]
-        if raw[:1] != b"/" and raw != b"*":
-            raise ValueError("invalid :path")  # origin-form or `*` only (RFC 9113 8.3.1), as Go's validPseudoPath
-        try:
-            path, query = split_target(raw)
-        except ValueError:
-            raise _Refused(apierrors.bad_request("invalid request target")) from None
-        length = 0
-        length_text = headers.get("content-length")
-        if length_text is not None:
-            # One value, digits only (repeated lines must agree): else malformed, a stream error.
-            values = set(repeated.get("content-length", ())) if repeated else {length_text}
-            if len(values) != 1 or not length_text.isdigit() or not length_text.isascii():
-                raise ValueError("invalid content-length")
-            length = int(length_text)
-        if length > self._limits.max_body_bytes:
-            raise _Refused(_too_large_body(self._limits.max_body_bytes), None)
-        if "host" not in headers and b":authority" in pseudo:
-            headers["host"] = pseudo[b":authority"].decode("latin-1")
+        target = read_target(fields, self._limits)
         # Held against the limits until answered, as an HTTP/1.1 request's head and announced body.
-        held = size + length
+        held = fields.size + target.length
         admission = self._admission
-        if not is_probe(raw, held, bool(length)) and (
+        if not is_probe(target.raw, held, bool(target.length)) and (
             admission.buffered + held > admission.max_buffered or self._held + held > self._buffer_cap
         ):
             admission.rejected["request_buffer"] += 1
-            raise _Refused(_too_much_buffered())
+            raise Refused(too_much_buffered())
         self._hold(stream, held)
         return Request(
-            method.decode("latin-1"),
-            raw,
-            path,
-            query,
-            headers,
+            fields.method,
+            target.raw,
+            target.path,
+            target.query,
+            fields.headers,
             b"",
             "2",
             self._remote,
             self._peercert,
             None,
-            repeated,
+            fields.repeated,
         )
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
@@ -473,13 +393,13 @@ class H2Protocol(asyncio.Protocol):
             self._malformed(stream)  # more than it announced: Go's "send_too_much" stream error
             return
         if stream.body_size + size > self._limits.max_body_bytes:
-            self._refuse(stream, _Refused(_too_large_body(self._limits.max_body_bytes)))
+            self._refuse(stream, Refused(too_large_body(self._limits.max_body_bytes)))
             return
         if length is None:  # announced bodies were held up front
             admission = self._admission
             if admission.buffered + size > admission.max_buffered or self._held + size > self._buffer_cap:
                 admission.rejected["request_buffer"] += 1
-                self._refuse(stream, _Refused(_too_much_buffered()))
+                self._refuse(stream, Refused(too_much_buffered()))
                 return
             self._hold(stream, size)
         stream.add_body(event.data or b"")
@@ -535,7 +455,7 @@ class H2Protocol(asyncio.Protocol):
         self._admission.rejected["body_timeout"] += 1
         timeout = self._limits.body_timeout
         error = apierrors.StatusError(408, "Timeout", f"Timeout: the request body was not received within {timeout:g}s")
-        self._refuse(stream, _Refused(error))
+        self._refuse(stream, Refused(error))
 
     def _on_window(self, sid: int) -> None:
         blocked = self._blocked
@@ -675,7 +595,7 @@ class H2Protocol(asyncio.Protocol):
         self._held += size
         self._admission.buffered += size
 
-    def _refuse(self, stream: H2Response, refusal: _Refused) -> None:
+    def _refuse(self, stream: H2Response, refusal: Refused) -> None:
         """Answer ``stream`` with a Status now; the handler never sees it."""
         if refusal.limit is not None:
             self._admission.rejected[refusal.limit] += 1
@@ -822,14 +742,6 @@ class H2Protocol(asyncio.Protocol):
             self._timer = self._loop.call_later(remaining, self._on_timer)
         else:
             self._goaway()
-
-
-def _too_large_body(limit: int) -> apierrors.StatusError:
-    return apierrors.StatusError(413, "RequestEntityTooLarge", f"request body exceeds the limit of {limit} bytes")
-
-
-def _too_much_buffered() -> apierrors.StatusError:
-    return apierrors.too_many_requests("too many request bytes waiting to be answered, please try again later", 1)
 
 
 class H2Connections:
