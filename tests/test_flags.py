@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from watchcache.argtypes import Count, Number, listen_address
-from watchcache.cli import build_parser
+from watchcache.flags import build_parser
 
 # Flags whose value is text: a file, a name, a list, a URL, checked where they are used (at start).
 TEXT_FLAGS = {

@@ -25,7 +25,7 @@ from tests.deploy.support import (
     pod_containers,
     render,
 )
-from watchcache.cli import build_parser
+from watchcache.flags import build_parser
 from watchcache.server.context import ServeConfig
 
 ALL = list(TARGETS)

@@ -18,7 +18,7 @@ from harness.waiting import wait_until
 from tests.support.http1 import GET, at_eof, exchange, read_reply
 from tests.support.serverthread import Serve
 from watchcache import apierrors
-from watchcache.cli import build_parser
+from watchcache.flags import build_parser
 from watchcache.http.flowcontrol import ConnectionClosed
 from watchcache.http.limits import HttpLimits
 from watchcache.http.request import Request

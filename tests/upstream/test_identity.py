@@ -202,7 +202,7 @@ def test_a_refusal_of_a_credential_less_request_over_plain_http_says_why() -> No
 
 
 def test_flags() -> None:
-    from watchcache.cli import build_parser
+    from watchcache.flags import build_parser
     from watchcache.upstream.identity_options import identity_options
 
     def options(*args: str) -> IdentityOptions:
