@@ -1,4 +1,4 @@
-"""What full objects in protobuf from the cache cost the proxy, per design (issue 30; docs/architecture.md).
+"""What full objects in protobuf from the cache cost the proxy, per design (issue 30; docs/representations.md).
 
 Needs the reference kube-apiserver (``KUBE_REFERENCE_*``, shared/tools/kube-reference): it creates
 ``--pods`` realistic pods there (two containers, env, probes, resources, volumes, on nodes, as the

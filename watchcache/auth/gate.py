@@ -173,6 +173,7 @@ class Gate:
         user: UserInfo | None = None,
     ) -> UserInfo:
         """Authenticate and authorize a cached read of ``info``; the user, or raise 401/403/500.
+        Its callers await it before the read's first byte (invariant 9).
 
         ``peercert`` is ``getpeercert()`` of a TLS connection whose context verifies client
         certificates (None for plain HTTP). ``user``: already authenticated (for flow control).

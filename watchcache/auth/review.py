@@ -53,7 +53,7 @@ class _Config(Protocol):
 
 class UpstreamSession(Protocol):
     """What the review client uses of ``upstream.client.UpstreamClient``: auth sits below the
-    upstream package in the layering (docs/architecture.md), so it names the shape, not the class."""
+    upstream package in the layering (invariant 12), so it names the shape, not the class."""
 
     @property
     def session(self) -> aiohttp.ClientSession | None: ...

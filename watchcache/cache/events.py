@@ -45,7 +45,8 @@ def json_frame_ends(event_type: str, object_head: bytes = b"", object_tail: byte
 
 
 class FrameEncoder(Protocol):
-    """An encoding other than full JSON, as ``WatchEvent.encoded`` uses it (``cache/encoding.py``)."""
+    """An encoding other than full JSON, as ``WatchEvent.encoded`` uses it (``cache/encoding.py``, above this
+    module: its shape, not its class, invariant 12)."""
 
     def build_frame(self, resource: ResourceType, source: CachedObject, as_type: str) -> bytes:
         """The frame of type ``as_type`` for object ``source``: called once per event, type and encoding."""

@@ -1,6 +1,6 @@
 """The history window: the recent events of one resource, in resourceVersion order.
 
-Invariants (docs/architecture.md's 1 and 3; tested in ``tests/cache/test_history.py``):
+Invariants 1 and 3 (docs/architecture.md; tested in ``tests/cache/test_history.py``):
 
 * events are ordered by ``rv`` (non-decreasing; several events may share one rv when
   they form one atomic change, e.g. a relist's diff) and a group of events with the

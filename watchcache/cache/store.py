@@ -384,8 +384,8 @@ class ResourceCache:
 
         The span's events up to the window's oldest rv ``O`` are replayed over its state at
         ``span.rv``; the result must be the cache's own state at ``O`` (same keys, same rvs),
-        or the span is refused (``BackfillRefused``) and nothing changes. Returns the events
-        put in front (none if the window already reaches ``span.rv``).
+        or the span is refused (``BackfillRefused``) and nothing changes (invariant 13). Returns the
+        events put in front (none if the window already reaches ``span.rv``).
         """
         history = self.history
         oldest = history.oldest_rv

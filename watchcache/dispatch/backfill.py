@@ -4,7 +4,7 @@ A read or watch at an rv older than the window (a client resuming after the prox
 or a follow stream restarted) waits here instead of getting 410, while the cache's
 ``Fetch`` gets the missing span from where the history still is — the upstream (the owner:
 ``upstream.backfill``) or the owner worker (a follower: ``shard.follower``) — and puts it in
-front of the window (``ResourceCache.backfill``, which checks it).
+front of the window (``ResourceCache.backfill``, which checks it: invariant 13).
 
 One resource, one fetch at a time, shared: requests arriving within ``coalesce`` seconds of
 each other (a restart storm: clients holding slightly different rvs) are served by one fetch

@@ -102,7 +102,7 @@ class WatcherGroup:
         count = len(frames)
         blob = frames[0] if count == 1 else b"".join(frames)
         delivered = 0
-        # A try costs nothing until it catches (CPython 3.11): see loadtest/bench_isolation.py.
+        # A try costs nothing until it catches (CPython 3.11): see loadtest/bench/isolation.py.
         for watcher in self.watchers:
             try:
                 delivered += watcher.deliver_batch(blob, count, events)

@@ -602,7 +602,7 @@ class H1Protocol(asyncio.Protocol):
 
         A client that takes none of it for --request-timeout is cut off: the transport would
         otherwise keep the connection and its bytes (an answer its handler finished writing, up
-        to a LIST slice) for as long as the client does not read.
+        to a LIST slice) for as long as the client does not read (invariant 14).
         """
         if not self.closing:
             self.closing = self._dead = True

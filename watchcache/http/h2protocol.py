@@ -691,7 +691,7 @@ class H2Protocol(asyncio.Protocol):
         Whatever its streams are (LISTs whose windows the client never opens, watches, answers
         whose handlers returned), if none of their bytes was taken in that time the client is
         not reading: its streams, their buffers and its descriptor go (Go's http2 WriteByteTimeout;
-        watches keep their own lag rules while the connection's bytes move).
+        watches keep their own lag rules while the connection's bytes move). Invariant 14.
         """
         self._stall_timer = None
         if self.lost:

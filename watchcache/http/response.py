@@ -82,7 +82,8 @@ class Response(Protocol):
         """The head was written."""
 
     def abort(self) -> None:
-        """Drop this response now, discarding what is unsent; the client sees it truncated."""
+        """Drop this response now, discarding what is unsent; the client sees it truncated
+        (a request past its deadline gives back its seat and its bytes: invariant 14)."""
 
     def switch_protocols(self, head: bytes, protocol: asyncio.Protocol) -> tuple[asyncio.Transport, bytes]:
         """Hand the connection to ``protocol`` after ``head`` (101); HTTP/1.1 only."""

@@ -1,6 +1,6 @@
 """Reading built-in objects from kube-apiserver's protobuf wire, without their schemas.
 
-The proxy keeps the upstream's own protobuf bytes of each object (docs/architecture.md,
+The proxy keeps the upstream's own protobuf bytes of each object (docs/representations.md,
 "Representations"), so what it must read from them is small and fixed by the API: every
 built-in kind's message has its ``ObjectMeta`` at field 1 and every list its ``ListMeta`` at
 field 1 and its ``items`` at field 2; ObjectMeta's name (1), namespace (3), resourceVersion

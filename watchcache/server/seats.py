@@ -6,7 +6,7 @@ only turns other clients' requests into 429s (issue: a quiet client got 68 of 18
 refused while a noisy one's consistent LISTs waited). So a waiting request gives its seat back
 and is counted as waiting instead, and takes a seat again, without a limit check, when it has
 work to do: it was admitted once. What bounds the waiting is ``max_waiting`` (a request that
-finds it full keeps its seat while it waits, as before) and each wait's own deadline.
+finds it full keeps its seat while it waits, as before) and each wait's own deadline (invariant 14).
 
 The seat of the request being handled is found through a context variable, so that the read
 path (``dispatch/reads.py``, through ``ApiContext.waiting``) marks its waits without a seat threaded

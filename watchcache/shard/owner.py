@@ -387,7 +387,7 @@ class FollowServer:
 
         This cache's window is brought back first if needed (its single flight: one upstream fetch
         for every follower and client that needs it), then the span is cut from it, in order with
-        the changes on this stream.
+        the changes on this stream; the follower checks it as any span (invariant 13).
         """
         cacher, feed = conn.cacher, conn.feed
         if cacher is None or feed is None:

@@ -4,7 +4,7 @@ For a request at ``R`` older than the window's start ``O``, two requests to the 
 
 1. the state at ``R``: a paged LIST with ``resourceVersion=R&resourceVersionMatch=Exact``
    (kube-apiserver reads it from etcd, or its watch cache; 410 once etcd compacted ``R``). A
-   span must start from a known state, never from bare events: a selector watch needs each
+   span must start from a known state, never from bare events (invariant 13): a selector watch needs each
    event's prior state to turn a MODIFIED into an ADDED or a DELETED;
 2. the events after ``R``: a WATCH from ``R`` with bookmarks and ``timeoutSeconds=3``, read
    until it proves every event ``≤ O`` was received: an event past ``O`` (events come in rv

@@ -17,7 +17,7 @@ Everything a kubeconfig can say is either honoured or refused here, with the fie
 anything starts: never silently ignored (an ignored ``proxy-url`` connects direct, an ignored
 ``username`` runs as ``system:anonymous``).
 
-Why not a library's loader (``kubernetes``' or ``kubernetes_asyncio``'s): docs/architecture.md,
+Why not a library's loader (``kubernetes``' or ``kubernetes_asyncio``'s): docs/design-history.md,
 "Kubeconfig". This module reads YAML and resolves names; what the fields mean at run time lives in
 ``upstream.config`` (TLS, proxy) and ``upstream.credentials`` (tokens, exec plugins).
 """

@@ -113,7 +113,7 @@ class FlushScheduler:
         for stream in dirty:
             # One stream's failure must not hold back the streams after it in the pass: they would keep
             # their frames until they overflow. A try costs nothing until it catches in CPython 3.11
-            # (loadtest/bench_isolation.py: ~30 ns per stream with or without it).
+            # (loadtest/bench/isolation.py: ~30 ns per stream with or without it).
             try:
                 n = stream.flush()
             except Exception as e:

@@ -55,7 +55,8 @@ class WatchSink(Protocol):
 
 
 class WatchOwner(Protocol):
-    """The cacher that registered the watcher (``dispatch.cacher.Cacher``), as kube's ``forget`` callback."""
+    """The cacher that registered the watcher (``dispatch.cacher.Cacher``), as kube's ``forget`` callback;
+    ``dispatch/`` sits above ``watchers/``, so its shape, not its class (invariant 12)."""
 
     def lagged(self, watcher: Watcher) -> None:
         """The watcher went LAGGING (counted)."""
