@@ -98,6 +98,9 @@ def _reads(g: Group, *, proxy: bool) -> None:
     if proxy:
         _flag(g, "--stall-timeout", _POSITIVE, _REFLECTOR.stall_timeout, "seconds of silence (no event, no bookmark) "
               "after which an upstream watch is re-established")
+        _flag(g, "--encoding-idle-timeout", _POSITIVE, _REFLECTOR.encoding_idle, "seconds a resource's cache in one "
+              "encoding may go unread before its upstream watch stops while the other serves: a protobuf cache is "
+              "dropped, a JSON feed suspended while only protobuf clients read the resource")
 
 
 def _delivery(g: Group) -> None:

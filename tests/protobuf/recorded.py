@@ -5,7 +5,8 @@ On a real socket, in a thread of its own: discovery, each kind's collection in J
 upstream frames of pods and configmaps newer than its ``resourceVersion`` — from ``R`` only once
 ``release()`` is called, so that reads at the recorded ``R`` see kube's state at ``R`` — then the
 kind's recorded bookmark if it is newer still, and stays open until its ``timeoutSeconds``. A
-JSON watch stays open, silent (the JSON cache stays at ``R``). A metadata LIST
+JSON watch stays open, silent (the JSON cache stays at ``R``). ``open_watches`` says which watches are
+open now (the upstream watches a proxy holds). A metadata LIST
 (``as=PartialObjectMetadataList``, what the proxy's consistent-read proofs ask) of a collection or of
 one namespace of it answers the recorded objects' metadata at the recorded rv, as kube would with
 nothing written since. Anything else (a GET of one object among them): 404.
@@ -58,6 +59,8 @@ class RecordedUpstream:
         self.thread.start()
         self.released: asyncio.Event | None = None
         self.requests: list[tuple[str, str, str]] = []  # (path, query, accept)
+        # Watches open now: (path, "protobuf" or "json", timeoutSeconds) -> how many.
+        self._open: dict[tuple[str, str, int], int] = {}
         self.port = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -77,6 +80,11 @@ class RecordedUpstream:
         """From now on, protobuf watches send the recorded changes after R."""
         assert self.released is not None
         self.loop.call_soon_threadsafe(self.released.set)
+
+    def open_watches(self, path: str, encoding: str, longer_than: int = 10) -> int:
+        """Open watches of ``path`` in ``encoding`` whose timeout is over ``longer_than`` s: a reflector's
+        (300-600 s), not the 4 s watches that learn a kind's empty object."""
+        return sum(n for (p, e, t), n in list(self._open.items()) if p == path and e == encoding and t > longer_than)
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
@@ -137,6 +145,8 @@ class RecordedUpstream:
         await resp.prepare(request)
         timeout = float(request.query.get("timeoutSeconds", "1800"))
         since = int(request.query.get("resourceVersion") or 0)
+        key = (request.path, "protobuf" if protobuf else "json", int(timeout))
+        self._open[key] = self._open.get(key, 0) + 1
         try:
             async with asyncio.timeout(timeout):
                 if protobuf:
@@ -153,4 +163,6 @@ class RecordedUpstream:
                 await asyncio.sleep(timeout)
         except (TimeoutError, ConnectionResetError):
             pass
+        finally:  # also when the client went (the handler is cancelled)
+            self._open[key] -= 1
         return resp

@@ -71,8 +71,16 @@ BACKFILLS_PER_WATCHER = 2
 
 
 class CacherState(enum.Enum):
+    """PENDING --replace--> READY --stop--> STOPPED; READY --suspend--> SUSPENDED --replace--> READY.
+
+    SUSPENDED: its feed stopped while another encoding's cache serves the resource's clients
+    (``upstream/encodings.py``); it holds nothing, and a read calls ``resume`` and waits for the
+    resync. Not a readiness failure: the resource is served.
+    """
+
     PENDING = "pending"
     READY = "ready"
+    SUSPENDED = "suspended"
     STOPPED = "stopped"
 
 
@@ -148,6 +156,7 @@ class Cacher:
         "ready_wait",
         "replicas",
         "resource",
+        "resume",
         "split_groups",
         "state",
         "watch_bytes_sent",
@@ -204,6 +213,8 @@ class Cacher:
         # Where older history comes from when a request needs it (None: nowhere, 410 as before).
         self.backfills: OlderHistory | None = None
         self.backfilled_events = 0
+        # While SUSPENDED: starts its feed again; called by the first read (set by ``upstream/encodings.py``).
+        self.resume: Callable[[], object] | None = None
         # Lagging watchers whose history is being backfilled, and how many times each was.
         self._backfilling: set[Watcher] = set()
         self._backfilled: dict[Watcher, int] = {}
@@ -229,9 +240,30 @@ class Cacher:
         self._wake_waiters()
 
     def mark_ready(self) -> None:
-        if self.state is CacherState.PENDING:
+        if self.state in (CacherState.PENDING, CacherState.SUSPENDED):
             self.state = CacherState.READY
+            self.resume = None
             self._ready.set()
+
+    def suspend(self, resume: Callable[[], object]) -> None:
+        """Its feed has stopped: unsynced, its objects and history freed, until the next ``replace``.
+
+        Only a cache nobody reads is suspended (no watcher, no follower), so this ends no stream;
+        a read waiting for an rv wakes now, unsatisfied. The next read calls ``resume``.
+        """
+        self.state = CacherState.SUSPENDED
+        self._ready.clear()
+        self.resume = resume
+        self.cache.replace((), self.cache.rv)
+        for _, _, fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters.clear()
+
+    @property
+    def serving(self) -> bool:
+        """Synced, or suspended while another encoding serves (what readiness asks)."""
+        return self.state in (CacherState.READY, CacherState.SUSPENDED)
 
     def apply(self, changes: Sequence[tuple[str, CachedObject]]) -> list[WatchEvent]:
         """Apply a batch, then hand its events to every path: replicas, watchers, waiters.

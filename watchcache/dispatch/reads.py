@@ -111,6 +111,8 @@ class ReadContext(Protocol):
 
 async def ready(ctx: ReadContext, cacher: Cacher) -> NotReady | None:
     """Until a cache has synced, its reads are refused with 429 and Retry-After (as kube while initialising)."""
+    if cacher.resume is not None:
+        cacher.resume()  # a suspended feed (upstream/encodings.py): this read restarts it, and waits
     if cacher.ready:
         return None
     wait = ctx.config.ready_wait if cacher.ready_wait is None else cacher.ready_wait

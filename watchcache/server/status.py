@@ -40,7 +40,8 @@ def local_status(
         stats["watch_requests"] = cacher.watch_requests
         stats["list_requests"] = cacher.lists
         stats["list_requests_shared"] = cacher.list_bodies.shared
-        stats["ready"] = cacher.ready
+        stats["ready"] = cacher.serving  # a suspended JSON feed is served by the protobuf cache
+        stats["state"] = cacher.state.value
         stats["role"] = "owner" if owns(resource) else "follower"
         failure = failures.for_resource(resource) if failures is not None else None
         stats["last_upstream_error"] = failure.as_json(now) if failure is not None else None

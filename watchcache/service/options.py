@@ -159,7 +159,10 @@ class RunOptions:
             resources=tuple(r.strip() for r in g.get("resources", "").split(",") if r.strip()),
             continue_key=key,
             upstream=upstream,
-            reflector=ReflectorConfig(stall_timeout=g.get("stall_timeout", ReflectorConfig.stall_timeout)),
+            reflector=ReflectorConfig(
+                stall_timeout=g.get("stall_timeout", ReflectorConfig.stall_timeout),
+                encoding_idle=g.get("encoding_idle_timeout", ReflectorConfig.encoding_idle),
+            ),
             tunnels=TunnelLimits(
                 idle_timeout=g.get("tunnel_idle_timeout", TunnelLimits.idle_timeout),
                 max_duration=g.get("tunnel_max_duration", TunnelLimits.max_duration),

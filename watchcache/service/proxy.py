@@ -38,6 +38,7 @@ from watchcache.upstream.discovery import (
     report_skipped,
     resolve,
 )
+from watchcache.upstream.encodings import JsonFeeds
 from watchcache.upstream.failures import LastFailures
 from watchcache.upstream.identity import PassthroughIdentity
 from watchcache.upstream.metrics import IdentityCollector, ProtobufCollector
@@ -109,9 +110,11 @@ async def wire_proxy(options: RunOptions) -> Wiring:
         options.cache,
         options.reflector,
         owns=lambda t: owns(options.shard, t),
+        idle_timeout=options.reflector.encoding_idle,
         after_relist=consistent.advance,
     )
     ctx.protobuf = protobuf.cacher
+    feeds = JsonFeeds(protobuf.synced, idle=options.reflector.encoding_idle)
     ctx.discovered = False
     ctx.upstream_continue_tokens = True
     ctx.upstream_failures = LastFailures(options.upstream.server, client.tokens.describe)
@@ -119,6 +122,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     wiring = Wiring(ctx, ApiHandler(ctx, forward_tables=True, forward_upgrades=True), [], [client.close], consistent)
     wiring.housekeeping.append(client.reload_certificates)
     wiring.housekeeping.append(protobuf.drop_idle)
+    wiring.housekeeping.append(feeds.tick)
     wiring.ctx.more_cachers = protobuf.cachers
     wiring.collectors += [
         TunnelCollector(tunnels),
@@ -183,7 +187,16 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     wiring.tasks = [
         asyncio.ensure_future(
             _discover_and_reflect(
-                client, consistent, ctx, options, ids, wiring.reflectors, wiring.housekeeping, owned_cacher, ondemand
+                client,
+                consistent,
+                ctx,
+                options,
+                ids,
+                wiring.reflectors,
+                wiring.housekeeping,
+                owned_cacher,
+                ondemand,
+                feeds,
             )
         )
     ]
@@ -204,6 +217,7 @@ async def _discover_and_reflect(
     housekeeping: list[Callable[[], object]],
     owned_cacher: Callable[[ResourceType], Cacher],
     ondemand: OnDemandCaches,
+    feeds: JsonFeeds,
 ) -> None:
     backoff = Backoff(0.5, 10.0)
     failures = ctx.upstream_failures
@@ -264,12 +278,7 @@ async def _discover_and_reflect(
                 consistent.advance(cacher)
 
     housekeeping.append(move_past_barriers)
-    reflectors = [asyncio.ensure_future(r.run()) for r in running]
-    try:
-        await asyncio.gather(*reflectors)
-    finally:
-        for r in reflectors:
-            r.cancel()
+    await feeds.run(running)  # suspended while only protobuf clients read a resource
 
 
 def with_printer_columns(ids: Sequence[str]) -> Sequence[str]:

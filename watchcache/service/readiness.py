@@ -43,7 +43,7 @@ def not_ready_reason(handler: ApiHandler) -> str:
     if not ctx.discovered:
         return "waiting for the upstream's discovery"
     cachers = list(ctx.cachers.items())
-    unsynced = [resource for resource, cacher in cachers if not cacher.ready]
+    unsynced = [resource for resource, cacher in cachers if not cacher.serving]
     if unsynced:
         names = ", ".join(r.qualified for r in unsynced[:5]) + (", ..." if len(unsynced) > 5 else "")
         text = f"{len(unsynced)} of {len(cachers)} caches not synced ({names})"

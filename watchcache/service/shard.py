@@ -99,7 +99,7 @@ async def wire_shard(
     def mark_synced() -> None:
         owned = [c for t, c in ctx.cachers.items() if shard.owns(t)]
         # A worker may own nothing (more workers than resources): synced once discovery is done.
-        if ctx.discovered and all(c.ready for c in owned) and not synced.exists():
+        if ctx.discovered and all(c.serving for c in owned) and not synced.exists():
             synced.write_text(str(os.getpid()))
 
     def workers_synced() -> tuple[bool, str]:
@@ -148,6 +148,8 @@ async def _listen(
         if t is None or not shard.owns(t):
             return None
         cached = ctx.cachers.get(t)
+        if cached is not None and cached.resume is not None:
+            cached.resume()  # a follower will read it: its suspended JSON feed starts again (upstream/encodings.py)
         return cached if cached is not None or ondemand is None else ondemand.owned(t)
 
     follow = FollowServer(lookup)

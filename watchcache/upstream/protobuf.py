@@ -1,17 +1,18 @@
 """Protobuf caches: one per resource that protobuf clients read, made on first use, dropped when idle.
 
-A resource's JSON cache is fed by its reflector whatever its clients accept. When a client asks
-for full objects in protobuf (kube's components, client-go's typed clients), the proxy serves
-kube-apiserver's own bytes from a second cache of the resource, fed by a protobuf list+watch of
-the upstream (``pbreflector.py``): at most one extra upstream watch per resource, only while
-protobuf clients read it. Its life::
+A resource's JSON cache is fed by its reflector. When a client asks for full objects in protobuf
+(kube's components, client-go's typed clients), the proxy serves kube-apiserver's own bytes from a
+second cache of the resource, fed by a protobuf list+watch of the upstream (``pbreflector.py``):
+at most one extra upstream watch per resource, only while protobuf clients read it (and while
+JSON clients read it too: else the JSON feed is suspended, ``encodings.py``). Its life::
 
     (none) --a protobuf read or follower--> SYNCING --listed--> READY --idle--> (none)
                                                |
                                                +--406/415 from the upstream--> REFUSED
     REFUSED --retry_after--> (none)
 
-    idle: no watcher, no read and no follower for idle_timeout.
+    idle: no watcher, no read and no follower for idle_timeout (a read asks for it while it
+    syncs too: one slower to sync than idle_timeout is kept for the clients waiting for it).
 
 Until it is READY, ``cacher`` returns None and the request is answered as before the cache
 existed: JSON to a client that accepts it (client-go's ``protobuf, */*``), pass-through
@@ -82,7 +83,11 @@ class ProtobufCaches:
         """
         entry = self.caches.get(resource)
         if entry is not None:
-            return entry[0] if entry[0].ready else None
+            cacher = entry[0]
+            # Asked for, synced or not: a cache slower to sync than idle_timeout is not dropped while
+            # its clients wait for it (with a short --encoding-idle-timeout it was, and started again).
+            cacher.last_used = cacher.clock()
+            return cacher if cacher.ready else None
         if not protobuf_supported(resource):
             return None
         if not self.owns(resource):
@@ -90,6 +95,11 @@ class ProtobufCaches:
             return follower if follower is not None and follower.ready else None
         self.ensure(resource)
         return None
+
+    def synced(self, resource: ResourceType) -> Cacher | None:
+        """This worker's synced protobuf cache of ``resource``, or None (never starts one)."""
+        entry = self.caches.get(resource)
+        return entry[0] if entry is not None and entry[0].ready else None
 
     def ensure(self, resource: ResourceType) -> Cacher | None:
         """This worker's protobuf cache of ``resource``, started if need be, synced or not (what a

@@ -61,6 +61,9 @@ class ReflectorConfig:
     stall_timeout: float = 75.0
     # Watches are re-established every [min, 2*min) seconds, as client-go does.
     min_watch_timeout: float = 300.0
+    # Unread this long, a resource's cache in one encoding stops its upstream watch while the other
+    # serves: a protobuf cache is dropped, a JSON feed suspended (upstream/protobuf.py, encodings.py).
+    encoding_idle: float = 300.0
     backoff_initial: float = 0.2
     backoff_max: float = 30.0
 
@@ -104,6 +107,10 @@ class Reflector:
         self._diff: list[tuple[str, CachedObject]] = []
         self._diff_reads = 0
         self.diffs_taken = 0
+
+    def resync(self) -> None:
+        """The next ``run`` starts with a list that replaces the cache (a suspended feed: upstream/encodings.py)."""
+        self._synced_once = False
 
     def _set_state(self, state: ReflectorState, why: str = "") -> None:
         if state is not self.state:
