@@ -66,6 +66,8 @@ def test_a_resource_read_in_one_encoding_costs_one_upstream_watch(proxy: Proc, u
     assert (status, content_type) == (200, PB)
     pods = debug_pods(proxy)
     assert pods["state"] == "suspended" and pods["objects"] == 0 and pods["ready"] is True
+    assert pods["protobuf"]["objects"] == 3 and pods["protobuf"]["ready"] is True
+    assert pods["protobuf"]["object_bytes"] > 0
     assert request(proxy, "/readyz", "text/plain")[0] == 200  # served: a suspended feed is not a failure
     assert any("JSON feed of pods: suspended" in line for line in proxy.log)
 
@@ -89,6 +91,7 @@ def test_a_resource_read_in_one_encoding_costs_one_upstream_watch(proxy: Proc, u
 
     # Only JSON clients again: the protobuf cache is dropped after IDLE.
     read_while(proxy, "application/json", lambda: watches(upstream) == (1, 0))
+    assert "protobuf" not in debug_pods(proxy)
     # configmaps, never read in protobuf, kept their one JSON watch throughout.
     assert upstream.open_watches("/api/v1/configmaps", "json") == 1
     assert upstream.open_watches("/api/v1/configmaps", "protobuf") == 0

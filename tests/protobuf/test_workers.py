@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -78,3 +79,21 @@ def test_the_protobuf_caches_are_in_the_metrics(group: Proc, record: dict[str, A
     assert total(samples, "watchcache_protobuf_cache_objects", resource="pods", replica="follower") == 3
     assert total(samples, "watchcache_protobuf_caches_started_total") == len(RESOURCES.split(","))
     assert total(samples, "watchcache_protobuf_caches_refused") == 0
+
+
+def test_debug_cache_shows_each_resources_protobuf_cache_across_the_group(group: Proc, record: dict[str, Any]) -> None:
+    """/debug/cache, whichever worker answers: the owner's protobuf cache of pods, and its follower."""
+    pods = next(r["path"] for r in record["reads"] if r["kind"] == "pods" and "?" not in r["path"])
+    deadline = time.monotonic() + 30
+    while True:
+        request(group, pods, TYPED)
+        status, _, body = request(group, "/debug/cache", "application/json")
+        assert status == 200
+        protobuf = json.loads(body)["resources"]["pods"].get("protobuf", {})
+        roles = sorted(r["role"] for r in protobuf.get("replicas", {}).values() if r["ready"])
+        if roles == ["follower", "owner"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert roles == ["follower", "owner"], protobuf
+    assert protobuf["objects"] == 3 and protobuf["object_bytes"] > 0 and protobuf["ready"] is True
+    assert all(r["objects"] == 3 for r in protobuf["replicas"].values())

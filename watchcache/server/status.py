@@ -47,10 +47,18 @@ def local_status(
         stats["last_upstream_error"] = failure.as_json(now) if failure is not None else None
         stats["upstream_failing"] = failures is not None and resource in failures.failing
         resources[resource.qualified] = stats
+    protobuf: dict[str, Any] = {}
+    for cacher in list(ctx.more_cachers()):  # the protobuf caches (upstream/protobuf.py) and their followers
+        stats = dataclasses.asdict(cacher.cache.stats())
+        stats["watchers"] = len(cacher.dispatcher)
+        stats["ready"] = cacher.ready
+        stats["role"] = "owner" if owns(cacher.resource) else "follower"
+        protobuf[cacher.resource.qualified] = stats
     discovery = failures.for_resource(None) if failures is not None else None
     return {
         "worker": worker,
         "resources": resources,
+        "protobuf": protobuf,
         "passed_through": dict(passed_through),
         "inflight": inflight,
         "discovered": ctx.discovered,
@@ -91,6 +99,9 @@ def merge(statuses: list[dict[str, Any]], workers: int = 1) -> dict[str, Any]:
         stats, owner = data[name]
         own = {k: v for k, v in stats.items() if k not in summed and k != "role"}
         resources[name] = {**own, **entry, "owner": owner}
+    for name, entry in _merge_protobuf(statuses).items():
+        if name in resources:  # (its owner answered: the JSON cache is always there)
+            resources[name]["protobuf"] = entry
     discovery = [s["discovery_error"] for s in statuses if s.get("discovery_error")]
     caching = _merged_caching(statuses)
     for name, entry in resources.items():
@@ -135,6 +146,21 @@ def _merged_caching(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
         "over_budget": sorted({k for p in parts for k in p.get("over_budget", ())}),
         "refused_over_budget": sum(p.get("refused_over_budget", 0) for p in parts),
     }
+
+
+def _merge_protobuf(statuses: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per resource, its protobuf cache: the owner's objects, bytes and history, every worker's
+    watchers added up, and each replica (the owner's cache, followers of it in other workers)."""
+    merged: dict[str, Any] = {}
+    for status in statuses:
+        worker = str(status.get("worker") or 0)
+        for name, stats in (status.get("protobuf") or {}).items():
+            entry = merged.setdefault(name, {"watchers": 0, "replicas": {}})
+            entry["watchers"] += stats["watchers"]
+            entry["replicas"][worker] = {k: stats[k] for k in ("role", "ready", "rv", "objects", "watchers")}
+            if stats["role"] == "owner" or "objects" not in entry:
+                entry.update({k: v for k, v in stats.items() if k not in ("watchers", "role")})
+    return dict(sorted(merged.items()))
 
 
 def _failure_text(error: dict[str, Any] | None) -> str:
