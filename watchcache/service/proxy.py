@@ -112,6 +112,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
         owns=lambda t: owns(options.shard, t),
         idle_timeout=options.reflector.encoding_idle,
         after_relist=consistent.advance,
+        backfill=backfill,
     )
     ctx.protobuf = protobuf.cacher
     feeds = JsonFeeds(protobuf.synced, idle=options.reflector.encoding_idle)

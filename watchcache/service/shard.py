@@ -63,7 +63,7 @@ async def wire_shard(
         ctx.on_demand = ondemand.cacher
     follow, server = await _listen(ctx, shard, ondemand)
     if protobuf is not None:
-        # No backfill from the owner: its protobuf cache has none (a watch from before its window gets 410).
+        # No backfill from the owner (a watch from before a follower's window gets 410); the owner's backfills from the upstream.
         pb_followers = Followers({}, socket_of, shard.worker_id, options.cache, protobuf=True)
         protobuf.follow = pb_followers.ensure
 

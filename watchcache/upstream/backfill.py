@@ -23,11 +23,17 @@ The LIST first, then the watch, so that the proof is checked against the window'
 the same step that hands the span to the cache (``Cacher.backfill``, which replays it and
 refuses it unless it gives the cache's own state at ``O``). Bounded: fetches at once per
 process, bytes they hold together, events and bytes per span, time per fetch.
+
+Both reads are in the cache's own encoding (``Codec``): a protobuf cache's span is the
+upstream's protobuf bytes (``pbreflector.ProtobufCodec``), as its window is, so the frames a
+backfilled watcher gets are kube's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -39,7 +45,14 @@ from watchcache.cache.store import BackfillRefused, Span
 from watchcache.dispatch.backfill import BackfillFailed, BackfillLimits, Backfills, Fetched
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
-from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStalled, collection_path
+from watchcache.upstream.client import (
+    Splitter,
+    UpstreamClient,
+    UpstreamError,
+    WatchStalled,
+    collection_path,
+    split_lines,
+)
 
 # kube sends a watch's bookmark 2 s before its deadline: 3 s brings it 1-2.25 s in (2 never does).
 WATCH_TIMEOUT = 3
@@ -55,6 +68,44 @@ _REFUSED = {
 }
 
 
+class Codec(Protocol):
+    """How a cache's list pages and watch events read in its encoding."""
+
+    accept: str
+    split: Splitter
+
+    def page(self, body: bytes) -> tuple[int, list[CachedObject], str | None]:
+        """A list page's rv, objects and continue token. Raises ValueError, ObjectError."""
+
+    def event(self, line: bytes) -> tuple[str, CachedObject | None, dict[str, Any]]:
+        """An event's type and object; the Status of an ERROR or the metadata of a BOOKMARK.
+        Raises ValueError, ObjectError."""
+
+
+class JsonCodec:
+    accept = "application/json"
+    split: Splitter = staticmethod(split_lines)
+
+    def __init__(self, resource: ResourceType) -> None:
+        self.resource = resource
+
+    def page(self, body: bytes) -> tuple[int, list[CachedObject], str | None]:
+        page = orjson.loads(body)
+        meta = page.get("metadata") or {}
+        items = [encode_object(self.resource, item) for item in page.get("items") or []]
+        return parse_resource_version(meta.get("resourceVersion")), items, meta.get("continue")
+
+    def event(self, line: bytes) -> tuple[str, CachedObject | None, dict[str, Any]]:
+        event = orjson.loads(line)
+        kind = str(event.get("type"))
+        raw = event.get("object") or {}
+        if kind == ERROR:
+            return kind, None, raw
+        if kind == BOOKMARK:
+            return kind, None, raw.get("metadata") or {}
+        return kind, encode_object(self.resource, raw), {}
+
+
 class UpstreamBackfill:
     """Fetches spans from the upstream for the caches this process owns; one per process (the bounds are shared)."""
 
@@ -66,15 +117,16 @@ class UpstreamBackfill:
         # Bytes held by the fetches in flight (lists and events read), against ``limits.memory_bytes``.
         self.held = 0
 
-    def backfills(self, cacher: Cacher) -> Backfills:
-        """The single flight of ``cacher``'s backfills, fetching here."""
-        return Backfills(cacher, self, wait=self.limits.wait, coalesce=self.limits.coalesce)
+    def backfills(self, cacher: Cacher, codec: Codec | None = None) -> Backfills:
+        """The single flight of ``cacher``'s backfills, fetching here in ``codec``'s encoding (JSON by default)."""
+        fetch = functools.partial(self.__call__, codec=codec or JsonCodec(cacher.resource))
+        return Backfills(cacher, fetch, wait=self.limits.wait, coalesce=self.limits.coalesce)
 
-    async def __call__(self, cacher: Cacher, rv: int) -> Fetched:
+    async def __call__(self, cacher: Cacher, rv: int, codec: Codec | None = None) -> Fetched:
         limits = self.limits
         try:
             async with asyncio.timeout(limits.fetch_timeout), self._slots:
-                return await _Fetch(self, cacher, rv).run()
+                return await _Fetch(self, cacher, rv, codec or JsonCodec(cacher.resource)).run()
         except TimeoutError:
             timeout = limits.fetch_timeout
             raise BackfillFailed(BackfillFailed.FAILED, f"no span from the upstream within {timeout:g}s") from None
@@ -89,8 +141,9 @@ class UpstreamBackfill:
 class _Fetch:
     """One fetch: its reads, what it holds, what it found."""
 
-    def __init__(self, owner: UpstreamBackfill, cacher: Cacher, rv: int) -> None:
+    def __init__(self, owner: UpstreamBackfill, cacher: Cacher, rv: int, codec: Codec) -> None:
         self.owner = owner
+        self.codec = codec
         self.cacher = cacher
         self.resource: ResourceType = cacher.resource
         self.rv = rv
@@ -129,15 +182,15 @@ class _Fetch:
         params: dict[str, str] = {"limit": size, "resourceVersion": str(self.rv), "resourceVersionMatch": "Exact"}
         objects: list[CachedObject] = []
         while True:
-            body = await self.owner.client.get_bytes(path, params, timeout=60.0)
+            body = await self.owner.client.get_bytes(path, params, timeout=60.0, accept=self.codec.accept)
             self._hold(len(body))
-            page = orjson.loads(body)
-            listed_at = parse_resource_version((page.get("metadata") or {}).get("resourceVersion"))
+            try:
+                listed_at, items, token = self.codec.page(body)
+            except ObjectError as e:
+                raise BackfillFailed(BackfillFailed.FAILED, f"a malformed list item: {e}") from None
             if listed_at != self.rv:
                 raise BackfillFailed(BackfillFailed.FAILED, f"an exact list at {self.rv} answered {listed_at}")
-            for item in page.get("items") or []:
-                objects.append(encode_object(self.resource, item))
-            token = (page.get("metadata") or {}).get("continue")
+            objects.extend(items)
             if not token:
                 return objects
             params = {"limit": size, "continue": token}
@@ -154,26 +207,28 @@ class _Fetch:
                 "allowWatchBookmarks": "true",
                 "timeoutSeconds": str(WATCH_TIMEOUT),
             }
-            stream = self.owner.client.watch(self.resource, params, stall_timeout=WATCH_TIMEOUT + 5.0)
+            stream = self.owner.client.watch(
+                self.resource,
+                params,
+                stall_timeout=WATCH_TIMEOUT + 5.0,
+                accept=self.codec.accept,
+                split=self.codec.split,
+            )
             async for lines in stream:
                 for line in lines:
                     self._hold(len(line))
-                    event = orjson.loads(line)
-                    kind = event.get("type")
-                    raw = event.get("object") or {}
+                    try:
+                        kind, obj, detail = self.codec.event(line)
+                    except ObjectError as e:
+                        raise BackfillFailed(BackfillFailed.FAILED, f"a malformed event: {e}") from None
                     if kind == ERROR:
-                        code = int(raw.get("code") or 500)
-                        raise UpstreamError(code, str(raw.get("message", "")), raw)
+                        code = int(detail.get("code") or 500)
+                        raise UpstreamError(code, str(detail.get("message", "")), detail)
                     if kind == BOOKMARK:
-                        meta = raw.get("metadata") or {}
-                        if RELIST_DIFF_ANNOTATION in (meta.get("annotations") or {}):
+                        if RELIST_DIFF_ANNOTATION in (detail.get("annotations") or {}):
                             raise BackfillFailed(BackfillFailed.FAILED, "the upstream tier relisted during the fetch")
-                        through = max(through, parse_resource_version(meta.get("resourceVersion")))
-                    else:
-                        try:
-                            obj = encode_object(self.resource, raw)
-                        except ObjectError as e:
-                            raise BackfillFailed(BackfillFailed.FAILED, f"a malformed {kind} event: {e}") from None
+                        through = max(through, parse_resource_version(detail.get("resourceVersion")))
+                    elif obj is not None:
                         if obj.rv <= last:
                             continue  # a resumed stream repeating its start
                         changes.append((DELETED if kind == DELETED else str(kind), obj))

@@ -477,19 +477,25 @@ class UpstreamClient:
             stream.close()
 
     async def watch(
-        self, resource: ResourceType, params: Mapping[str, str], *, stall_timeout: float
+        self,
+        resource: ResourceType,
+        params: Mapping[str, str],
+        *,
+        stall_timeout: float,
+        accept: str = "application/json",
+        split: Splitter = split_lines,
     ) -> AsyncGenerator[list[bytes], None]:
         """Yield the complete event lines of a watch stream, a batch per network read.
 
         Raises WatchStalled if nothing arrives for ``stall_timeout`` seconds, UpstreamError
         for a non-200 answer. Lines are split here (aiohttp's readline caps line length far
-        below the size of large objects).
+        below the size of large objects); ``accept``/``split`` as ``watch_into``'s.
         """
         credential = await self.tokens.fresh_headers()
         async with self._own().get(
             self.url(collection_path(resource)),
             params={"watch": "1", **params},
-            headers={"Accept": "application/json", **credential},
+            headers={"Accept": accept, **credential},
             server_hostname=self.config.tls_server_name,
         ) as resp:
             if resp.status != 200:
@@ -506,7 +512,6 @@ class UpstreamClient:
                 if not chunk:
                     return
                 data = pending + chunk if pending else chunk
-                lines = data.split(b"\n")
-                pending = lines.pop()
+                lines, pending = split(data)
                 if lines:
-                    yield [line for line in lines if line]
+                    yield lines

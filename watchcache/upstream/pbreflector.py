@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import aiohttp
 
@@ -32,6 +33,7 @@ from watchcache.cache.events import BOOKMARK, ERROR
 from watchcache.cache.object import CachedObject, ObjectError, parse_resource_version
 from watchcache.cache.protobuf import FULL_PROTOBUF, decode_protobuf_object
 from watchcache.kubeproto import objects
+from watchcache.resources import ResourceType
 from watchcache.upstream.client import Splitter, UpstreamError, WatchStalled, collection_path, status_from_protobuf
 from watchcache.upstream.reflector import Reflector
 
@@ -50,6 +52,41 @@ class _Learned(Exception):
     """Raised from the template watch's callback to end it once a bookmark came."""
 
 
+class ProtobufCodec:
+    """A protobuf list page or watch event of a resource: each object's message bytes kept as they came
+    (what the reflector and the upstream backfill, ``upstream/backfill.py``, read)."""
+
+    accept = PROTOBUF
+    split: Splitter = staticmethod(objects.split_frames)
+
+    def __init__(self, resource: ResourceType) -> None:
+        self.resource = resource
+
+    def page(self, body: bytes) -> tuple[int, list[CachedObject], str | None]:
+        """Raises ValueError (malformed), ObjectError (an item that cannot be cached)."""
+        try:
+            page = objects.list_page(objects.unknown(body).raw)
+        except (objects.WireError, UnicodeDecodeError) as e:
+            raise ValueError(f"malformed protobuf list of {self.resource.qualified}: {e}") from None
+        items: list[CachedObject] = [decode_protobuf_object(self.resource, raw) for raw in page.items]
+        return parse_resource_version(page.resource_version), items, page.continue_token
+
+    def event(self, line: bytes) -> tuple[str, CachedObject | None, dict[str, Any]]:
+        """Raises ValueError (malformed), ObjectError (an object that cannot be cached)."""
+        try:
+            kind, body = objects.watch_event(line)
+            raw = objects.unknown(body).raw
+            if kind == ERROR:
+                return kind, None, status_from_protobuf(raw)
+            if kind == BOOKMARK:
+                rv, annotations = objects.bookmark_meta(raw)
+                FULL_PROTOBUF.learn_empty(self.resource, raw)
+                return kind, None, {"resourceVersion": rv, "annotations": annotations}
+        except UnicodeDecodeError as e:
+            raise ValueError(f"malformed protobuf event: {e}") from None
+        return kind, decode_protobuf_object(self.resource, raw), {}
+
+
 class ProtobufReflector(Reflector):
     accept = PROTOBUF
     split: Splitter = staticmethod(objects.split_frames)
@@ -61,12 +98,7 @@ class ProtobufReflector(Reflector):
             if e.code in (406, 415):
                 raise NotServedInProtobuf(f"{e.code}: {e.status.get('message') if e.status else e}") from None
             raise
-        try:
-            page = objects.list_page(objects.unknown(body).raw)
-        except (objects.WireError, UnicodeDecodeError) as e:
-            raise ValueError(f"malformed protobuf list of {self.resource.qualified}: {e}") from None
-        items: list[CachedObject] = [decode_protobuf_object(self.resource, raw) for raw in page.items]
-        return parse_resource_version(page.resource_version), items, page.continue_token
+        return ProtobufCodec(self.resource).page(body)
 
     async def _before_sync(self, rv: int, listed: list[CachedObject]) -> None:
         if FULL_PROTOBUF.knows_empty(self.resource) or not listed:

@@ -36,9 +36,10 @@ from watchcache.cache.protobuf import protobuf_supported
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
+from watchcache.upstream.backfill import UpstreamBackfill
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.failures import LastFailures
-from watchcache.upstream.pbreflector import NotServedInProtobuf, ProtobufReflector
+from watchcache.upstream.pbreflector import NotServedInProtobuf, ProtobufCodec, ProtobufReflector
 from watchcache.upstream.reflector import ReflectorConfig
 
 log = logging.getLogger("watchcache.upstream.protobuf")
@@ -58,6 +59,7 @@ class ProtobufCaches:
         retry_after: float = 300.0,
         failures: LastFailures | None = None,
         after_relist: Callable[[Cacher], object] | None = None,
+        backfill: UpstreamBackfill | None = None,
     ) -> None:
         self.client = client
         self.config = config
@@ -67,6 +69,8 @@ class ProtobufCaches:
         self.retry_after = retry_after
         self.failures = failures
         self.after_relist = after_relist
+        # History older than a cache's window, from the upstream in protobuf (None: --no-backfill, 410).
+        self.backfill = backfill
         self.caches: dict[ResourceType, tuple[Cacher, asyncio.Task[None]]] = {}
         # In a worker group: a follower of the owner's protobuf cache (set by the shard's wiring).
         self.follow: Callable[[ResourceType], Cacher] | None = None
@@ -116,6 +120,8 @@ class ProtobufCaches:
 
     def _start(self, resource: ResourceType) -> None:
         cacher = Cacher(resource, self.config)
+        if self.backfill is not None:
+            cacher.backfills = self.backfill.backfills(cacher, ProtobufCodec(resource))
         reflector = ProtobufReflector(self.client, cacher, self.reflector_config, self.failures)
         reflector.after_relist = self.after_relist
         task = asyncio.ensure_future(reflector.run())
