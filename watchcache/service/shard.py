@@ -63,7 +63,8 @@ async def wire_shard(
         ctx.on_demand = ondemand.cacher
     follow, server = await _listen(ctx, shard, ondemand)
     if protobuf is not None:
-        # No backfill from the owner (a watch from before a follower's window gets 410); the owner's backfills from the upstream.
+        # No backfill from the owner (a watch from before a follower's window gets 410);
+        # the owner's protobuf cache backfills from the upstream.
         pb_followers = Followers({}, socket_of, shard.worker_id, options.cache, protobuf=True)
         protobuf.follow = pb_followers.ensure
 
