@@ -50,6 +50,8 @@ class Comparison:
     # by reason, how their clients were presented upstream, consistent reads served or passed through.
     passthrough: Counter[str] = field(default_factory=Counter)
     identity_routes: Counter[str] = field(default_factory=Counter)
+    # Typed clients' reads of full objects in protobuf, by answer: protobuf-cache, json, passed-through.
+    full_protobuf: Counter[str] = field(default_factory=Counter)
     consistent_reads: Counter[str] = field(default_factory=Counter)
 
     def of(self, target: str) -> list[Run]:
@@ -151,6 +153,8 @@ def _scrape(proxy: Api, result: Comparison) -> None:
         for sample in family.samples:
             if sample.name == "watchcache_passthrough_requests_total":
                 result.passthrough[sample.labels["reason"]] += int(sample.value)
+            elif sample.name == "watchcache_full_protobuf_requests_total":
+                result.full_protobuf[sample.labels["answer"]] += int(sample.value)
             elif sample.name == "watchcache_passthrough_identity_total":
                 result.identity_routes[sample.labels["route"]] += int(sample.value)
             elif sample.name == "apiserver_watch_cache_consistent_read_total":
@@ -184,6 +188,7 @@ def table(result: Comparison) -> str:
     rows.append("watchcache over its runs:")
     rows.append(f"- passed through, by reason: {_counts(result.passthrough)}")
     rows.append(f"- pass-through identity: {_counts(result.identity_routes)}")
+    rows.append(f"- reads of full objects in protobuf, by answer: {_counts(result.full_protobuf)}")
     rows.append(f"- consistent reads: {_counts(result.consistent_reads)}")
     return "\n".join(rows)
 

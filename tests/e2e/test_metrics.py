@@ -52,6 +52,7 @@ NAMED = [
     "watchcache_split_groups_total",
     "watchcache_passthrough_requests_total",
     "watchcache_passthrough_sharded_requests_total",
+    "watchcache_full_protobuf_requests_total",
     "watchcache_worker_restarts_total",
     "watchcache_event_delivery_seconds_bucket",
     "watchcache_watch_writes_total",

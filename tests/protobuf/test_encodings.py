@@ -19,6 +19,7 @@ from harness.processes import Proc, start, wait_ready
 from harness.waiting import wait_until
 from tests.protobuf.recorded import PB, RecordedUpstream
 from tests.protobuf.test_recorded import request
+from tests.support.metrics import scrape, total
 
 IDLE = 1.0  # --encoding-idle-timeout
 PODS = "/api/v1/pods"
@@ -70,6 +71,11 @@ def test_a_resource_read_in_one_encoding_costs_one_upstream_watch(proxy: Proc, u
     assert pods["protobuf"]["object_bytes"] > 0
     assert request(proxy, "/readyz", "text/plain")[0] == 200  # served: a suspended feed is not a failure
     assert any("JSON feed of pods: suspended" in line for line in proxy.log)
+    _, samples = scrape(proxy.url)
+    answers = "watchcache_full_protobuf_requests_total"
+    assert total(samples, answers, answer="protobuf-cache") > 0  # and before it synced, protobuf alone:
+    assert total(samples, answers, answer="passed-through") == total(samples, "watchcache_passthrough_requests_total",
+                                                                        reason="protobuf")  # fmt: skip
 
     # A JSON read resumes the JSON feed and is answered from the resynced cache (waiting for it: no 429).
     status, content_type, body = request(proxy, PODS + "?resourceVersion=0", "application/json")

@@ -85,3 +85,14 @@ def test_the_fake_kubelet_and_the_proxy_had_no_trouble(comparison: Comparison) -
     assert comparison.kubelet_errors == []
     problems = [line for line in comparison.proxy_log if " ERROR " in line or "Traceback" in line]
     assert problems == [], "".join(problems[:20])
+
+
+@pytest.mark.timeout(900)
+def test_the_components_got_kubes_protobuf_from_the_cache(comparison: Comparison) -> None:
+    """kube-controller-manager and kube-scheduler send client-go's typed Accept (protobuf, */*): their reads of
+    cached built-in kinds are answered in protobuf from the protobuf caches (JSON only while one syncs), and
+    none is passed through for protobuf."""
+    assert comparison.passthrough["protobuf"] == 0, table(comparison)
+    assert comparison.full_protobuf["passed-through"] == 0, table(comparison)
+    served, fallback = comparison.full_protobuf["protobuf-cache"], comparison.full_protobuf["json"]
+    assert served > 0 and served > fallback, table(comparison)

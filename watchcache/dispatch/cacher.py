@@ -144,6 +144,7 @@ class Cacher:
         "backfills",
         "cache",
         "clock",
+        "created",
         "dispatcher",
         "events_received",
         "failures",
@@ -189,8 +190,8 @@ class Cacher:
         self.replicas: list[Replica] = []
         # How long a request waits for this cache to sync before 429 (None: the server's default).
         self.ready_wait: float | None = None
-        # When a request last read this cache (idle followers are dropped).
-        self.last_used = clock()
+        # When a request last read this cache (idle followers are dropped), and when it was made.
+        self.last_used = self.created = clock()
         # Counted here (the handlers count through the ``count_*`` methods), exported at scrape time
         # (watchcache.metrics).
         self.watch_requests = 0
@@ -416,8 +417,9 @@ class Cacher:
                 log.exception("cutting a follower's stream failed")
 
     def stop(self) -> None:
-        """No more feed: every wait ends now (with False unless its rv was reached)."""
+        """No more feed: every wait ends now (with False unless its rv was reached, or it was synced)."""
         self.state = CacherState.STOPPED
+        self._ready.set()  # wait_ready returns ``ready``: False
         for _, _, fut in self._waiters:
             if not fut.done():
                 fut.set_result(None)

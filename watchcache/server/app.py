@@ -90,6 +90,9 @@ class ApiHandler:
         # Printers and Table encodings (kubectl's default output), shared by the requests that ask.
         self.tables = Tables(ctx, passes_through=self.endpoint.passes_through)
         self.passed_through: dict[str, int] = {}
+        # Reads of full objects in protobuf of a built-in kind, by answer: "protobuf-cache" (kube's bytes),
+        # "json" (its protobuf cache syncing; the client accepts JSON), "passed-through" (it does not).
+        self.full_protobuf: dict[str, int] = {}
         # Of those, requests with a shardSelector: the upstream's answer is sharded only if it serves
         # shardSelector itself (kube v1.36 with ShardedListAndWatch on).
         self.passed_through_sharded: dict[str, int] = {}
@@ -326,8 +329,12 @@ class ApiHandler:
         if isinstance(decision, ProtobufRequest):
             # Full objects in protobuf: the protobuf cache (made on first use), else as without one.
             assert resource is not None
-            cacher = self.ctx.protobuf(resource) if self.ctx.protobuf is not None else None
+            if self.ctx.protobuf is not None:
+                with seats.waiting():  # for a new protobuf cache to sync (bounded: upstream/protobuf.py)
+                    cacher = await self.ctx.protobuf(resource)
             decision = decision.fallback if cacher is None else FULL_PROTOBUF
+            answer = "protobuf-cache" if cacher else "json" if isinstance(decision, Encoding) else "passed-through"
+            self.full_protobuf[answer] = self.full_protobuf.get(answer, 0) + 1
         if cacher is None and isinstance(decision, (Encoding, TableRequest)) and not self.decisions.cache_for(resource):
             decision = PassReason.UNCACHED_RESOURCE
         if isinstance(decision, (Encoding, TableRequest)):

@@ -5,7 +5,7 @@ continue-token codec, waits, metrics, and the seat a waiting read gives up."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -48,9 +48,9 @@ class ApiContext:
     # For a resource in the registry but not in ``cachers``: a cache made on first use
     # (a follower of the worker that owns it), or None to pass the request through.
     on_demand: Callable[[ResourceType], Cacher | None] | None = None
-    # Full objects in protobuf: the resource's protobuf cache if it is ready (made on first use),
-    # else None (the read is answered as without one). None: no protobuf caches here.
-    protobuf: Callable[[ResourceType], Cacher | None] | None = None
+    # Full objects in protobuf: the resource's protobuf cache once it is ready (made on first use; a
+    # read may wait for a new one), else None (the read is answered as without one). None: no protobuf caches here.
+    protobuf: Callable[[ResourceType], Awaitable[Cacher | None]] | None = None
     # Caches besides ``cachers`` (the protobuf caches and their followers): ticked, counted toward
     # --max-watchers, and their watchers ended at shutdown, as the others.
     more_cachers: Callable[[], Iterable[Cacher]] = tuple

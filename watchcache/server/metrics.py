@@ -160,6 +160,8 @@ class HandlerCounters(Protocol):
     passed_through: dict[str, int]
     #: Of those, the ones with a shardSelector (the upstream shards them only if it serves the parameter).
     passed_through_sharded: dict[str, int]
+    #: Reads of full objects in protobuf of a built-in kind, by answer (protobuf-cache, json, passed-through).
+    full_protobuf: dict[str, int]
     #: Requests refused by the handler's own limits (inflight, watchers, tunnels, shutdown: while draining).
     rejected: dict[str, int]
     #: Requests holding an in-flight seat (working), and those waiting without one (``server/seats.py``).
@@ -194,6 +196,15 @@ class HandlerCollector(Collector):
         for reason in PassReason:
             sharded.add_metric([reason.value], handler.passed_through_sharded.get(reason.value, 0))
         yield sharded
+        full_protobuf = CounterMetricFamily(
+            "watchcache_full_protobuf_requests",
+            "Reads of full objects in protobuf of a built-in kind (typed clients), by answer: from the protobuf "
+            "cache (kube's bytes), JSON while it syncs, or passed through (protobuf alone accepted)",
+            labels=["answer"],
+        )
+        for answer in ("protobuf-cache", "json", "passed-through"):
+            full_protobuf.add_metric([answer], handler.full_protobuf.get(answer, 0))
+        yield full_protobuf
         rejected = CounterMetricFamily(
             "watchcache_rejected_requests",
             "Requests (or connections) refused by a limit: 429, 408 or closed (see docs/security.md)",

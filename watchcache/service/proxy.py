@@ -114,7 +114,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
         after_relist=consistent.advance,
         backfill=backfill,
     )
-    ctx.protobuf = protobuf.cacher
+    ctx.protobuf = protobuf.serving
     feeds = JsonFeeds(protobuf.synced, idle=options.reflector.encoding_idle)
     ctx.discovered = False
     ctx.upstream_continue_tokens = True
@@ -159,8 +159,15 @@ async def wire_proxy(options: RunOptions) -> Wiring:
 
     ondemand = OnDemandCaches(ctx, policy, start_owned, lambda t: owns(options.shard, t))
     ctx.on_demand = ondemand.cacher
-    protobuf_cacher = protobuf.cacher
-    ctx.protobuf = lambda t: protobuf_cacher(t) if policy.refusal(t) is None and t not in ondemand.too_big else None
+    protobuf_serving = protobuf.serving
+
+    async def protobuf_for(t: ResourceType) -> Cacher | None:
+        """The protobuf cache of a kind on-demand caching allows (not refused, not over the budget)."""
+        if policy.refusal(t) is not None or t in ondemand.too_big:
+            return None
+        return await protobuf_serving(t)
+
+    ctx.protobuf = protobuf_for
     wiring.housekeeping.append(ondemand.housekeeping)
     if policy.on_demand or policy.all_kinds:
         wiring.housekeeping.append(CustomResources(ondemand).housekeeping)

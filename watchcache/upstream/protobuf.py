@@ -11,12 +11,15 @@ JSON clients read it too: else the JSON feed is suspended, ``encodings.py``). It
                                                +--406/415 from the upstream--> REFUSED
     REFUSED --retry_after--> (none)
 
-    idle: no watcher, no read and no follower for idle_timeout (a read asks for it while it
-    syncs too: one slower to sync than idle_timeout is kept for the clients waiting for it).
+    idle: synced, and no watcher, no read and no follower for idle_timeout (a cache slower to sync
+    than idle_timeout is kept for the clients waiting for it).
 
 Until it is READY, ``cacher`` returns None and the request is answered as before the cache
 existed: JSON to a client that accepts it (client-go's ``protobuf, */*``), pass-through
-(``protobuf``) to one that accepts protobuf only. Each cache is consistent by itself: its reads
+(``protobuf``) to one that accepts protobuf only. Except in its first ``first_wait`` seconds
+(``serving``): kube's components start their informers all at once and keep each first watch for
+5-10 minutes, so a read then waits for the new cache to sync, as a follower's first read waits for
+its snapshot, rather than settle those watches on JSON. Each cache is consistent by itself: its reads
 and watches are the upstream's states at its own rvs (it never mixes with the JSON cache's).
 
 Only the worker that owns a resource runs its protobuf cache (``owns``); another worker follows
@@ -44,6 +47,12 @@ from watchcache.upstream.reflector import ReflectorConfig
 
 log = logging.getLogger("watchcache.upstream.protobuf")
 
+# A read in a new protobuf cache's first seconds waits for it to sync (``serving``): its LIST and
+# its kind's empty object (a bookmark, within ~2 s). As a follower's first read (shard/follower.py).
+# Measured through the reference control plane (tests/reference/test_control_plane.py): without it,
+# 27 of the components' 34 protobuf reads got JSON, their informers' first lists and watches.
+FIRST_WAIT = 5.0
+
 
 class ProtobufCaches:
     """The protobuf caches of one worker (see the module doc)."""
@@ -57,6 +66,7 @@ class ProtobufCaches:
         owns: Callable[[ResourceType], bool] = lambda resource: True,
         idle_timeout: float = 300.0,
         retry_after: float = 300.0,
+        first_wait: float = FIRST_WAIT,
         failures: LastFailures | None = None,
         after_relist: Callable[[Cacher], object] | None = None,
         backfill: UpstreamBackfill | None = None,
@@ -67,6 +77,7 @@ class ProtobufCaches:
         self.owns = owns
         self.idle_timeout = idle_timeout
         self.retry_after = retry_after
+        self.first_wait = first_wait
         self.failures = failures
         self.after_relist = after_relist
         # History older than a cache's window, from the upstream in protobuf (None: --no-backfill, 410).
@@ -99,6 +110,27 @@ class ProtobufCaches:
             return follower if follower is not None and follower.ready else None
         self.ensure(resource)
         return None
+
+    async def serving(self, resource: ResourceType) -> Cacher | None:
+        """``cacher``; but while the cache is new (made less than ``first_wait`` s ago), the read waits
+        for it to sync until then (see the module doc). Bounded whatever happens: a cache the upstream
+        refuses stops, and its waits end with it."""
+        cacher = self.cacher(resource)
+        if cacher is not None:
+            return cacher
+        entry = self.caches.get(resource)
+        if entry is not None:
+            pending: Cacher | None = entry[0]
+        elif self.follow is not None and protobuf_supported(resource) and not self.owns(resource):
+            pending = self.follow(resource)
+        else:
+            return None
+        if pending is None:
+            return None
+        remaining = pending.created + self.first_wait - pending.clock()
+        if remaining <= 0 or not await pending.wait_ready(remaining):
+            return None
+        return pending
 
     def synced(self, resource: ResourceType) -> Cacher | None:
         """This worker's synced protobuf cache of ``resource``, or None (never starts one)."""
@@ -151,7 +183,9 @@ class ProtobufCaches:
         """Housekeeping: stop the caches no protobuf client has read for ``idle_timeout``."""
         now = time.monotonic()
         for resource, (cacher, task) in list(self.caches.items()):
-            if len(cacher.dispatcher) == 0 and not cacher.replicas and now - cacher.last_used > self.idle_timeout:
+            # Not while it syncs: the reads that asked for it may be waiting for it (``serving``).
+            idle = cacher.ready and len(cacher.dispatcher) == 0 and not cacher.replicas
+            if idle and now - cacher.last_used > self.idle_timeout:
                 log.info("protobuf cache of %s: dropped (idle)", resource.qualified)
                 del self.caches[resource]
                 task.cancel()
