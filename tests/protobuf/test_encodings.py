@@ -110,3 +110,35 @@ def test_the_protobuf_cache_going_resumes_the_json_feed(proxy: Proc, upstream: R
     wait_until(lambda: debug_pods(proxy)["state"] == "ready")
     assert request(proxy, "/readyz", "text/plain")[0] == 200
     assert any("JSON feed of pods: resumed (its protobuf cache is gone)" in line for line in proxy.log)
+
+
+@pytest.fixture(scope="module")
+def group(record: dict[str, Any]) -> Iterator[tuple[Proc, RecordedUpstream]]:
+    upstream = RecordedUpstream(record)  # its own: the watches counted are this group's only
+    proc = start(
+        "serve", "--upstream", upstream.url, "--authentication", "none", "--workers", "2",
+        "--resources", "pods", "--encoding-idle-timeout", str(IDLE),
+    )  # fmt: skip
+    try:
+        wait_ready(proc)
+        yield proc, upstream
+    finally:
+        proc.stop()
+        upstream.stop()
+
+
+def test_in_a_worker_group_a_json_read_on_any_worker_resumes_the_owners_json_feed(
+    group: tuple[Proc, RecordedUpstream],
+) -> None:
+    """The owner's JSON feed is suspended while both workers' clients read protobuf (the other worker follows
+    the owner's protobuf cache); a JSON read on either worker (a follower of the owner's JSON cache on the
+    other) resumes it, and is answered from the cache."""
+    proc, upstream = group
+    read_while(proc, PB, lambda: watches(upstream) == (0, 1))
+    assert any("JSON feed of pods: suspended" in line for line in proc.log)
+    for _ in range(12):  # new connections: the kernel spreads them over both workers
+        status, content_type, body = request(proc, PODS + "?resourceVersion=0", "application/json")
+        assert (status, content_type) == (200, "application/json"), body[:200]
+        assert len(json.loads(body)["items"]) == 3
+    wait_until(lambda: watches(upstream)[0] == 1)
+    assert request(proc, "/readyz", "text/plain")[0] == 200
