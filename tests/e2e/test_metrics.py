@@ -53,6 +53,7 @@ NAMED = [
     "watchcache_passthrough_requests_total",
     "watchcache_passthrough_sharded_requests_total",
     "watchcache_full_protobuf_requests_total",
+    "watchcache_cache_suspended",
     "watchcache_worker_restarts_total",
     "watchcache_event_delivery_seconds_bucket",
     "watchcache_watch_writes_total",

@@ -73,6 +73,9 @@ def test_a_resource_read_in_one_encoding_costs_one_upstream_watch(proxy: Proc, u
     assert any("JSON feed of pods: suspended" in line for line in proxy.log)
     _, samples = scrape(proxy.url)
     answers = "watchcache_full_protobuf_requests_total"
+    assert total(samples, "watchcache_cache_suspended", resource="pods") == 1
+    assert total(samples, "watchcache_cache_ready", resource="pods") == 1
+    assert not [s for s in samples["apiserver_watch_cache_resource_version"] if s.labels["resource"] == "pods"]
     assert total(samples, answers, answer="protobuf-cache") > 0  # and before it synced, protobuf alone:
     assert total(samples, answers, answer="passed-through") == total(samples, "watchcache_passthrough_requests_total",
                                                                         reason="protobuf")  # fmt: skip

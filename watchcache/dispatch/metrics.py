@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from watchcache.dispatch.backfill import BackfillFailed, Backfills
-from watchcache.dispatch.cacher import Cacher
+from watchcache.dispatch.cacher import Cacher, CacherState
 from watchcache.resources import ResourceType
 
 __all__ = ["BackfillCollector", "CacherCollector"]
@@ -60,7 +60,15 @@ class CacherCollector(Collector):
             "longrunning": GaugeMetricFamily(
                 "apiserver_longrunning_requests", "Long-running requests (watches) in flight", labels=["verb", *lbl]
             ),
-            "ready": GaugeMetricFamily("watchcache_cache_ready", "1 once the cache has synced", labels=lbl),
+            "ready": GaugeMetricFamily(
+                "watchcache_cache_ready", "1 once the cache has synced (and while its feed is suspended)", labels=lbl
+            ),
+            "suspended": GaugeMetricFamily(
+                "watchcache_cache_suspended",
+                "1 while the cache's upstream watch is suspended: only protobuf clients read the resource, from "
+                "its protobuf cache (its rv is then not exported)",
+                labels=lbl,
+            ),
         }
         c = {
             "received": CounterMetricFamily(
@@ -106,8 +114,10 @@ class CacherCollector(Collector):
             lv = [resource.group, resource.resource, "owner" if owns is None or owns(resource) else "follower"]
             stats = cacher.cache.stats()
             oldest_time = cacher.cache.history.oldest_event_time
+            suspended = cacher.state is CacherState.SUSPENDED
+            if not suspended:  # a suspended cache's rv says nothing of its upstream watch (none): not "lagging"
+                g["rv"].add_metric(lv, stats.rv)
             for key, value in (
-                ("rv", stats.rv),
                 ("objects", stats.objects),
                 ("bytes", stats.object_bytes),
                 ("hev", stats.history_events),
@@ -115,7 +125,8 @@ class CacherCollector(Collector):
                 ("hage", 0.0 if oldest_time is None else cacher.clock() - oldest_time),
                 ("oldest", stats.oldest_rv),
                 ("watchers", len(cacher.dispatcher)),
-                ("ready", 1 if cacher.ready else 0),
+                ("ready", 1 if cacher.serving else 0),
+                ("suspended", 1 if suspended else 0),
             ):
                 g[key].add_metric(lv, value)
             g["longrunning"].add_metric(["WATCH", *lv], len(cacher.dispatcher))
