@@ -163,3 +163,24 @@ def test_a_reflector_that_ends_by_itself_ends_the_feeds_with_its_error() -> None
         assert feeds.tasks == {}
 
     asyncio.run(run())
+
+
+def test_a_reflector_added_later_runs_and_a_removed_one_stops_suspended_or_not() -> None:
+    async def run() -> None:
+        feeds = JsonFeeds(lambda r: synced(), idle=IDLE, clock=lambda: NOW + IDLE)
+        first, later = (FakeReflector(Cacher(PODS, clock=lambda: NOW)) for _ in range(2))
+        running = asyncio.ensure_future(feeds.run([first]))
+        await until(lambda: first.cacher.ready)
+        feeds.add(later)
+        await until(lambda: later.cacher.ready)
+        feeds.tick()  # both unread for IDLE, their protobuf cache serves: suspended
+        assert first.cacher.state is CacherState.SUSPENDED and later.cacher.state is CacherState.SUSPENDED
+        feeds.remove(later.cacher)
+        assert later.cacher.resume is not None
+        later.cacher.resume()  # a read of a resource no longer cached here: nothing starts
+        assert later.cacher not in feeds.tasks and later.runs == 1
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(run())

@@ -86,12 +86,23 @@ class JsonFeeds:
         """Run every reflector until cancelled; raises what a reflector raised, once all are cancelled."""
         self._failed = asyncio.get_running_loop().create_future()
         for reflector in reflectors:
-            self.reflectors[reflector.cacher] = reflector
-            self._start(reflector)
+            self.add(reflector)
         try:
             await self._failed
         finally:
             self.stop()
+
+    def add(self, reflector: Reflector) -> None:
+        """Run one more reflector (a resource cached later: on demand, a new CRD)."""
+        self.reflectors[reflector.cacher] = reflector
+        self._start(reflector)
+
+    def remove(self, cacher: Cacher) -> None:
+        """Stop and forget ``cacher``'s reflector (a resource no longer cached), suspended or not."""
+        self.reflectors.pop(cacher, None)
+        task = self.tasks.pop(cacher, None)
+        if task is not None:
+            task.cancel()
 
     def _start(self, reflector: Reflector) -> None:
         task = asyncio.ensure_future(reflector.run())
@@ -126,7 +137,7 @@ class JsonFeeds:
         )
 
     def _resume(self, cacher: Cacher, why: str) -> None:
-        if cacher in self.tasks or cacher.state is not CacherState.SUSPENDED:
+        if cacher in self.tasks or cacher.state is not CacherState.SUSPENDED or cacher not in self.reflectors:
             return
         cacher.resume = None  # once: the next reads wait for this resync
         reflector = self.reflectors[cacher]
