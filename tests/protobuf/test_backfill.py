@@ -15,14 +15,18 @@ from typing import Any
 
 import pytest
 
+from harness.doubles import NullSink
+from tests.dispatch.readctx import ReadCtx
 from tests.protobuf.recorded import RecordedUpstream, b
 from watchcache import apierrors
 from watchcache.cache.object import CachedObject
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.protobuf import FULL_PROTOBUF
 from watchcache.cache.semantics import Mode, WatchPlan
+from watchcache.dispatch import reads
 from watchcache.dispatch.backfill import BackfillLimits
 from watchcache.dispatch.cacher import Cacher, WatchRequest
+from watchcache.dispatch.outcomes import Expired
 from watchcache.resources import PODS
 from watchcache.upstream.backfill import UpstreamBackfill
 from watchcache.upstream.client import UpstreamClient
@@ -36,12 +40,6 @@ ALL = SelectionPredicate.parse(PODS, None, "", "")
 def released(upstream: RecordedUpstream) -> Iterator[RecordedUpstream]:
     upstream.release()  # the recorded changes after R reach protobuf watches
     yield upstream
-
-
-class Sink:
-    def wake(self, watcher: Any) -> None: ...
-    def closed(self, watcher: Any, reason: str) -> None: ...
-    def lagging(self, watcher: Any) -> None: ...
 
 
 def from_rv(rv: int) -> WatchPlan:
@@ -75,8 +73,12 @@ async def _watch_from_r(url: str, record: dict[str, Any], backfill: bool) -> byt
     try:
         r = int(record["R"])
         assert cacher.cache.oldest_rv > r  # the window does not reach R
-        watcher = await cacher.watch(WatchRequest(ALL, from_rv(r), encoding=FULL_PROTOBUF), Sink())
-        return b"".join(watcher.take()[0])
+        started = await reads.start_watch(
+            ReadCtx(), cacher, WatchRequest(ALL, from_rv(r), encoding=FULL_PROTOBUF), NullSink()
+        )
+        if isinstance(started, Expired):  # the read's owner answers it with kube's 410
+            raise started.status()
+        return b"".join(started.take()[0])
     finally:
         cacher.stop()
         await client.close()
