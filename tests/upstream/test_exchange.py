@@ -201,6 +201,23 @@ async def test_a_large_answer_pauses_reading_and_streams(monkeypatch: pytest.Mon
 
 
 @sync
+async def test_a_large_answer_that_ends_while_reading_is_paused_leaves_a_reusable_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The whole answer arrives in one read, past the limit: reading pauses and the message ends in the
+    # same read. The pooled connection must read again, or the next request's answer never comes.
+    monkeypatch.setattr(ex, "BUFFERED_MAX", 1024)
+    body = b"x" * 8192
+    async with serving(lambda req, n: ok(body + b"%d" % n)) as srv:
+        pool = Exchanges()
+        for n in (1, 2, 3):
+            answer = await asyncio.wait_for(pool.request("r", srv.dial, REQUEST), 5)
+            assert await asyncio.wait_for(read_all(answer), 5) == body + b"%d" % n
+            pool.finish(answer)
+        assert srv.connections == 1
+
+
+@sync
 async def test_an_answer_left_midway_closes_its_connection() -> None:
     async with serving(lambda req, n: [b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12345"]) as srv:
         pool = Exchanges()

@@ -177,6 +177,9 @@ class _Connection(asyncio.Protocol):
         answer.wake()
         self.answer = None
         if keep and self.open:
+            # Its body is held in the answer now: reading resumes for the next request (a connection
+            # pooled paused would never see that request's answer).
+            self.resume()
             self.pool.put(self)
         else:
             self.close()
