@@ -16,7 +16,6 @@ class ProvingUpstream:
     """The upstream at ``rv``: a scope is proven once the cache reaches it (by the test's writes) in time."""
 
     answers_old_reads = False
-    delegates_consistent_gets = False
 
     def __init__(self, rv: int = 0) -> None:
         self.rv = rv

@@ -93,15 +93,6 @@ async def test_a_cache_not_synced_is_refused_with_429_and_read_once_it_syncs_wit
 
 
 @arun
-async def test_a_consistent_get_goes_to_an_upstream_that_reads_etcd_without_waiting() -> None:
-    c = cacher()
-    ctx = ctx_at(c)
-    ctx.upstream.delegates_consistent_gets = True
-    assert await reads.read_object(ctx, c, plan(Mode.MOST_RECENT), "ns1", "a") == Delegated(Delegation.CONSISTENT_GET)
-    assert ctx.upstream.scope_proofs == [] and ctx.waits == 0
-
-
-@arun
 async def test_a_consistent_read_waits_for_its_scopes_proof_without_its_seat() -> None:
     c = cacher()
     ctx = ctx_at(c, fresh_wait=5.0)

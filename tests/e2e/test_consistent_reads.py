@@ -55,8 +55,11 @@ def stack() -> Iterator[Stack]:
         "pods,configmaps",
         "--fresh-wait",
         "2",
+        # A thousand reads of one client all admitted, to wait: flow control would queue one flow's
+        # flood and refuse its overflow with 429, as kube does (tests/e2e/test_flowcontrol.py).
         "--max-requests-inflight",
         "2000",
+        "--no-enable-priority-and-fairness",
         # Pods churn, so the upstream's rv moves and a probe of quiet configmaps gets a bookmark above it.
         sim_args=("--objects", "30", "--namespaces", "2", "--churn", "20"),
     )

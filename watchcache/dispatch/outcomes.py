@@ -86,7 +86,6 @@ class Expired(Refusal):
 class Delegation(enum.Enum):
     """Why the upstream answers a cached read instead (``server/`` counts it as a pass-through reason)."""
 
-    CONSISTENT_GET = "consistent-get"  # a GET without resourceVersion, as kube-apiserver reads it from etcd
     CONSISTENT_READ = "consistent-read"  # a consistent LIST or watch whose scope was not proven fresh in time
     OLD_EXACT_READ = "old-exact-read"  # an Exact LIST older than the window, which the upstream may still have
 

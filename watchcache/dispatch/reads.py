@@ -8,7 +8,6 @@ and writes the outcome::
       |  not synced within --ready-wait ----------------------> NotReady (429)
       v
     freshness, per read mode (invariant 8)
-      |  Most Recent: a GET whose upstream reads etcd --------> Delegated(CONSISTENT_GET)
       |  Most Recent: the scope's proof (reach_scope) --------> Delegated(CONSISTENT_READ) if not proven
       |  NotOlderThan / Exact / continue: reach the rv -------> TooLarge (504) if not reached
       v
@@ -19,6 +18,9 @@ and writes the outcome::
       |  GET: the object (or None)      LIST: the Snapshot      WATCH: a registered Watcher
       +--before the window: Expired (410; kube's words, and why the proxy could not reach back)
       +--Exact before the window, an upstream that may still have it: Delegated(OLD_EXACT_READ)
+
+A GET without resourceVersion never gets here when the upstream reads it from etcd: that is known
+from the request alone, so ``server/decision.py`` passes it through before any review or wait.
 
 Every refusal is a value (``dispatch/outcomes.py``); ``server/`` maps it to a Status, an ERROR
 event or a pass-through. A request gives its in-flight seat up while it waits here
@@ -58,7 +60,6 @@ from watchcache.watchers.watcher import Watcher, WatchSink
 _AT_RV = (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE)
 # The modes that read one rv exactly: before the window, the history is fetched first.
 _EXACT = (Mode.EXACT, Mode.CONTINUE)
-_CONSISTENT_GET = Delegated(Delegation.CONSISTENT_GET)
 _CONSISTENT_READ = Delegated(Delegation.CONSISTENT_READ)
 _OLD_EXACT_READ = Delegated(Delegation.OLD_EXACT_READ)
 
@@ -70,8 +71,6 @@ class ReadUpstream(Progress, Protocol):
     # (kube-apiserver reads it from etcd until etcd compacts it): such a LIST passes through
     # instead of getting our 410. False when the upstream's history is this cache's own (the sim).
     answers_old_reads: bool
-    # True when a GET without resourceVersion goes to the upstream, as kube-apiserver sends it to etcd.
-    delegates_consistent_gets: bool
 
 
 class WaitObserver(Protocol):
@@ -121,18 +120,14 @@ async def ready(ctx: ReadContext, cacher: Cacher) -> NotReady | None:
     return NotReady(cacher.resource)
 
 
-async def _fresh(
-    ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespace: str | None, *, get: bool = False
-) -> Refusal | None:
+async def _fresh(ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespace: str | None) -> Refusal | None:
     """Wait (at most ``--fresh-wait``) until the cache can serve a read in ``mode`` (``freshness``; invariant 8).
 
-    "Most Recent": a GET goes to the upstream when it reads etcd, as kube-apiserver's does; a
-    LIST or watch waits for its scope's proof and passes through without one. A requested rv the
+    "Most Recent": the read waits for its scope's proof and passes through without one (a GET does
+    too, from an upstream that does not read etcd: the simulated cluster). A requested rv the
     cache does not reach in time is 504 "Too large resource version".
     """
     if mode is Mode.MOST_RECENT:
-        if get and ctx.upstream.delegates_consistent_gets:
-            return _CONSISTENT_GET
         with ctx.waiting():
             wait = await freshness.reach_scope(cacher, namespace or None, ctx.upstream, ctx.config.fresh_wait)
         metrics = ctx.metrics
@@ -168,7 +163,7 @@ async def read_object(
     """A GET: the object at a state at least as new as ``plan`` asks, None if there is none, or a refusal."""
     refused: Refusal | None = await ready(ctx, cacher)
     if refused is None:
-        refused = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace, get=True)
+        refused = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace)
     if refused is not None:
         return refused
     return cacher.cache.get(object_key(namespace if cacher.resource.namespaced else "", name))

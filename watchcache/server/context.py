@@ -33,6 +33,10 @@ class Upstream(ReadUpstream, Protocol):
     """Where the truth is: answers what the cache cannot (writes, the rest of the API), and tells a
     cache that is behind where the upstream is and proves its progress (``dispatch/reads.py``)."""
 
+    # True when a GET without resourceVersion goes to the upstream, as kube-apiserver sends it to
+    # etcd (``server/decision.py``); False when the upstream's state is the cache's (the sim).
+    delegates_consistent_gets: bool
+
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         """Answer a request the cache does not serve. Raises StatusError."""
 

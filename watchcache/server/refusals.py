@@ -22,7 +22,6 @@ class PassThrough(Exception):
 
 
 _PASS_REASONS = {
-    Delegation.CONSISTENT_GET: PassReason.CONSISTENT_GET,
     Delegation.CONSISTENT_READ: PassReason.CONSISTENT_READ,
     Delegation.OLD_EXACT_READ: PassReason.OLD_EXACT_READ,
 }
