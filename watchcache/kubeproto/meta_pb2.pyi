@@ -127,6 +127,26 @@ class PartialObjectMetadataList(_message.Message):
     items: _containers.RepeatedCompositeFieldContainer[PartialObjectMetadata]
     def __init__(self, metadata: _Optional[_Union[ListMeta, _Mapping]] = ..., items: _Optional[_Iterable[_Union[PartialObjectMetadata, _Mapping]]] = ...) -> None: ...
 
+class VersionsList(_message.Message):
+    __slots__ = ("metadata", "items")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    metadata: ListMeta
+    items: _containers.RepeatedCompositeFieldContainer[VersionsItem]
+    def __init__(self, metadata: _Optional[_Union[ListMeta, _Mapping]] = ..., items: _Optional[_Iterable[_Union[VersionsItem, _Mapping]]] = ...) -> None: ...
+
+class VersionsItem(_message.Message):
+    __slots__ = ("metadata",)
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    metadata: VersionsMeta
+    def __init__(self, metadata: _Optional[_Union[VersionsMeta, _Mapping]] = ...) -> None: ...
+
+class VersionsMeta(_message.Message):
+    __slots__ = ("resourceVersion",)
+    RESOURCEVERSION_FIELD_NUMBER: _ClassVar[int]
+    resourceVersion: str
+    def __init__(self, resourceVersion: _Optional[str] = ...) -> None: ...
+
 class StatusCause(_message.Message):
     __slots__ = ("reason", "message", "field")
     REASON_FIELD_NUMBER: _ClassVar[int]
