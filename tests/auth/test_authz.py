@@ -22,6 +22,7 @@ from watchcache.auth.authz import (
 from watchcache.auth.review import ACCESS_REVIEW_PATH, ReviewError
 from watchcache.http.routing import parse_request_info
 
+CM1 = (("metadata.name", "In", ("cm-1",)),)
 ALICE = UserInfo("alice", "u-1", ("devs", "system:authenticated"), {"scopes": ("a",)})
 
 
@@ -55,20 +56,21 @@ def attrs_of(target: str) -> ResourceAttributes:
         # a list/watch pinned to one name is authorized with that name
         (
             "/api/v1/namespaces/ns-1/configmaps?fieldSelector=metadata.name%3Dcm-1",
-            ResourceAttributes("list", "", "v1", "configmaps", "", "ns-1", "cm-1"),
+            ResourceAttributes("list", "", "v1", "configmaps", "", "ns-1", "cm-1", CM1),
         ),
         (
             "/api/v1/namespaces/ns-1/configmaps?watch=1&fieldSelector=metadata.name%3D%3Dcm-1",
-            ResourceAttributes("watch", "", "v1", "configmaps", "", "ns-1", "cm-1"),
+            ResourceAttributes("watch", "", "v1", "configmaps", "", "ns-1", "cm-1", CM1),
         ),
         (
             "/api/v1/namespaces?fieldSelector=metadata.name%3Dns-1",
-            ResourceAttributes("list", "", "v1", "namespaces", "", "", "ns-1"),
+            ResourceAttributes("list", "", "v1", "namespaces", "", "", "ns-1", (("metadata.name", "In", ("ns-1",)),)),
         ),
-        # ...but not through the legacy /watch/ prefix (kube sets the verb before reading the selector)
+        # ...but not through the legacy /watch/ prefix (kube sets the verb before reading the selector),
+        # which still carries the selector itself
         (
             "/api/v1/watch/namespaces/ns-1/configmaps?fieldSelector=metadata.name%3Dcm-1",
-            ResourceAttributes("watch", "", "v1", "configmaps", "", "ns-1", ""),
+            ResourceAttributes("watch", "", "v1", "configmaps", "", "ns-1", "", CM1),
         ),
         # and a GET of a named object keeps its own name whatever the selector says
         (
@@ -102,6 +104,58 @@ def test_attributes_follow_kubes_request_info(target: str, expected: ResourceAtt
 )
 def test_name_from_field_selector(selector: str | None, name: str) -> None:
     assert name_from_field_selector(selector) == name
+
+
+@pytest.mark.parametrize(
+    ("target", "fields", "labels"),
+    [
+        # a kubelet's pod watch: kube's Node authorizer allows it only with the node's own name
+        ("/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnode-1", (("spec.nodeName", "In", ("node-1",)),), ()),
+        # the scheduler's: != is NotIn
+        (
+            "/api/v1/pods?fieldSelector=status.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed",
+            (("status.phase", "NotIn", ("Failed",)), ("status.phase", "NotIn", ("Succeeded",))),
+            (),
+        ),
+        (
+            "/api/v1/namespaces/ns-1/configmaps?labelSelector=app%3Dweb%2Ctier+in+%28a%2Cb%29%2C%21canary%2Cx%2Cn%3E3",
+            (),
+            (
+                ("app", "In", ("web",)),
+                ("canary", "DoesNotExist", ()),
+                ("tier", "In", ("a", "b")),
+                ("x", "Exists", ()),
+            ),  # "n>3" cannot be a requirement: left out, which only asks for more
+        ),
+        ("/api/v1/pods?labelSelector=a%21%3Db%2Cc+notin+%28d%29", (), (("a", "NotIn", ("b",)), ("c", "NotIn", ("d",)))),
+        # selectors that do not parse are not requirements (the request gets its 400 after)
+        ("/api/v1/pods?fieldSelector=spec.nodeName&labelSelector=a+in+b", (), ()),
+        # a GET of one object carries none (kube reads selectors for list and watch only)
+        ("/api/v1/namespaces/ns-1/pods/p1?fieldSelector=spec.nodeName%3Dn&labelSelector=a", (), ()),
+    ],
+)
+def test_list_and_watch_carry_their_selectors_as_requirements(target: str, fields: tuple, labels: tuple) -> None:
+    req = request(target)
+    attrs = ResourceAttributes.from_request_info(
+        info_of(req), req.query_value("fieldSelector"), req.query_value("labelSelector")
+    )
+    assert (attrs.field_selector, attrs.label_selector) == (fields, labels)
+
+
+def test_selectors_are_written_as_subject_access_review_requirements() -> None:
+    attrs = ResourceAttributes(
+        "watch", "", "v1", "pods", field_selector=(("spec.nodeName", "In", ("node-1",)),),
+        label_selector=(("app", "In", ("a", "b")), ("x", "Exists", ())),
+    )  # fmt: skip
+    assert attrs.to_spec() == {
+        "verb": "watch",
+        "version": "v1",
+        "resource": "pods",
+        "fieldSelector": {"requirements": [{"key": "spec.nodeName", "operator": "In", "values": ["node-1"]}]},
+        "labelSelector": {
+            "requirements": [{"key": "app", "operator": "In", "values": ["a", "b"]}, {"key": "x", "operator": "Exists"}]
+        },
+    }
 
 
 def test_non_resource_requests_have_no_resource_attributes() -> None:

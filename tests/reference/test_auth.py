@@ -93,7 +93,7 @@ class Proxy:
     ca: Pair
 
 
-def proxy(k: Kube, tmp: Path, *args: str) -> Proxy:
+def proxy(k: Kube, tmp: Path, *args: str, resources: str = "configmaps") -> Proxy:
     """watchcache in front of the apiserver, with its own serving certificate; the proxy's identity is admin."""
     pki = Pki(tmp)
     ca = pki.ca("serving-ca", "/CN=watchcache-test-serving-ca")
@@ -102,7 +102,7 @@ def proxy(k: Kube, tmp: Path, *args: str) -> Proxy:
     token.write_text(k.admin)
     proc = start(
         "serve", "--upstream", k.api.url, "--certificate-authority", str(k.ca.crt), "--token-file", str(token),
-        "--workers", "1", "--resources", "configmaps",
+        "--workers", "1", "--resources", resources,
         "--tls-cert-file", str(server.crt), "--tls-private-key-file", str(server.key),
         "--client-ca-file", str(k.ca.crt), *args,
     )  # fmt: skip
@@ -256,3 +256,63 @@ def test_refused_reads_build_no_follower_replica(kube: Kube, tmp_path: Path) -> 
         assert status == 403 and body["message"] == 'forbidden: User "nobody" cannot get path "/debug/shards"'
     finally:
         proc.stop()
+
+
+NODE = "wc-authz-node"
+NODE_POD = f"/api/v1/namespaces/{NAMESPACE}/pods/on-{NODE}"
+
+
+@pytest.fixture(scope="module")
+def pods_proxy(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    """A proxy that caches pods, so that a node's pod reads are served (and authorized) by it."""
+    p = proxy(kube, tmp_path_factory.mktemp("pods"), "--proxy-client-cert-file", str(kube.front_proxy.crt),
+              "--proxy-client-key-file", str(kube.front_proxy.key), resources="pods")  # fmt: skip
+    yield p
+    p.proc.stop()
+
+
+def test_a_node_reads_its_own_pods_from_the_cache_as_kubes_node_authorizer_allows(
+    kube: Kube, pods_proxy: Proxy, tmp_path: Path
+) -> None:
+    """kube v1.32+ (KEP-4601) lets a node list and watch pods only with ``spec.nodeName=<itself>``; the
+    proxy's SubjectAccessReview must carry that selector, or a kubelet's pod watch gets 403."""
+    from harness.kube.kit import KubeEnv
+
+    node = KubeEnv.from_environ().issue_client_cert(tmp_path, "node", f"/CN=system:node:{NODE}/O=system:nodes")
+    sa = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"
+    if kube.admin_call("GET", f"{sa}/default")[0] == 404:  # the kit runs no controller manager
+        assert kube.admin_call("POST", sa, {"metadata": {"name": "default"}})[0] == 201
+    pod = {
+        "metadata": {"name": NODE_POD.rsplit("/", 1)[1]},
+        "spec": {
+            "nodeName": NODE,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    status, body = kube.admin_call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+    assert status == 201, body
+    try:
+        own = f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}"
+        deadline = time.monotonic() + 10
+        while True:  # the proxy's cache gets the pod from its watch
+            direct, through = both(kube, pods_proxy, "GET", own, cert=node)
+            assert direct[0] == 200 and through[0] == 200, (direct, through)
+            if [i["metadata"]["name"] for i in through[1]["items"]] == [pod["metadata"]["name"]] or (
+                time.monotonic() > deadline
+            ):
+                break
+            time.sleep(0.1)
+        names = [i["metadata"]["name"] for i in through[1]["items"]]
+        assert names == [i["metadata"]["name"] for i in direct[1]["items"]] == [pod["metadata"]["name"]]
+        watched = call(pods_proxy.proc, pods_proxy.ca, "GET", f"{own}&watch=1&timeoutSeconds=1", cert=node)
+        # one ADDED event (decoded as the body's one JSON document), then the end at timeoutSeconds
+        assert watched[0] == 200 and watched[1]["type"] == "ADDED", watched
+        assert watched[1]["object"]["metadata"]["name"] == pod["metadata"]["name"]
+        # every pod, or another node's: refused by both, in the same words
+        for path in ("/api/v1/pods", "/api/v1/pods?fieldSelector=spec.nodeName%3Danother-node"):
+            direct, through = both(kube, pods_proxy, "GET", path, cert=node)
+            assert direct[0] == through[0] == 403, (path, direct, through)
+            assert through[1]["message"] == direct[1]["message"]
+    finally:
+        kube.admin_call("DELETE", f"{NODE_POD}?gracePeriodSeconds=0")

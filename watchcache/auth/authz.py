@@ -10,6 +10,11 @@ kube's ``RequestInfoFactory`` because RBAC ``resourceNames`` rules depend on the
   only ``cm-1`` can run an informer on it. The legacy ``/watch/`` path prefix does not get
   this (kube sets the verb before looking at the selector there).
 - the Namespace object itself (``/api/v1/namespaces/NAME``) is in namespace NAME.
+- a LIST or WATCH carries its ``fieldSelector`` and ``labelSelector`` as requirements
+  (KEP-4601, on by default since v1.32): kube's Node authorizer lets a node list and watch
+  pods only with ``spec.nodeName=<itself>``, so a kubelet's pod watch is refused without them.
+  They are this proxy's own parse, the one it filters by: what is authorized is what is served.
+  A term a requirement cannot say (``gt``, ``lt``) is left out, which only asks for more.
 
 A denial is kube's 403 (``forbidden``) with its exact message; a review that gets no
 answer fails closed with a 500 ``InternalError`` carrying ``Retry-After: 1`` (kube's
@@ -32,6 +37,7 @@ from watchcache.auth.review import ACCESS_REVIEW_PATH, ReviewClient, ReviewError
 from watchcache.quoting import go_quote
 from watchcache.selectors.errors import SelectorError
 from watchcache.selectors.fields import parse_field_selector
+from watchcache.selectors.labels import Operator, parse_label_selector
 
 if TYPE_CHECKING:
     from watchcache.http.routing import RequestInfo
@@ -65,6 +71,56 @@ def name_from_field_selector(field_selector: str | None) -> str:
     return name
 
 
+# A selector's requirements as SubjectAccessReview writes them: (key, operator, values).
+Requirements = tuple[tuple[str, str, tuple[str, ...]], ...]
+
+_FIELD_OPERATORS = {Operator.EQUALS: "In", Operator.NOT_EQUALS: "NotIn"}
+_LABEL_OPERATORS = {
+    Operator.IN: "In",
+    Operator.EQUALS: "In",
+    Operator.DOUBLE_EQUALS: "In",
+    Operator.NOT_IN: "NotIn",
+    Operator.NOT_EQUALS: "NotIn",
+    Operator.EXISTS: "Exists",
+    Operator.DOES_NOT_EXIST: "DoesNotExist",
+}
+
+
+def field_requirements(field_selector: str | None) -> Requirements:
+    """``fieldSelector`` as requirements; none when it is empty or does not parse (the request is
+    then answered 400 before any cached byte, and authorized as unlimited, as kube does)."""
+    if not field_selector:
+        return ()
+    try:
+        selector = parse_field_selector(field_selector, _ANY_FIELD)
+    except SelectorError:
+        return ()
+    return tuple((r.field, _FIELD_OPERATORS[r.operator], (r.value,)) for r in selector.requirements)
+
+
+def label_requirements(label_selector: str | None) -> Requirements:
+    """``labelSelector`` as requirements (``gt``/``lt`` terms left out: only a narrower request is lost)."""
+    if not label_selector:
+        return ()
+    try:
+        selector = parse_label_selector(label_selector)
+    except SelectorError:
+        return ()
+    return tuple(
+        (r.key, _LABEL_OPERATORS[r.operator], r.values) for r in selector.requirements if r.operator in _LABEL_OPERATORS
+    )
+
+
+def _requirements_spec(requirements: Requirements) -> dict[str, Any]:
+    out = []
+    for key, operator, values in requirements:
+        entry: dict[str, Any] = {"key": key, "operator": operator}
+        if values:
+            entry["values"] = list(values)
+        out.append(entry)
+    return {"requirements": out}
+
+
 @dataclass(frozen=True)
 class ResourceAttributes:
     verb: str
@@ -74,15 +130,20 @@ class ResourceAttributes:
     subresource: str = ""
     namespace: str = ""
     name: str = ""
+    field_selector: Requirements = ()
+    label_selector: Requirements = ()
 
     @classmethod
-    def from_request_info(cls, info: RequestInfo, field_selector: str | None = None) -> ResourceAttributes:
-        """The attributes kube-apiserver would authorize ``info`` with; ``field_selector`` is the
-        request's ``fieldSelector`` query parameter (used for a collection's list/watch only)."""
+    def from_request_info(
+        cls, info: RequestInfo, field_selector: str | None = None, label_selector: str | None = None
+    ) -> ResourceAttributes:
+        """The attributes kube-apiserver would authorize ``info`` with; ``field_selector`` and
+        ``label_selector`` are the request's query parameters (used for list/watch only)."""
         if not info.is_resource_request:
             raise ValueError(f"not a resource request: {info.path}")
         name = info.name
-        if not name and info.verb in ("list", "watch") and not info.watch_prefix:
+        selects = info.verb in ("list", "watch")
+        if not name and selects and not info.watch_prefix:
             name = name_from_field_selector(field_selector)
         namespace = info.namespace
         if not namespace and info.group == "" and info.resource == "namespaces" and info.name:
@@ -95,11 +156,13 @@ class ResourceAttributes:
             subresource=info.subresource,
             namespace=namespace,
             name=name,
+            field_selector=field_requirements(field_selector) if selects else (),
+            label_selector=label_requirements(label_selector) if selects else (),
         )
 
-    def to_spec(self) -> dict[str, str]:
+    def to_spec(self) -> dict[str, Any]:
         """``spec.resourceAttributes`` of a SubjectAccessReview (empty fields omitted, as kube's JSON)."""
-        fields = {
+        fields: dict[str, Any] = {
             "namespace": self.namespace,
             "verb": self.verb,
             "group": self.group,
@@ -107,6 +170,8 @@ class ResourceAttributes:
             "resource": self.resource,
             "subresource": self.subresource,
             "name": self.name,
+            "fieldSelector": _requirements_spec(self.field_selector) if self.field_selector else None,
+            "labelSelector": _requirements_spec(self.label_selector) if self.label_selector else None,
         }
         return {k: v for k, v in fields.items() if v}
 

@@ -180,7 +180,10 @@ class Gate:
         """
         if user is None:
             user = await self.authenticate(request, peercert)
-        await self.authorize(user, ResourceAttributes.from_request_info(info, request.query_value("fieldSelector")))
+        attrs = ResourceAttributes.from_request_info(
+            info, request.query_value("fieldSelector"), request.query_value("labelSelector")
+        )
+        await self.authorize(user, attrs)
         return user
 
     async def check_path(
