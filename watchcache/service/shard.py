@@ -34,6 +34,14 @@ from watchcache.upstream.protobuf import ProtobufCaches
 log = logging.getLogger("watchcache")
 
 
+def protobuf_followers(socket_of: Callable[[ResourceType], str], me: int, options: RunOptions) -> Followers:
+    """Followers of the owners' protobuf caches. As a JSON follower, each backfills from its owner
+    (whose protobuf cache backfills from the upstream) and resumes a broken stream from its rv: a
+    typed client resuming its watch on this worker after the proxy restarted gets the events since
+    its rv, not 410 and a relist (tests/reference/test_restarts_control_plane.py)."""
+    return Followers({}, socket_of, me, options.cache, backfill=options.backfill, protobuf=True)
+
+
 async def wire_shard(
     wiring: Wiring,
     options: RunOptions,
@@ -63,9 +71,7 @@ async def wire_shard(
         ctx.on_demand = ondemand.cacher
     follow, server = await _listen(ctx, shard, ondemand)
     if protobuf is not None:
-        # No backfill from the owner (a watch from before a follower's window gets 410);
-        # the owner's protobuf cache backfills from the upstream.
-        pb_followers = Followers({}, socket_of, shard.worker_id, options.cache, protobuf=True)
+        pb_followers = protobuf_followers(socket_of, shard.worker_id, options)
         protobuf.follow = pb_followers.ensure
 
         def owned_protobuf(resource_id: str) -> Cacher | None:
