@@ -165,6 +165,31 @@ def test_a_reflector_that_ends_by_itself_ends_the_feeds_with_its_error() -> None
     asyncio.run(run())
 
 
+def test_an_optional_reflector_that_ends_is_forgotten_and_the_feeds_go_on() -> None:
+    """An on-demand kind's feed (``add(optional=True)``): its end is logged, not the process's end."""
+
+    async def run() -> None:
+        healthy = FakeReflector(Cacher(PODS))
+        feeds = JsonFeeds(lambda r: None)
+        running = asyncio.ensure_future(feeds.run([healthy]))
+        await until(lambda: healthy.cacher.ready)
+        broken = FakeReflector(Cacher(PODS))
+        broken.fail = RuntimeError("a bug")
+        feeds.add(broken, optional=True)
+        await until(lambda: broken.cacher not in feeds.reflectors)
+        await asyncio.sleep(0.01)
+        assert not running.done() and broken.cacher not in feeds.tasks and healthy.cacher in feeds.tasks
+        later = FakeReflector(Cacher(PODS))
+        feeds.add(later, optional=True)  # still running: later ones start as before
+        await until(lambda: later.cacher.ready)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert feeds.tasks == {}
+
+    asyncio.run(run())
+
+
 def test_a_reflector_added_later_runs_and_a_removed_one_stops_suspended_or_not() -> None:
     async def run() -> None:
         feeds = JsonFeeds(lambda r: synced(), idle=IDLE, clock=lambda: NOW + IDLE)

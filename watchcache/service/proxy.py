@@ -148,10 +148,12 @@ async def wire_proxy(options: RunOptions) -> Wiring:
         reflector = Reflector(client, cacher, options.reflector, ctx.upstream_failures)
         reflector.after_relist = consistent.advance
         wiring.reflectors.append(reflector)
-        task = asyncio.ensure_future(reflector.run())
+        # Suspended while only protobuf clients read the kind, as a configured kind's feed; its end
+        # (a bug, or its kind gone) does not end the others'.
+        feeds.add(reflector, optional=True)
 
         def stop() -> None:
-            task.cancel()
+            feeds.remove(cacher)
             if reflector in wiring.reflectors:
                 wiring.reflectors.remove(reflector)
 

@@ -77,6 +77,9 @@ class JsonFeeds:
         self.clock = clock
         self.reflectors: dict[Cacher, Reflector] = {}
         self.tasks: dict[Cacher, asyncio.Task[None]] = {}
+        # The reflectors whose end does not end ``run``: an on-demand kind's (its cache is dropped, or
+        # its CRD deleted, without stopping the process).
+        self.optional: set[Cacher] = set()
         self.suspensions = 0
         self.resumptions = 0
         # Set with the exception of a reflector that ended by itself (a bug: they run until cancelled).
@@ -92,14 +95,18 @@ class JsonFeeds:
         finally:
             self.stop()
 
-    def add(self, reflector: Reflector) -> None:
-        """Run one more reflector (a resource cached later: on demand, a new CRD)."""
+    def add(self, reflector: Reflector, *, optional: bool = False) -> None:
+        """Run one more reflector (a resource cached later: on demand, a new CRD). ``optional``: if it
+        ends by itself, it is logged and forgotten, and the other feeds go on."""
         self.reflectors[reflector.cacher] = reflector
+        if optional:
+            self.optional.add(reflector.cacher)
         self._start(reflector)
 
     def remove(self, cacher: Cacher) -> None:
         """Stop and forget ``cacher``'s reflector (a resource no longer cached), suspended or not."""
         self.reflectors.pop(cacher, None)
+        self.optional.discard(cacher)
         task = self.tasks.pop(cacher, None)
         if task is not None:
             task.cancel()
@@ -110,9 +117,17 @@ class JsonFeeds:
         self.tasks[reflector.cacher] = task
 
     def _ended(self, reflector: Reflector, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or self._failed is None or self._failed.done():
+        if task.cancelled():
             return
         error = task.exception() or RuntimeError(f"the reflector of {reflector.resource.qualified} returned")
+        cacher = reflector.cacher
+        if cacher in self.optional:
+            if self.tasks.get(cacher) is task:
+                log.error("JSON feed of %s ended: %r", reflector.resource.qualified, error)
+                self.remove(cacher)
+            return
+        if self._failed is None or self._failed.done():
+            return
         self._failed.set_exception(error)
 
     def tick(self) -> None:
