@@ -4,7 +4,8 @@ On a real socket, in a thread of its own: discovery, each kind's collection in J
 (by the request's Accept) whatever the query, and watches. A protobuf watch sends the recorded
 upstream frames of pods and configmaps newer than its ``resourceVersion`` — from ``R`` only once
 ``release()`` is called, so that reads at the recorded ``R`` see kube's state at ``R`` — then the
-kind's recorded bookmark if it is newer still, and stays open until its ``timeoutSeconds``. A
+kind's recorded bookmark if it is newer still, and stays open until its ``timeoutSeconds``; a protobuf
+watch-list (``sendInitialEvents=true``, only the proxy's that asks for no object) sends that bookmark at once. A
 JSON watch stays open, silent (the JSON cache stays at ``R``). ``open_watches`` says which watches are
 open now (the upstream watches a proxy holds). A metadata LIST
 (``as=PartialObjectMetadataList``, what the proxy's consistent-read proofs ask) of a collection or of
@@ -149,7 +150,12 @@ class RecordedUpstream:
         self._open[key] = self._open.get(key, 0) + 1
         try:
             async with asyncio.timeout(timeout):
-                if protobuf:
+                if protobuf and request.query.get("sendInitialEvents") == "true":
+                    # A watch-list: initial events, then their end bookmark. Only the proxy's asks
+                    # here, with a selector no object matches (pbreflector: the kind's empty object).
+                    frame = b(entry["bookmark"])
+                    await resp.write(len(frame).to_bytes(4, "big") + frame)
+                elif protobuf:
                     frames = [b(f) for f in self.watches.get(f"upstream-{kind}", [])]
                     if frames and since >= int(self.record["R"]):
                         assert self.released is not None
