@@ -43,6 +43,9 @@ from watchcache.upstream.client import UpstreamClient, UpstreamError, WatchStall
 
 log = logging.getLogger("watchcache.upstream.probes")
 
+# After a probe's watch is sent, when its nudge (a consistent read) goes: the watch is registered first.
+NUDGE_DELAY = 0.1
+
 
 @dataclass(frozen=True)
 class ProbeLimits:
@@ -103,6 +106,7 @@ class Prober:
         self._probes: set[asyncio.Task[str]] = set()
         self._pump: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        self._nudging = False
 
     @property
     def running(self) -> int:
@@ -182,6 +186,7 @@ class Prober:
         seen = start
         timeout = self.limits.timeout_seconds
         params = {"resourceVersion": str(start), "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout)}
+        nudge = asyncio.ensure_future(self._nudge())
         try:
             async for lines in self.client.watch(cacher.resource, params, stall_timeout=timeout + 2.0):
                 for line in lines:
@@ -206,4 +211,22 @@ class Prober:
         except (aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:
             log.debug("probe of %s failed: %s", cacher.resource.qualified, e)
             return Outcome.FAILED
+        finally:
+            nudge.cancel()
         return Outcome.NO_BOOKMARK
+
+    async def _nudge(self) -> None:
+        """A consistent read of the resource once the probe's watch is open: kube-apiserver then asks
+        etcd for progress, so its cache of a resource nobody writes moves to the current rv and sends
+        bookmarks at all (its cacher sends none before it has processed an event or a progress
+        notification). Without it a probe of such a resource ended without a bookmark, and a read at
+        an rv ahead of the cache got 504 after --fresh-wait. One at a time per resource."""
+        if self._nudging:
+            return
+        self._nudging = True
+        try:
+            await asyncio.sleep(NUDGE_DELAY)
+            with contextlib.suppress(UpstreamError, aiohttp.ClientError, TimeoutError, OSError, ValueError, KeyError):
+                await self.client.list_rv(self.cacher.resource)
+        finally:
+            self._nudging = False

@@ -1,0 +1,60 @@
+"""A read at an rv ahead of a quiet cache, against kube-apiserver v1.36: proven by a probe, not 504.
+
+LimitRanges nobody writes; a ConfigMap written elsewhere moves the cluster's rv to ``R`` (read
+directly). Through the proxy, a LIST at ``R`` — ``resourceVersionMatch=NotOlderThan`` and
+``Exact`` — is ahead of the LimitRanges cache: the proxy's probe watch (``upstream/probes.py``)
+proves the cache current and the LIST is answered from it, at ``R`` for Exact, as kube answers
+it (kube asks etcd for progress). The probe's consistent read makes kube's cache of the quiet
+resource move and send bookmarks at all: before it, every probe ended without a bookmark and each
+read got 504 "Too large resource version" after ``--fresh-wait`` (3 s).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.kube.kit import Api, KubeEnv, Serving, drop_namespace, needs_kube, start_proxy
+
+pytestmark = needs_kube
+
+NS = "restarts-reads-ahead"
+LIMITRANGES = "/api/v1/limitranges"
+
+
+def test_lists_at_an_rv_ahead_of_a_quiet_cache_are_proven_and_served(tmp_path: Path) -> None:
+    kube = KubeEnv.from_environ()
+    direct = Api(kube.url, kube.token, kube.ca)
+    drop_namespace(direct, NS, ("configmaps",))
+    direct.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+    serving = Serving.make(tmp_path)
+    proc = start_proxy(kube, serving, "--workers", "1", resources="limitranges")
+    through = Api(proc.url, kube.token, str(serving.ca.crt))
+    try:
+        for i, match in enumerate(("NotOlderThan", "Exact", "Exact", "NotOlderThan")):
+            direct.create(f"/api/v1/namespaces/{NS}/configmaps", {"metadata": {"name": f"cm-{i}"}})
+            r = int(direct.get(f"/api/v1/namespaces/{NS}/configmaps")["metadata"]["resourceVersion"])
+            started = time.monotonic()
+            status, _, body = through.raw("GET", f"{LIMITRANGES}?resourceVersion={r}&resourceVersionMatch={match}")
+            took = time.monotonic() - started
+            assert status == 200, (match, r, status, body[:300], f"{took:.2f}s")
+            answer: dict[str, Any] = json.loads(body)
+            listed = int(answer["metadata"]["resourceVersion"])
+            assert listed == r if match == "Exact" else listed >= r, (match, r, listed)
+            assert took < 2.9, (match, f"{took:.2f}s")  # proven, not the last moments of --fresh-wait
+        metrics = through.raw("GET", "/metrics", accept="text/plain")[2].decode()
+        proved = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith("watchcache_consistency_probes_total") and 'resource="limitranges"' in line
+        ]
+        assert any('outcome="proved"' in line for line in proved), proved
+        passed = [line for line in metrics.splitlines() if line.startswith("watchcache_passthrough_requests_total")]
+        assert all(line.endswith(" 0.0") for line in passed if "limitranges" in line), passed
+    finally:
+        through.close()
+        proc.stop()
+        drop_namespace(direct, NS, ("configmaps",))
+        direct.close()
