@@ -64,7 +64,7 @@ def test_every_worker_serves_every_resource_with_one_upstream_watch_each(sharded
             view["following"]
         )
     upstream = get_ok(sharded.sim.url, "/debug/cache")["resources"]
-    for name in ("pods", "configmaps", "namespaces", "nodes", "services", "serviceaccounts", "deployments.apps"):
+    for name in ("pods", "configmaps", "namespaces", "nodes", "services", "serviceaccounts", "apps/v1/deployments"):
         assert upstream[name]["watchers"] == 1, (name, upstream[name])
         assert upstream[name]["watch_requests"] == 1, (name, upstream[name])
 

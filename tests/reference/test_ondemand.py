@@ -62,7 +62,7 @@ def proxy(kube: KubeEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
 
 
 def list_watchable(direct: Api) -> list[tuple[str, str, bool]]:
-    """(collection path, qualified name, namespaced) of every list-watchable resource, every version."""
+    """(collection path, name as ``--resources`` takes it, namespaced) of every list-watchable kind, every version."""
     versions = [f"/api/{v}" for v in direct.get("/api")["versions"]]
     versions += [f"/apis/{gv['groupVersion']}" for g in direct.get("/apis")["groups"] for gv in g["versions"]]
     out = []
@@ -74,7 +74,8 @@ def list_watchable(direct: Api) -> list[tuple[str, str, bool]]:
         group = doc["groupVersion"].rpartition("/")[0]
         for r in doc["resources"]:
             if "/" not in r["name"] and {"list", "watch"} <= set(r["verbs"]):
-                out.append((f"{base}/{r['name']}", f"{r['name']}.{group}" if group else r["name"], r["namespaced"]))
+                name = f"{doc['groupVersion']}/{r['name']}" if group else r["name"]  # as /debug/cache keys it
+                out.append((f"{base}/{r['name']}", name, r["namespaced"]))
     return out
 
 
@@ -156,7 +157,7 @@ def test_a_crd_created_used_changed_and_deleted_while_clients_watch(
         # The kind is learned from the CRD (no restart), then cached from its first read within 5 s.
         wait_for(lambda: _read(through, gadgets) is not None, 10, "the new kind served through the proxy")
         first = time.monotonic()
-        wait_for(lambda: "gadgets." + GROUP in debug(through)["resources"], 5, "the new kind cached")
+        wait_for(lambda: f"{GROUP}/v1/gadgets" in debug(through)["resources"], 5, "the new kind cached")
         print(f"\nCRD created after start: cached {time.monotonic() - first:.2f}s after its first read")
         listed = through.get(gadgets)
         assert [g["metadata"]["name"] for g in listed["items"]] == ["g-1"]
@@ -175,8 +176,16 @@ def test_a_crd_created_used_changed_and_deleted_while_clients_watch(
         direct.merge_patch(f"{CRDS}/{CRD_NAME}", {"spec": gadget_crd(("v1", "v2"), columns=True)["spec"]})
         v2 = gadgets.replace("/v1/", "/v2/")
         wait_for(lambda: _read(through, v2) is not None, 15, "v2 served through the proxy")
-        wait_for(lambda: "gadgets." + GROUP in debug(through)["resources"], 10, "v2 read")
+        # Read until cached: a read before v2 was registered here passed through, and started nothing.
+        v2_cached = f"{GROUP}/v2/gadgets"
+        wait_for(lambda: through.get(v2) and v2_cached in debug(through)["resources"], 30, "v2 cached", interval=0.5)
         assert sorted(g["metadata"]["name"] for g in through.get(v2)["items"]) == ["g-1", "g-2"]
+        # Two served versions, two caches: /debug/cache names each with its version (they collided).
+        both = debug(through)
+        for version in ("v1", "v2"):
+            key = f"{GROUP}/{version}/gadgets"
+            wait_for(lambda key=key: debug(through)["resources"][key]["objects"] == 2, 10, key)
+            assert both["caching"]["kinds"][key]["why"] == "on demand", both["caching"]
         table = json.loads(
             through.raw("GET", gadgets, accept="application/json;as=Table;v=v1;g=meta.k8s.io")[2].decode()
         )

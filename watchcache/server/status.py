@@ -46,14 +46,14 @@ def local_status(
         failure = failures.for_resource(resource) if failures is not None else None
         stats["last_upstream_error"] = failure.as_json(now) if failure is not None else None
         stats["upstream_failing"] = failures is not None and resource in failures.failing
-        resources[resource.qualified] = stats
+        resources[resource.path_id()] = stats  # versioned: two served versions of a kind are two caches
     protobuf: dict[str, Any] = {}
     for cacher in list(ctx.more_cachers()):  # the protobuf caches (upstream/protobuf.py) and their followers
         stats = dataclasses.asdict(cacher.cache.stats())
         stats["watchers"] = len(cacher.dispatcher)
         stats["ready"] = cacher.ready
         stats["role"] = "owner" if owns(cacher.resource) else "follower"
-        protobuf[cacher.resource.qualified] = stats
+        protobuf[cacher.resource.path_id()] = stats
     discovery = failures.for_resource(None) if failures is not None else None
     return {
         "worker": worker,

@@ -175,7 +175,7 @@ class OnDemandCaches:
         entry.synced = self.clock()
         self.ctx.cachers[resource] = entry.cacher
         took = entry.synced - entry.started
-        self.sync_seconds[resource.qualified] = took
+        self.sync_seconds[resource.path_id()] = took
         log.info(
             "caching %s (%s): synced %.2fs after it started, %d objects",
             resource.path_id(),
@@ -212,10 +212,10 @@ class OnDemandCaches:
             return
         droppable = {r for r, e in self.entries.items() if e.why in (Why.ON_DEMAND, Why.ALL)}
         weights = [
-            Usage(r.qualified, size, self.entries[r].cacher.last_used if r in droppable else 0.0, r not in droppable)
+            Usage(r.path_id(), size, self.entries[r].cacher.last_used if r in droppable else 0.0, r not in droppable)
             for r, size in usage.items()
         ]
-        by_name = {r.qualified: r for r in usage}
+        by_name = {r.path_id(): r for r in usage}
         total = sum(usage.values())
         dropping = over_budget(weights, budget)
         for name in dropping:
@@ -292,7 +292,7 @@ class OnDemandCaches:
         for resource, entry in self.entries.items():
             failure = failures.for_resource(resource) if failures is not None else None
             failing = failures is not None and resource in failures.failing
-            kinds[resource.qualified] = {
+            kinds[resource.path_id()] = {
                 "why": entry.why.value,
                 "role": entry.role,
                 "state": "cached" if entry.synced is not None else "syncing",
@@ -301,14 +301,14 @@ class OnDemandCaches:
                 "last_upstream_error": failure.as_json(wall) if failure is not None and failing else None,
             }
         for resource, size in self.accounted.items():
-            if resource.qualified in kinds:
-                kinds[resource.qualified]["accounted_bytes"] = size
+            if resource.path_id() in kinds:
+                kinds[resource.path_id()]["accounted_bytes"] = size
         return {
             "on_demand": self.policy.on_demand,
             "idle": seconds(self.policy.idle),
             "memory_budget_bytes": self.policy.memory_bytes,
             "accounted_bytes": sum(self.accounted.values()),
-            "over_budget": sorted(r.qualified for r in self.too_big),
+            "over_budget": sorted(r.path_id() for r in self.too_big),
             "refused_over_budget": self.refused_memory,
             "kinds": kinds,
             "started": self.started,
