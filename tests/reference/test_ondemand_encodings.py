@@ -33,6 +33,7 @@ def test_an_on_demand_kinds_json_feed_is_suspended_while_only_protobuf_clients_r
     proc = start_proxy(kube, serving, "--workers", "1", "--encoding-idle-timeout", "1", resources="configmaps")
     api = Api(proc.url, kube.token, str(serving.ca.crt))
     try:
+
         def json_read() -> bool:  # the first starts the kind's cache
             assert api.raw("GET", LIMITRANGES + "?resourceVersion=0")[0] == 200
             return debug(api).get("ready") is True
