@@ -51,6 +51,7 @@ class FlowStats:
 
     inqueue: int = 0
     executing: int = 0
+    seats: int = 0  # seats the executing requests occupy (their work estimates)
     dispatched: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     # execute "true"/"false" -> (bucket counts, sum): the wait of dispatched and of rejected requests.
@@ -68,15 +69,15 @@ class Level:
 
     __slots__ = ("config", "queueset")
 
-    def __init__(self, config: PriorityLevel, limit: int) -> None:
+    def __init__(self, config: PriorityLevel, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
-        self.queueset = None if config.exempt else QueueSet(limit, *config.shape)
+        self.queueset = None if config.exempt else QueueSet(limit, *config.shape, clock=clock)
 
 
 class Grant:
     """A dispatched request's seat (none for an exempt level)."""
 
-    __slots__ = ("_control", "_queueset", "_released", "classification", "entry", "stats")
+    __slots__ = ("_control", "_queueset", "_released", "classification", "entry", "seats", "stats")
 
     def __init__(
         self,
@@ -92,7 +93,9 @@ class Grant:
         self.entry = entry
         self.stats = stats
         self._released = False
+        self.seats = 1 if entry is None else entry.seats
         stats.executing += 1
+        stats.seats += self.seats
 
     def release(self) -> None:
         """The request ended (a watch: its initial events were sent); idempotent."""
@@ -100,6 +103,7 @@ class Grant:
             return
         self._released = True
         self.stats.executing -= 1
+        self.stats.seats -= self.seats
         if self.entry is not None and self._queueset is not None:
             self._control.wake(self._queueset.finish(self.entry))
 
@@ -149,7 +153,7 @@ class FlowControl:
                     self.wake(old.queueset.set_limit(limit))
                 new[name] = old
             else:
-                new[name] = Level(config, limit)
+                new[name] = Level(config, limit, self.clock)
         self.levels = new
         self.classifier = classifier
         if source:
@@ -165,8 +169,9 @@ class FlowControl:
             stats = self.stats[key] = FlowStats()
         return stats
 
-    async def admit(self, c: Classification, wait: float | None) -> Grant:
-        """A seat for a classified request, after waiting at most ``wait`` seconds; raises ``Rejected``."""
+    async def admit(self, c: Classification, wait: float | None, seats: int = 1) -> Grant:
+        """``seats`` (its work estimate) for a classified request, after waiting at most ``wait`` seconds;
+        raises ``Rejected``."""
         stats = self.stats_for(c)
         level = self.levels.get(c.priority_level.name)
         queueset = None if level is None else level.queueset
@@ -174,7 +179,7 @@ class FlowControl:
             stats.dispatched += 1
             return Grant(self, c, None, None, stats)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = queueset.offer(flow_hash(c.flow_schema.name, c.distinguisher), future)
+        entry = queueset.offer(flow_hash(c.flow_schema.name, c.distinguisher), future, seats)
         if entry.state == EXECUTING:
             stats.dispatched += 1
             stats.observe_wait(True, 0.0)

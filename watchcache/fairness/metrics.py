@@ -51,7 +51,7 @@ class FlowControlCollector(Collector):
         for (level, schema), stats in sorted(control.stats.items()):
             labels = [level, schema]
             inqueue.add_metric(labels, stats.inqueue)
-            seats.add_metric(labels, stats.executing)
+            seats.add_metric(labels, stats.seats)
             executing.add_metric(labels, stats.executing)
             dispatched.add_metric(labels, stats.dispatched)
             # Every reason, zeros included: an alert's rate() has a series before the first refusal.
