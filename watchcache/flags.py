@@ -295,6 +295,8 @@ def _sim_command_flags(sim: argparse.ArgumentParser) -> None:
     sim.add_argument("--crds", action="store_true", help="serve CustomResourceDefinitions: each one created "
                      "becomes a resource of the cluster at once, and deleting it deletes its objects and the resource "
                      "(no schemas, no conversion; not with --state-file)")
+    sim.add_argument("--flowcontrol", action="store_true", help="serve flowcontrol.apiserver.k8s.io/v1 FlowSchemas and "
+                     "PriorityLevelConfigurations, created as kube's suggested configuration (the proxy follows them)")
     _reads(sim.add_argument_group("tuning: reads"), proxy=False)
     _delivery(sim.add_argument_group("tuning: watch delivery"))
     # The simulated cluster's clients are tests and benchmarks on one host: no per-address limit.

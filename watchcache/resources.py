@@ -250,6 +250,14 @@ STATEFULSETS = ResourceType(
 )
 DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, "daemonset", ("ds",), (), None, ("all",))
 ENDPOINTSLICES = ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice")
+# API Priority and Fairness's configuration: followed by flow control (service/flowconfig.py), not
+# cached; served by the simulated cluster with ``--flowcontrol``.
+FLOWSCHEMAS = ResourceType("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", "FlowSchema", False, "flowschema")
+PRIORITYLEVELCONFIGURATIONS = ResourceType(
+    "flowcontrol.apiserver.k8s.io", "v1", "prioritylevelconfigurations", "PriorityLevelConfiguration", False,
+    "prioritylevelconfiguration",
+)  # fmt: skip
+FLOWCONTROL = (FLOWSCHEMAS, PRIORITYLEVELCONFIGURATIONS)
 
 BUILTIN: tuple[ResourceType, ...] = (
     NAMESPACES,

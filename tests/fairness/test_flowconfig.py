@@ -6,6 +6,7 @@ import asyncio
 import copy
 from typing import Any
 
+import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 
 from watchcache.fairness.classify import RequestDigest
@@ -95,3 +96,64 @@ def test_metrics_under_kube_names_and_labels() -> None:
         assert f"apiserver_flowcontrol_current_executing_seats{{{labels}}} 0.0" in text
 
     asyncio.run(run())
+
+
+def test_watched_changes_apply_live_and_410_relists() -> None:
+    """List, then watch from the list's resourceVersion: an event applies at once, a bookmark moves the
+    resume point, the end of a stream resumes from it, and 410 Gone (an ERROR event) relists."""
+    up = Upstream()
+    fc = FlowControl(8)
+    calls: list[tuple[str, str]] = []
+    lists: list[str] = []
+    mine = copy.deepcopy(next(o for o in up.schemas if o["metadata"]["name"] == "global-default"))
+    mine["metadata"] = {"name": "alice-first", "uid": "u-alice", "resourceVersion": "12"}
+    mine["spec"]["matchingPrecedence"] = 50
+    mine["spec"]["priorityLevelConfiguration"]["name"] = "workload-high"
+    mine["spec"]["rules"][0]["subjects"] = [{"kind": "User", "user": {"name": "alice"}}]
+    script: dict[str, list[list[dict[str, Any]]]] = {
+        "flowschemas": [
+            [
+                {"type": "ADDED", "object": mine},
+                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+            ],
+            [{"type": "DELETED", "object": {**mine, "metadata": {**mine["metadata"], "resourceVersion": "16"}}}],
+            [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}],
+        ],
+        "prioritylevelconfigurations": [],
+    }
+    seen: list[str] = []
+
+    async def get_json(path: str) -> Any:
+        lists.append(path.rsplit("/", 1)[1])
+        listing = await up.get_json(path)
+        listing["metadata"] = {"resourceVersion": "10"}
+        return listing
+
+    async def watch(plural: str, params: Any, on_lines: Any) -> None:
+        calls.append((plural, params["resourceVersion"]))
+        assert params["allowWatchBookmarks"] == "true"
+        while "prioritylevelconfigurations" not in lists:  # applied once both kinds are listed
+            await asyncio.sleep(0.001)
+        if not script[plural]:
+            await asyncio.Event().wait()  # a quiet stream
+        events = script[plural].pop(0)
+        on_lines([orjson.dumps(e) for e in events])
+        seen.append(fc.classify(ALICE).flow_schema.name)
+
+    async def run() -> None:
+        source = FlowConfigSource(fc, get_json, watch, retry=(0.001, 0.001))
+        task = asyncio.create_task(source.run())
+        while len(lists) < 3:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(asyncio.wait_for(run(), 5))
+    assert fc.source == "the upstream's (11 FlowSchemas, 8 priority levels), watched"
+    # Added (alice's schema applies), deleted (back to global-default), then the ERROR relisted.
+    assert seen == ["alice-first", "global-default"]
+    assert calls[:3] == [("flowschemas", "10"), ("prioritylevelconfigurations", "10"), ("flowschemas", "15")] or (
+        sorted(calls[:3])
+        == sorted([("flowschemas", "10"), ("prioritylevelconfigurations", "10"), ("flowschemas", "15")])
+    )
+    assert sorted(lists) == ["flowschemas", "flowschemas", "prioritylevelconfigurations"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import aiohttp
 
@@ -14,7 +14,7 @@ from watchcache.auth.gate import Gate
 from watchcache.backoff import Backoff
 from watchcache.dispatch.cacher import Cacher
 from watchcache.dispatch.lifecycle import SECRETS, seconds
-from watchcache.resources import BUILTIN_GROUPS, ResourceRegistry, ResourceType
+from watchcache.resources import BUILTIN_GROUPS, FLOWCONTROL, ResourceRegistry, ResourceType
 from watchcache.server.app import ApiHandler
 from watchcache.server.context import ApiContext
 from watchcache.server.metrics import TunnelCollector
@@ -213,7 +213,13 @@ async def wire_proxy(options: RunOptions) -> Wiring:
     if identity.mode == "front-proxy":
         wiring.tasks.append(asyncio.ensure_future(identity.learn_upstream_names(client)))
     if wiring.handler.flow_control is not None:  # API Priority and Fairness: the upstream's configuration
-        wiring.tasks.append(asyncio.ensure_future(FlowConfigSource(wiring.handler.flow_control, client.get_json).run()))
+        kinds = {t.resource: t for t in FLOWCONTROL}
+
+        def watch(plural: str, params: Mapping[str, str], on_lines: Callable[[list[bytes]], None]) -> Awaitable[None]:
+            return client.watch_into(kinds[plural], params, on_lines, stall_timeout=options.reflector.stall_timeout)
+
+        source = FlowConfigSource(wiring.handler.flow_control, client.get_json, watch)
+        wiring.tasks.append(asyncio.ensure_future(source.run()))
     return wiring
 
 

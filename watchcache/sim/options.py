@@ -25,6 +25,8 @@ class SimOptions:
     anonymous: bool = True
     # Serve CustomResourceDefinitions and the kinds they define (``watchcache sim --crds``: sim/crds.py).
     crds: bool = False
+    # Serve flowcontrol.apiserver.k8s.io/v1, seeded with kube's suggested objects (``watchcache sim --flowcontrol``).
+    flowcontrol: bool = False
     # The flags' prefix: "" for ``watchcache sim``, "sim-" for ``serve --simulated`` (its messages name them).
     flag_prefix: str = ""
 
@@ -44,6 +46,7 @@ class SimOptions:
             requestheader_ca_file=g.get("requestheader_client_ca_file"),
             flag_prefix=prefix.replace("_", "-"),
             crds=bool(g.get("crds")) if args.command == "sim" else False,
+            flowcontrol=bool(g.get("flowcontrol")) if args.command == "sim" else False,
             requestheader_allowed_names=tuple(
                 n.strip() for n in g.get("requestheader_allowed_names", "").split(",") if n.strip()
             ),

@@ -15,8 +15,9 @@ import socket
 from watchcache.auth.gate import AuthOptions, Gate
 from watchcache.auth.requestheader import RequestHeaderAuthenticator, RequestHeaderNames, ca_subjects
 from watchcache.dispatch.cacher import Cacher
+from watchcache.fairness.defaults import flow_schemas, priority_levels
 from watchcache.http.request import Request
-from watchcache.resources import BUILTIN, ResourceRegistry
+from watchcache.resources import BUILTIN, FLOWCONTROL, ResourceRegistry
 from watchcache.server.app import ApiHandler
 from watchcache.service.lifecycle import Wiring, api_context, run
 from watchcache.service.options import RunOptions
@@ -38,12 +39,15 @@ SIMULATED_READY_LINE = "[+]upstream ok: SIMULATED cluster in this process (serve
 
 def _sim_cluster(options: RunOptions, sim: SimOptions) -> SimCluster:
     try:
-        registry = ResourceRegistry((*BUILTIN, CRDS)) if sim.crds else ResourceRegistry()
-        cluster = SimCluster(registry, options.cache, state_file=sim.state_file)
+        types = (*BUILTIN, *((CRDS,) if sim.crds else ()), *(FLOWCONTROL if sim.flowcontrol else ()))
+        cluster = SimCluster(ResourceRegistry(types), options.cache, state_file=sim.state_file)
     except OSError as e:
         raise ValueError(f"--{sim.flag_prefix}state-file {sim.state_file}: {e.strerror or e}") from None
     if not cluster.restored:  # a restart from the journal already has its objects
         populate(cluster, objects=sim.objects, namespaces=sim.namespaces, nodes=sim.nodes, seed=sim.seed)
+        if sim.flowcontrol:
+            for obj in [*flow_schemas(), *priority_levels()]:
+                cluster.create(FLOWCONTROL[obj["kind"] != "FlowSchema"], "", obj)
     return cluster
 
 
