@@ -84,3 +84,32 @@ def test_pf_headers_match_kube_for_the_same_user_and_request(kube: KubeEnv, setu
             continue
         assert (direct[1][FS], direct[1][PL]) == (fs_uid[schema], pl_uid[level]), (path, direct[1])
         assert (proxied[1][FS], proxied[1][PL]) == (direct[1][FS], direct[1][PL]), (path, proxied[1])
+
+
+def test_a_flow_schema_created_in_kube_applies_through_the_proxy_live(kube: KubeEnv, setup: tuple) -> None:
+    """The proxy watches kube's FlowSchemas: one created for the quiet ServiceAccount classifies its next
+    request through the proxy as kube does, and its deletion too, each within a watch event's delay."""
+    admin, proxy, serving, tokens = setup
+    path = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"
+    name = "apf2-quiet-first"
+    if admin.exists(f"{path}/{name}"):
+        admin.raw("DELETE", f"{path}/{name}")
+    user = f"system:serviceaccount:{NAMESPACE}:quiet"
+    created = admin.create(path, {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": name},
+        "spec": {"matchingPrecedence": 500, "priorityLevelConfiguration": {"name": "workload-high"},
+                 "distinguisherMethod": {"type": "ByUser"},
+                 "rules": [{"subjects": [{"kind": "User", "user": {"name": user}}],
+                            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                               "namespaces": ["*"], "clusterScope": True}]}]},
+    })  # fmt: skip
+    uid = created["metadata"]["uid"]
+    pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    proxied = Api(proxy.url, tokens["quiet"], str(serving.ca.crt))
+    try:
+        wait_for(lambda: proxied.raw("GET", pods)[1].get(FS) == uid, 10, "the proxy classifying by the new schema")
+        assert Api(kube.url, tokens["quiet"], kube.ca).raw("GET", pods)[1][FS] == uid
+    finally:
+        admin.raw("DELETE", f"{path}/{name}")
+    wait_for(lambda: proxied.raw("GET", pods)[1].get(FS) != uid, 10, "the proxy forgetting the deleted schema")
+    assert proxied.raw("GET", pods)[1][FS] == Api(kube.url, tokens["quiet"], kube.ca).raw("GET", pods)[1][FS]
