@@ -52,7 +52,11 @@ async def test_past_its_wait_budget_a_request_gets_kubes_429_with_the_pf_headers
     await until(lambda: h.cacher.waiting == 1)
     res = await h.list()
     assert res.status == 429
+    # kube's tooManyRequests through Go's http.Error: plain text, nosniff, Retry-After.
+    assert res.body == b"Too many requests, please try again later.\n"
+    assert res.content_type == "text/plain; charset=utf-8"
     assert ("Retry-After", "1") in res.headers
+    assert ("X-Content-Type-Options", "nosniff") in res.headers
     assert pf(res.headers) == (GLOBAL_DEFAULT, GLOBAL_LEVEL)
     assert h.handler.rejected["priority_and_fairness"] == 1
     h.cacher.progress(20)

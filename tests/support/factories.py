@@ -77,6 +77,7 @@ class FakeResponse:
         assert not self.started
         self.started = True
         self.status = status
+        self.content_type = content_type
         self.headers = list(headers)
         self.body = body if isinstance(body, bytes) else b"".join(body)
 

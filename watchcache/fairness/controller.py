@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from watchcache.fairness import defaults
 from watchcache.fairness.classify import Classification, Classifier, RequestDigest
 from watchcache.fairness.config import FlowSchema, PriorityLevel, parse_flow_schema, parse_priority_level
+from watchcache.fairness.dropped import DroppedRequests
 from watchcache.fairness.queueset import EXECUTING, Entry, QueueSet
 from watchcache.fairness.shuffle import flow_hash
 
@@ -134,6 +135,8 @@ class FlowControl:
         self.source = "kube's suggested defaults (none read from an upstream)"
         # Objects skipped (by kind) because they could not be followed: counted by their source.
         self.skipped: dict[str, int] = {}
+        # Refusals per level: the Retry-After of the next 429 (kube's droppedRequestsTracker).
+        self.dropped = DroppedRequests()
         self.configure(
             [parse_flow_schema(o) for o in defaults.flow_schemas()],
             [parse_priority_level(o) for o in defaults.priority_levels()],
@@ -186,6 +189,7 @@ class FlowControl:
             return Grant(self, c, queueset, entry, stats)
         if entry.reason:  # rejected at once
             self._reject(stats, entry.reason, 0.0)
+            self.dropped.record(c.priority_level.name, self.clock())
             raise Rejected(c, entry.reason)
         started = self.clock()
         stats.inqueue += 1
@@ -195,6 +199,7 @@ class FlowControl:
         except TimeoutError:
             if queueset.cancel(entry, "time-out"):
                 self._reject(stats, "time-out", self.clock() - started)
+                self.dropped.record(c.priority_level.name, self.clock())
                 raise Rejected(c, "time-out") from None
             # Dispatched just as the wait ended: the seat is this request's.
         except BaseException:
@@ -209,6 +214,10 @@ class FlowControl:
         stats.dispatched += 1
         stats.observe_wait(True, self.clock() - started)
         return Grant(self, c, queueset, entry, stats)
+
+    def retry_after(self, c: Classification) -> int:
+        """The Retry-After of a 429 for ``c``'s level, in seconds (1 to 32)."""
+        return self.dropped.retry_after(c.priority_level.name)
 
     def _reject(self, stats: FlowStats, reason: str, waited: float) -> None:
         stats.rejected[reason] = stats.rejected.get(reason, 0) + 1

@@ -223,10 +223,10 @@ class ApiHandler:
         grant, classification = await fairness.admit(control, self.ctx.gate, request, info, wait)
         if classification is not None:
             response = cast(Response, fairness.ClassifiedResponse(response, classification))
-        if grant is None:
+        if isinstance(grant, int):  # refused: kube's 429, with its Retry-After in seconds
             self.rejected["priority_and_fairness"] = self.rejected.get("priority_and_fairness", 0) + 1
-            error = fairness.rejected()
-            response.send(error.code, error.body(), headers=(("Retry-After", str(error.retry_after)),))
+            headers = fairness.rejected_headers(grant)
+            response.send(429, fairness.REJECTED_BODY, content_type=fairness.REJECTED_TYPE, headers=headers)
             return None
         return grant, response
 

@@ -8,7 +8,8 @@ authorized, or the upstream answers it for a pass-through), the request is class
 waits in its level's queues for a seat (``watchcache.fairness``). It holds only its head while
 it waits: no task is started and nothing is read for it until it is dispatched.
 
-A 429 comes only when its flow's queues are full or its wait passes its budget: a quarter of
+A 429 comes only when its flow's queues are full or its wait passes its budget (kube's body:
+plain text, not a ``Status``; its Retry-After grows with the level's refusals, ``fairness/dropped.py``): a quarter of
 --request-timeout, at most a minute, as kube's ``getRequestWaitContext``; 15 s for a watch,
 which has no deadline. Every answer after classification carries the two
 ``X-Kubernetes-PF-*`` response headers, as kube's ``setResponseHeaders``, unless the upstream
@@ -147,22 +148,28 @@ class ClassifiedResponse:
 
 async def admit(
     control: FlowControl, gate: Gate | None, request: Request, info: RequestInfo | None, wait: float
-) -> tuple[Grant | None, Classification | None]:
-    """Authenticate, classify and queue ``request`` for at most ``wait`` s: its grant (None: kube's 429),
-    and its classification for the PF headers (None when authentication failed: kube answers those
-    before flow control, so they carry no PF headers; here they still queue, as anonymous)."""
+) -> tuple[Grant | int, Classification | None]:
+    """Authenticate, classify and queue ``request`` for at most ``wait`` s: its grant, or the Retry-After
+    of kube's 429, and its classification for the PF headers (None when authentication failed: kube
+    answers those before flow control, so they carry no PF headers; here they still queue, as
+    anonymous)."""
     user = await _user(gate, request)
     c = control.classify(digest(request, info, user))
     shown = None if isinstance(authenticated.get(), apierrors.StatusError) else c
     try:
         return await control.admit(c, wait), shown
     except Rejected:
-        return None, shown
+        return control.retry_after(c), shown
 
 
-def rejected() -> apierrors.StatusError:
-    """kube's APF refusal: 429 with Retry-After 1 (kube writes it as text; a Status here, as the proxy's others)."""
-    return apierrors.too_many_requests("Too many requests, please try again later.", 1)
+#: kube's ``tooManyRequests`` (maxinflight.go) through Go's ``http.Error``: plain text, not a Status.
+REJECTED_BODY = b"Too many requests, please try again later.\n"
+REJECTED_TYPE = "text/plain; charset=utf-8"
+
+
+def rejected_headers(retry_after: int) -> tuple[tuple[str, str], ...]:
+    """The 429's headers besides the PF ones: kube's Retry-After, and http.Error's nosniff."""
+    return (("Retry-After", str(retry_after)), ("X-Content-Type-Options", "nosniff"))
 
 
 def readiness(control: FlowControl) -> tuple[bool, str]:
