@@ -336,7 +336,7 @@ def test_rbac_reads_every_kind_plus_delegated_auth_and_flow_control(target: str)
     expected[("authentication.k8s.io", "tokenreviews")] = {"create"}
     expected[("authorization.k8s.io", "subjectaccessreviews")] = {"create"}
     for resource in ("flowschemas", "prioritylevelconfigurations"):  # API Priority and Fairness's configuration
-        expected[("flowcontrol.apiserver.k8s.io", resource)] = {"list"}
+        expected[("flowcontrol.apiserver.k8s.io", resource)] = {"list", "watch"}
     assert _rbac_rules(target) == expected
     binding = one(target, "ClusterRoleBinding", "watchcache")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "watchcache"}

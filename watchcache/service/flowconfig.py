@@ -6,7 +6,8 @@ applies the changed configuration at once; a watch the upstream ends is resumed 
 resourceVersion seen; 410 Gone relists; any other failure retries with backoff, and the
 configuration in force stays. Where the upstream does not serve
 ``flowcontrol.apiserver.k8s.io/v1`` (404) or the proxy's account may not list it (403), kube's
-suggested configuration applies, ``/readyz?verbose`` says why, and the list is tried again. An
+suggested configuration applies, ``/readyz?verbose`` says why, and the list is tried again a
+minute later. An
 object the proxy cannot follow is skipped, logged once per version and counted
 (``watchcache_flowcontrol_skipped_objects_total``); the others apply.
 """
@@ -50,12 +51,14 @@ class FlowConfigSource:
         *,
         retry: tuple[float, float] = (1.0, 30.0),
         watch_timeout: float = 300.0,
+        denied_retry: float = 60.0,
     ) -> None:
         self.control = control
         self.get_json = get_json
         self.watch = watch
         self.retry = retry
         self.watch_timeout = watch_timeout
+        self.denied_retry = denied_retry
         self.objects: dict[str, dict[str, Any]] = {kind: {} for kind, _ in _KINDS}  # by name
         self.rv: dict[str, str | None] = dict.fromkeys(self.objects)
         self._listed: set[str] = set()  # kinds listed at least once
@@ -95,6 +98,9 @@ class FlowConfigSource:
                     self.rv[kind] = None
                     continue
                 self._failed(kind, e)
+                if e.code in (403, 404):  # not served, or not for the proxy: that rarely changes soon
+                    await asyncio.sleep(self.denied_retry)
+                    continue
             except (OSError, TimeoutError, ValueError, WatchStalled) as e:
                 log.warning("flow control: following %s failed (%r); the configuration in force stays", plural, e)
             await asyncio.sleep(backoff.next())
