@@ -54,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -250,7 +251,7 @@ class Served(CpuSource, Protocol):
     @property
     def url(self) -> str: ...
     @property
-    def host_port(self) -> tuple[str, int]: ...
+    def address(self) -> tuple[str, int]: ...
     @property
     def tls(self) -> bool: ...
 
@@ -328,6 +329,8 @@ async def measure(
         c0 = {k: p.cpu() for k, p in cpu_procs.items()}
         m0, o0 = bl.machine_busy(), bl.self_cpu()
         slow0 = slow_watchers(target) if isinstance(target, bl.Proc) and not variant.startswith("ceiling") else {}
+        proxied = isinstance(target, bl.Proc) and not variant.startswith("ceiling")
+        sw0 = server_writes(target, probe_token or token) if proxied else None
         if isinstance(load, CeilingLoad):
             load.refresh()
         w0 = dict(load.stats)
@@ -336,6 +339,7 @@ async def measure(
         c1 = {k: p.cpu() for k, p in cpu_procs.items()}
         m1, o1 = bl.machine_busy(), bl.self_cpu()
         slow1 = slow_watchers(target) if isinstance(target, bl.Proc) and not variant.startswith("ceiling") else {}
+        sw1 = server_writes(target, probe_token or token) if sw0 is not None else None
         if isinstance(load, CeilingLoad):
             load.refresh()
         w1 = dict(load.stats)
@@ -393,7 +397,12 @@ async def measure(
         "us_cpu_per_delivery": round(server_cpu.get("server", 0.0) / delivered * 1e6, 2) if delivered else None,
         "reader_cpu": round(reader_cpu, 2),
         "readers": n_readers,
+        # As the readers saw it: frames per read (a TLS read returns at most one 16 KB record).
         "frames_per_write": round(frames / chunks, 1) if chunks else None,
+        # As the proxy wrote it (watchcache_watch_frames_written / watchcache_watch_writes, all workers).
+        "server_frames_per_write": (
+            round((sw1[1] - sw0[1]) / (sw1[0] - sw0[0]), 2) if sw0 and sw1 and sw1[0] > sw0[0] else None
+        ),
         # From /metrics of whichever worker answered (exact with one worker).
         "slow_watchers_in_window": {k: slow1.get(k, 0) - slow0.get(k, 0) for k in slow1},
         "orchestrator_cpu": round(orchestrator_cpu, 2),
@@ -409,8 +418,9 @@ async def measure(
         f"{variant:9} K={watchers:>6} R={rate:>6g}: {delivered:>11,.0f} deliveries/s "
         f"({(out['delivered_fraction'] or 0):.0%} of {events:,.0f} ev/s x K), p50 {lat_s['p50']} ms "
         f"p99 {lat_s['p99']} ms (n={lat_s['n']}), server cpu {server_cpu.get('server', 0):.2f}, "
-        f"sim cpu {server_cpu.get('sim', 0):.2f}, readers cpu {reader_cpu:.2f}, frames/write "
-        f"{out['frames_per_write']}, machine busy {machine:.2f} (others {out['other_processes_cores']:.2f}), "
+        f"sim cpu {server_cpu.get('sim', 0):.2f}, readers cpu {reader_cpu:.2f}, frames/read "
+        f"{out['frames_per_write']} (server {out['server_frames_per_write']}), "
+        f"machine busy {machine:.2f} (others {out['other_processes_cores']:.2f}), "
         f"slow watchers {out['slow_watchers_in_window']}, "
         f"{'by worker ' + str(out['latency_ms_by_worker']) + ', ' if out['latency_ms_by_worker'] else ''}"
         f"closed {closed}"
@@ -448,6 +458,25 @@ async def exact_delivery(load: Writer, readers: list[bl.Helper], ok_before: int)
         "extra": max(0, hi - written),
         "ok": answered and lo == hi == written,
     }
+
+
+def server_writes(target: Served, token: str = "") -> tuple[float, float] | None:
+    """The proxy's watch writes and the frames they carried, summed over every worker (its /metrics)."""
+    writes = frames = 0.0
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = urllib.request.Request(target.url + "/metrics", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30.0, context=bl.client_tls()) as resp:
+            text = resp.read().decode()
+    except Exception as e:
+        bl.log(f"/metrics of {target.url}: {e}")
+        return None
+    for line in text.splitlines():
+        if line.startswith("watchcache_watch_writes_total"):
+            writes += float(line.rpartition(" ")[2])
+        elif line.startswith("watchcache_watch_frames_written_total"):
+            frames += float(line.rpartition(" ")[2])
+    return writes, frames
 
 
 def slow_watchers(target: Served) -> dict[str, float]:

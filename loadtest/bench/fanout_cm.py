@@ -58,7 +58,7 @@ class PidServer:
     url: str
 
     @property
-    def host_port(self) -> tuple[str, int]:
+    def address(self) -> tuple[str, int]:
         host, port = self.url.split("://", 1)[1].rsplit(":", 1)
         return host, int(port)
 
@@ -232,6 +232,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
                 fo._median([r["latency_ms"]["p50"] for r in rs]),
                 fo._median([r["latency_ms"]["p99"] for r in rs]),
                 _med(rs, "frames_per_write"),
+                _med(rs, "server_frames_per_write"),
                 "-" if checked is None else f"{missing}/{extra}" + ("" if checked else " FAIL"),
                 _med(rs, "load_avg_1m"),
             ]
@@ -239,7 +240,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
     print()
     bl.print_table(
         ["variant", "rounds", "deliveries/s", "of offered", "srv cores", "µs cpu/deliv", "µs fan-out/deliv",
-         "µs supervisor", "µs upstream", "p50 ms", "p99 ms", "frames/write", "missing/extra", "load 1m"],
+         "µs supervisor", "µs upstream", "p50 ms", "p99 ms", "frames/read", "frames/write", "missing/extra", "load 1m"],
         rows,
         title=(f"ConfigMap fan-out: {args.watchers} TLS watchers x {args.rate:g} writes/s ({args.upstream} upstream); "
                f"upstream base (writes + the proxy's watch) {base_cores:.3f} cores; medians over rounds"),
