@@ -114,6 +114,12 @@ def _delivery(g: Group) -> None:
     g.add_argument("--watch-flush-interval", type=_NOT_NEGATIVE, default=s.watch_flush_interval, help="write watch "
                    "streams at most once per this many seconds: events closer together share one write per watcher, at "
                    "up to this much added latency (0: write on every loop pass; default %(default)s)")
+    _flag(g, "--watch-flush-pacing", _NOT_NEGATIVE, s.watch_flush_pacing, "start a flush pass no sooner than this "
+          "many times the last pass's duration after it: events share writes in proportion to what writing costs, "
+          "nothing after a pass that wrote to a few watches, milliseconds after a broadcast to thousands (0: no "
+          "pacing)")
+    _flag(g, "--watch-flush-max-delay", _NOT_NEGATIVE, s.watch_flush_max_delay, "the longest --watch-flush-pacing "
+          "waits, in seconds: an event waits at most this plus two passes")
     _flag(g, "--delivery-sample", _AT_LEAST_0, s.delivery_sample, "observe watch delivery latency on one flush in N "
           "(0: never; the only per-flush metric cost)")
 

@@ -93,7 +93,10 @@ def api_context(
 ) -> ApiContext:
     # A random key is right for one process; replicas must share a configured one.
     key = options.continue_key or os.urandom(32)
-    flusher = FlushScheduler(asyncio.get_running_loop(), options.serve.watch_flush_interval)
+    serve = options.serve
+    flusher = FlushScheduler(
+        asyncio.get_running_loop(), serve.watch_flush_interval, serve.watch_flush_pacing, serve.watch_flush_max_delay
+    )
     limit = options.serve.watch_max_total_bytes
     return ApiContext(
         registry=registry,

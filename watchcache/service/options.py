@@ -139,6 +139,8 @@ class RunOptions:
                 request_timeout=args.request_timeout,
                 delivery_sample=args.delivery_sample,
                 watch_flush_interval=args.watch_flush_interval,
+                watch_flush_pacing=args.watch_flush_pacing,
+                watch_flush_max_delay=args.watch_flush_max_delay,
                 max_watchers=args.max_watchers,
             ),
             http=HttpLimits(

@@ -12,6 +12,20 @@ events closer together share a write. Writes are the cost at moderate rates (~12
 1,000 connections, whatever their size), so this trades up to ``interval`` of latency
 for fewer writes; 0 (the default) flushes on every loop pass.
 
+Pacing (``pacing`` k > 0; ``serve`` sets k = 4, ``max_delay`` 50 ms): a pass also starts no
+sooner than k times the previous pass's own duration after that pass ended, and never more than
+``max_delay`` after it. The wait follows what writing costs, so only costly passes make the next
+one wait: a pass that wrote one kubelet's watch took tens of microseconds and the next follows at
+once (waits under a millisecond are not taken: a timer costs more than they save), while a
+broadcast pass over 1,000 TLS watches takes milliseconds — one ``SSL_write`` and one ``send`` per
+watch, most of a worker's fan-out CPU (docs/performance.md) — and the next waits for more events
+to share those writes. Flush passes then take at most 1/(1+k) of the loop's time until the cap
+binds, and an event waits at most ``max_delay`` plus two passes. The first event after a quiet
+spell (longer than the wait) is written at once, and so is a backlog (a stream marked again during
+a pass, its write cut at ``FLUSH_BYTES``): its writes are large already, and waiting would only
+slow it. A pass's duration is read from ``time.perf_counter``: uvloop's clock (``loop.time``)
+counts whole milliseconds, which would make a 20 µs pass look like 1 ms.
+
 Coalescing is visible to operators: each pass counts the writes it made and the frames they
 carried (plain integers; ``watchcache_watch_writes_total``, and ``watchcache_watch_frames_per_write``
 observed once per pass with the pass's frames over its writes), which is what
@@ -22,12 +36,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 from watchcache.histogram import PlainHistogram
 
 log = logging.getLogger("watchcache.watchers.flush")
+
+# The shortest pacing wait worth a timer (uvloop's timers count whole milliseconds): shorter, the
+# next pass runs on the next loop iteration, as without pacing.
+MIN_WAIT = 0.001
 
 
 class Flushable(Protocol):
@@ -53,10 +72,23 @@ class FramesPerWrite(PlainHistogram):
 class FlushScheduler:
     """Owned by the event loop thread; one per process is enough."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float = 0.0) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        interval: float = 0.0,
+        pacing: float = 0.0,
+        max_delay: float = 0.025,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self._loop = loop
+        # Seconds, fine-grained (a test's simulated clock).
+        self._clock = clock
         self.interval = interval
+        self.pacing = pacing
+        self.max_delay = max_delay
+        # perf_counter() when the last pass ended, and how long it took (pacing's measure of its cost).
         self._last = float("-inf")
+        self._took = 0.0
         self._dirty: list[Flushable] = []
         # Run once at the end of the next pass, after every dirty stream was written.
         self._after: list[Callable[[], object]] = []
@@ -87,11 +119,12 @@ class FlushScheduler:
         if not self._scheduled and not self.paused:
             self._schedule()
 
-    def _schedule(self) -> None:
+    def _schedule(self, paced: bool = True) -> None:
         self._scheduled = True
-        if self.interval > 0:
-            delay = self._last + self.interval - self._loop.time()
-            if delay > 0:
+        if self.interval > 0 or self.pacing > 0:
+            wait = max(self.interval, min(self.pacing * self._took, self.max_delay) if paced else 0.0)
+            delay = self._last + wait - self._clock()
+            if delay >= MIN_WAIT or (delay > 0 and self.interval > 0):
                 self._loop.call_later(delay, self._flush_all)
                 return
         self._loop.call_soon(self._flush_all)
@@ -106,9 +139,25 @@ class FlushScheduler:
                 self._schedule()
 
     def _flush_all(self) -> None:
+        clock = self._clock
+        start = clock()
+        # Still "scheduled" while the pass runs: streams marked meanwhile wait for the next pass.
+        try:
+            self._pass()
+        finally:
+            # From the end of the pass: with many watchers a pass itself can outlast the interval.
+            self._last = end = clock()
+            self._took = end - start
+            self._scheduled = False
+            if (self._dirty or self._after) and not self.paused:
+                # Marked during the pass: a backlog (a write cut at FLUSH_BYTES, a lagging watcher's
+                # next step, a job after the pass). Its writes are large already: no pacing wait, which
+                # would only cut its throughput.
+                self._schedule(paced=False)
+
+    def _pass(self) -> None:
         dirty = self._dirty
         self._dirty = []
-        self._scheduled = False
         writes = frames = 0
         for stream in dirty:
             # One stream's failure must not hold back the streams after it in the pass: they would keep
@@ -134,9 +183,6 @@ class FlushScheduler:
                     job()
                 except Exception:
                     log.exception("a job after the flush pass failed")
-        if self.interval > 0:
-            # From the end of the pass: with many watchers a pass itself can outlast the interval.
-            self._last = self._loop.time()
 
     def _failed(self, stream: Flushable, error: Exception) -> None:
         self.failures += 1
