@@ -77,7 +77,7 @@ class FlushScheduler:
         loop: asyncio.AbstractEventLoop,
         interval: float = 0.0,
         pacing: float = 0.0,
-        max_delay: float = 0.025,
+        max_delay: float = 0.05,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._loop = loop
