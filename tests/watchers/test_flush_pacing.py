@@ -224,3 +224,22 @@ def test_paced_delivery_loses_repeats_and_reorders_nothing_and_waits_at_most_the
         if not cut:  # a cut write carries the rest over several passes by design
             for _, queued, written in w.written:
                 assert written - queued <= max_delay + 2 * longest + 1e-9
+
+
+@arun
+async def test_a_job_after_the_pass_hurries_a_paced_pass():
+    """The watch budget's enforcement (``after_pass``) does not wait for pacing: bytes over the limit are not held."""
+    loop = asyncio.get_running_loop()
+    f = FlushScheduler(loop, pacing=100.0, max_delay=5.0)
+    costly = Costly(loop, 0.02)
+    f.mark(costly)
+    await asyncio.sleep(0)
+    f.mark(costly)  # paced: would wait min(100 x 20 ms, 5 s)
+    await asyncio.sleep(0.01)
+    assert len(costly.flushed_at) == 1
+    ran: list[int] = []
+    f.after_pass(lambda: ran.append(len(costly.flushed_at)))
+    await until(lambda: ran)
+    assert ran == [2]  # the pass ran first, then the job
+    assert costly.flushed_at[1] - costly.flushed_at[0] < 1.0
+    await until(lambda: f.idle)

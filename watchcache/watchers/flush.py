@@ -93,6 +93,8 @@ class FlushScheduler:
         # Run once at the end of the next pass, after every dirty stream was written.
         self._after: list[Callable[[], object]] = []
         self._scheduled = False
+        # The pending pass's timer while it waits (pacing or the interval): cancelled to hurry it.
+        self._timer: asyncio.TimerHandle | None = None
         self.flushes = 0
         # Writes made (streams that had something to write) and the frames they carried.
         self.writes = 0
@@ -114,10 +116,17 @@ class FlushScheduler:
             self._schedule()
 
     def after_pass(self, job: Callable[[], object]) -> None:
-        """Run ``job`` at the end of the next flush pass (one is scheduled if none is)."""
+        """Run ``job`` at the end of the next flush pass, without a pacing wait (the watch budget's
+        enforcement: unsent bytes over the limit are not held for coalescing)."""
         self._after.append(job)
-        if not self._scheduled and not self.paused:
-            self._schedule()
+        if self.paused:
+            return
+        if not self._scheduled:
+            self._schedule(paced=False)
+        elif self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._schedule(paced=False)
 
     def _schedule(self, paced: bool = True) -> None:
         self._scheduled = True
@@ -125,7 +134,7 @@ class FlushScheduler:
             wait = max(self.interval, min(self.pacing * self._took, self.max_delay) if paced else 0.0)
             delay = self._last + wait - self._clock()
             if delay >= MIN_WAIT or (delay > 0 and self.interval > 0):
-                self._loop.call_later(delay, self._flush_all)
+                self._timer = self._loop.call_later(delay, self._flush_all)
                 return
         self._loop.call_soon(self._flush_all)
 
@@ -139,6 +148,7 @@ class FlushScheduler:
                 self._schedule()
 
     def _flush_all(self) -> None:
+        self._timer = None
         clock = self._clock
         start = clock()
         # Still "scheduled" while the pass runs: streams marked meanwhile wait for the next pass.
