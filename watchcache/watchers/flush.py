@@ -12,7 +12,7 @@ events closer together share a write. Writes are the cost at moderate rates (~12
 1,000 connections, whatever their size), so this trades up to ``interval`` of latency
 for fewer writes; 0 (the default) flushes on every loop pass.
 
-Pacing (``pacing`` k > 0; ``serve`` sets k = 4, ``max_delay`` 50 ms): a pass also starts no
+Pacing (``pacing`` k > 0; ``serve`` sets k = 4, ``max_delay`` 100 ms): a pass also starts no
 sooner than k times the previous pass's own duration after that pass ended, and never more than
 ``max_delay`` after it. The wait follows what writing costs, so only costly passes make the next
 one wait: a pass that wrote one kubelet's watch took tens of microseconds and the next follows at
@@ -77,7 +77,7 @@ class FlushScheduler:
         loop: asyncio.AbstractEventLoop,
         interval: float = 0.0,
         pacing: float = 0.0,
-        max_delay: float = 0.05,
+        max_delay: float = 0.1,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._loop = loop
