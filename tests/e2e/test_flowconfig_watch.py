@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness.processes import Proc, start, wait_ready
+from harness.processes import Proc, start_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "watchcache/sim/policy-example.yaml")
@@ -23,17 +23,13 @@ FS = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"
 def stack(tmp_path_factory):
     token_file = tmp_path_factory.mktemp("apf-watch") / "token"
     token_file.write_text("watchcache-token")
-    sim = start("sim", "--objects", "10", "--namespaces", "2", "--policy-file", POLICY, "--flowcontrol")
-    try:
-        proxy = start(
-            "serve", "--upstream", sim.url, "--token-file", str(token_file), "--authentication", "delegated",
-            "--workers", "1",
-        )  # fmt: skip
-        wait_ready(proxy)
-        yield sim, proxy
-        proxy.stop()
-    finally:
-        sim.stop()
+    stack = start_stack(
+        "--token-file", str(token_file), "--authentication", "delegated",
+        "--workers", "1",
+        sim_args=("--objects", "10", "--namespaces", "2", "--policy-file", POLICY, "--flowcontrol"),
+    )  # fmt: skip
+    yield stack.sim, stack.proxy
+    stack.stop()
 
 
 def _call(url: str, token: str, method: str = "GET", body: Any = None) -> tuple[int, dict[str, str], Any]:

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.processes import Proc, start, wait_ready
+from harness.processes import Proc, start_stack
 from watchcache.fairness.defaults import flow_schemas, priority_levels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,17 +35,13 @@ PL_UID = {o["metadata"]["name"]: o["metadata"]["uid"] for o in priority_levels()
 def stack(tmp_path_factory):
     token_file = tmp_path_factory.mktemp("apf") / "token"
     token_file.write_text("watchcache-token")
-    sim = start("sim", "--objects", "30", "--namespaces", "3", "--policy-file", POLICY)
-    try:
-        proxy = start(
-            "serve", "--upstream", sim.url, "--token-file", str(token_file), "--authentication", "delegated",
-            "--workers", "1", "--max-requests-inflight", "8", "--max-requests-waiting", "0",
-        )  # fmt: skip
-        wait_ready(proxy)
-        yield sim, proxy
-        proxy.stop()
-    finally:
-        sim.stop()
+    stack = start_stack(
+        "--token-file", str(token_file), "--authentication", "delegated",
+        "--workers", "1", "--max-requests-inflight", "8", "--max-requests-waiting", "0",
+        sim_args=("--objects", "30", "--namespaces", "3", "--policy-file", POLICY),
+    )  # fmt: skip
+    yield stack.sim, stack.proxy
+    stack.stop()
 
 
 async def _get(session: aiohttp.ClientSession, url: str, token: str | None) -> tuple[int, dict[str, str], bytes]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from harness.processes import Proc, start, wait_ready
+from harness.processes import Proc, start_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = str(ROOT / "watchcache/sim/policy-example.yaml")
@@ -30,18 +30,14 @@ BODY = 1 << 20
 def stack(tmp_path_factory):
     token_file = tmp_path_factory.mktemp("apf-bodies") / "token"
     token_file.write_text("watchcache-token")
-    sim = start("sim", "--objects", "10", "--namespaces", "2", "--policy-file", POLICY)
-    try:
-        proxy = start(
-            "serve", "--upstream", sim.url, "--token-file", str(token_file), "--authentication", "delegated",
-            "--workers", "1", "--max-requests-inflight", "1", "--max-requests-waiting", "0",
-            "--max-request-buffer-bytes", str(BUFFER),
-        )  # fmt: skip
-        wait_ready(proxy)
-        yield sim, proxy
-        proxy.stop()
-    finally:
-        sim.stop()
+    stack = start_stack(
+        "--token-file", str(token_file), "--authentication", "delegated",
+        "--workers", "1", "--max-requests-inflight", "1", "--max-requests-waiting", "0",
+        "--max-request-buffer-bytes", str(BUFFER),
+        sim_args=("--objects", "10", "--namespaces", "2", "--policy-file", POLICY),
+    )  # fmt: skip
+    yield stack.sim, stack.proxy
+    stack.stop()
 
 
 def _kib(pid: int, field: str) -> int:
