@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.kube.kit import KubeEnv
 from harness.pki import Pair, Pki
 from harness.processes import Proc, start
 from tests.support.tlsclient import SSR, SSR_PATH, call, wait_ready_tls
@@ -276,8 +277,6 @@ def test_a_node_reads_its_own_pods_from_the_cache_as_kubes_node_authorizer_allow
 ) -> None:
     """kube v1.32+ (KEP-4601) lets a node list and watch pods only with ``spec.nodeName=<itself>``; the
     proxy's SubjectAccessReview must carry that selector, or a kubelet's pod watch gets 403."""
-    from harness.kube.kit import KubeEnv
-
     node = KubeEnv.from_environ().issue_client_cert(tmp_path, "node", f"/CN=system:node:{NODE}/O=system:nodes")
     sa = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"
     if kube.admin_call("GET", f"{sa}/default")[0] == 404:  # the kit runs no controller manager
