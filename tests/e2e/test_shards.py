@@ -44,6 +44,14 @@ def worker_views(url: str, tries: int = 300) -> dict[int, dict]:
     raise AssertionError(f"only reached workers {sorted(seen)}")
 
 
+def _restarted(url: str, owner: int, victim: int) -> bool:
+    """Whether worker ``owner`` answers again, as a new process (not yet: it is not accepting)."""
+    try:
+        return worker_views(url, tries=20)[owner]["pid"] != victim
+    except AssertionError:
+        return False
+
+
 def test_every_worker_serves_every_resource_with_one_upstream_watch_each(sharded):
     url = sharded.proxy.url
     views = worker_views(url)
@@ -152,6 +160,52 @@ def test_sigkill_of_an_owner_is_survived(sharded):
                 assert key_of(event["object"]) == "ns-1/after-kill"
     upstream = get_ok(sharded.sim.url, "/debug/cache")["resources"]["pods"]
     assert upstream["watchers"] == 1
+
+
+def test_a_restarted_owner_accepts_only_once_its_caches_are_synced():
+    """While the restarted owner lists its kinds again, its peers take the clients it would answer
+    429 "not synced yet" (kube's answer while its cache initialises, and what it answered before)."""
+    s = start_stack("--workers", "2", sim_args=("--objects", "200", "--namespaces", "3"))
+    try:
+        url = s.proxy.url
+        views = worker_views(url)
+        owner = views[0]["owners"]["pods"]
+        victim = views[owner]["pid"]
+        rv = get_ok(url, "/api/v1/pods", limit=1)["metadata"]["resourceVersion"]
+        # The other worker follows pods before the kill (a follower first created while its owner
+        # is down has nothing to serve: its reads wait, then get the same 429).
+        wait_until(
+            lambda: (
+                get(url, "/api/v1/pods", resourceVersion="0").status == 200
+                and "pods" in worker_views(url)[1 - owner]["following"]
+            ),
+            what="the other worker following pods",
+        )
+        # The upstream refuses everything for 3 s: the restarted owner cannot list its kinds meanwhile.
+        fault = request(s.sim.url, "POST", "/sim/faults", {"kind": "error", "code": 503, "seconds": 3})
+        assert fault.status == 200, fault
+        os.kill(victim, signal.SIGKILL)
+        statuses: dict[object, int] = {}
+
+        def watch() -> None:
+            try:
+                w = WatchStream(url, path_with("/api/v1/pods", watch=1, resourceVersion=rv))
+            except ConnectionError:
+                statuses["reset"] = statuses.get("reset", 0) + 1  # queued on the killed worker's socket
+                return
+            with w:  # its head is what counts: 200 and a stream, or 429
+                statuses[w.status] = statuses.get(w.status, 0) + 1
+
+        while not _restarted(url, owner, victim):
+            for _ in range(20):
+                watch()
+        for _ in range(40):  # fresh connections: some land on the restarted owner
+            watch()
+        assert 429 not in statuses, statuses
+        assert statuses.get(200, 0) >= 40, statuses
+    finally:
+        s.proxy.stop()
+        s.sim.stop()
 
 
 def test_sigterm_sends_a_final_bookmark_and_exits_within_the_drain_timeout():

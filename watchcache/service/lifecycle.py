@@ -82,6 +82,9 @@ class Wiring:
     metrics_route: Callable[[Callable[[], bytes]], MetricsRoute] | None = None
     # Called once the port is open (ready or not: service.readiness logs when /readyz turns 200).
     on_listening: list[Callable[[], object]] = field(default_factory=list)
+    # Awaited before the port is served: a worker restarted while its peers serve waits here for
+    # its own caches, so that clients it would accept meanwhile are served by the peers instead.
+    before_serving: Callable[[], Awaitable[None]] | None = None
     # Trusted by the TLS listener besides --client-ca-file: the sim's request-header CA.
     requestheader_ca_file: str | None = None
     # More metric collectors of this mode's components (e.g. the tunnels').
@@ -154,6 +157,13 @@ async def serve(
         else None
     )
     try:
+        if wiring.before_serving is not None:
+            # A SIGTERM meanwhile ends the wait: the server starts and is stopped at once below.
+            waiting = asyncio.ensure_future(wiring.before_serving())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            stopping.cancel()
         server = await start_server(
             wiring.handler,
             options.host,

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,8 @@ from watchcache.shard.layout import READY, SYNCED
 from watchcache.shard.owner import FollowServer, fetch_metrics, fetch_status
 from watchcache.shard.ownership import owner_of
 from watchcache.upstream.protobuf import ProtobufCaches
+
+_JOIN_WAIT = 30.0  # seconds a restarted worker waits for its caches before it accepts
 
 log = logging.getLogger("watchcache")
 
@@ -128,9 +131,28 @@ async def wire_shard(
         shard.layout.marker(shard.worker_id, READY).write_text(str(os.getpid()))
         announcing.append(asyncio.ensure_future(announce_synced()))
 
+    async def owned_synced_if_restarted() -> None:
+        # A worker (re)started while a peer is synced joins a group that serves: it accepts on the
+        # shared socket only once its own caches are, so that a client it would take meanwhile (a
+        # 429 "not synced yet" for a watch of what it owns) is served by a peer. A group starting
+        # accepts at once (probes, and kube's answers while initialising), as does a worker whose
+        # caches take longer than ``_JOIN_WAIT`` (an upstream down): its peers are no better off.
+        peers = [w for w in range(shard.workers) if w != shard.worker_id]
+        if not any(shard.layout.marker(w, SYNCED).exists() for w in peers):
+            return
+        started = time.monotonic()
+        while time.monotonic() - started < _JOIN_WAIT:
+            mark_synced()
+            if synced.exists():
+                log.info("worker %d: caches synced in %.2fs, accepting", shard.worker_id, time.monotonic() - started)
+                return
+            await asyncio.sleep(0.01)
+        log.warning("worker %d: caches not synced after %gs; accepting anyway", shard.worker_id, _JOIN_WAIT)
+
     wiring.housekeeping.append(mark_synced)
     wiring.handler.readiness_checks.append(workers_synced)
     wiring.on_listening.append(on_listening)
+    wiring.before_serving = owned_synced_if_restarted
 
     async def stop_shard() -> None:
         followers.stop()
