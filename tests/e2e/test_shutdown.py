@@ -32,6 +32,8 @@ def test_a_request_on_a_kept_alive_connection_during_the_drain_gets_429_and_read
         host, port = s.proxy.host_port.rsplit(":", 1)
         kept = http.client.HTTPConnection(host, int(port), timeout=10)
         assert _get(kept, "/api/v1/pods?limit=1")[0] == 200  # accepted before SIGTERM, kept alive
+        kept_too = http.client.HTTPConnection(host, int(port), timeout=10)
+        assert _get(kept_too, "/api/v1/pods?limit=1")[0] == 200
         # Something for the drain to wait for: a read of a resourceVersion the cache does not have yet
         # (it waits up to --fresh-wait, 3 s), so the process is still draining when we ask.
         rv = int(get_ok(s.proxy.url, "/api/v1/pods", limit=1)["metadata"]["resourceVersion"])
@@ -50,13 +52,16 @@ def test_a_request_on_a_kept_alive_connection_during_the_drain_gets_429_and_read
         wait_until(lambda: _get(kept, "/readyz")[0] == 500, 5, interval=0.01)
         status, _, body = _get(kept, "/readyz?verbose")
         assert status == 500 and b"[-]shutdown failed" in body, body
-        # ... and a read on it is told to come back, not failed.
+        # ... and a read on it is told to come back, not failed, on a connection the proxy then closes
+        # (kube's WithRetryAfter: the client's retry opens a new connection, to another replica).
         status, headers, body = _get(kept, "/api/v1/pods?limit=1")
         assert status == 429, body
         assert headers.get("retry-after") == "1"
+        assert headers.get("connection") == "close"
         assert json.loads(body)["reason"] == "TooManyRequests"
-        status, _, body = _get(kept, "/api/v1/namespaces/ns-0/pods?watch=1&resourceVersion=0")
-        assert status == 429, body
+        # Another connection accepted before SIGTERM gets the same for a watch.
+        status, headers, body = _get(kept_too, "/api/v1/namespaces/ns-0/pods?watch=1&resourceVersion=0")
+        assert status == 429 and headers.get("connection") == "close", body
         reader.join(15)
         assert answers == [504]  # the waiting read was answered: its rv never came
         assert s.proxy.process.wait(15) == 0

@@ -177,6 +177,11 @@ class ApiHandler:
             response.send(200, b"", content_type=_TEXT)
             return
         if self.shutting_down and request.path not in _EXEMPT:
+            # kube's WithRetryAfter tears the connection down too, so the client's next request
+            # opens a new one, to another replica (HTTP/2: the GOAWAY the drain sends next).
+            close_after = getattr(response, "close_after", None)
+            if close_after is not None:
+                close_after()
             self._reject("shutdown", "the server is shutting down, please try again later")
         # A request ends at --request-timeout unless it turns out long-running (kube's
         # WithTimeoutForNonLongRunningRequests): a watch or a stream lifts the deadline (tunnels
