@@ -142,3 +142,24 @@ async def _a_waiting_request_gives_its_seat_back_for_good() -> None:
     assert level.executing == 1
     g.release()
     assert level.executing == 0 and fc.stats[("workload-low", "service-accounts")].executing == 0
+
+
+def test_max_seats_per_level_is_kubes_and_the_estimate_is_counted() -> None:
+    asyncio.run(_max_seats_per_level_is_kubes_and_the_estimate_is_counted())
+
+
+async def _max_seats_per_level_is_kubes_and_the_estimate_is_counted() -> None:
+    fc = control(400)  # workload-low 164 nominal seats, global-default 33, hand size 6 (exempt: none)
+    assert fc.max_seats("workload-low") == 25 and fc.max_seats("global-default") == 5
+    assert fc.max_seats("exempt") == 0 and fc.max_seats("no-such-level") == 0
+    c = fc.classify(sa("lister"))
+    grant = await fc.admit(c, None, 5)
+    stats = fc.stats[("workload-low", "service-accounts")]
+    assert grant.seats == 5 and stats.seats == 5 and stats.executing == 1
+    assert stats.estimated == 5 and stats.estimates[3] == 1  # the bucket le=8 (1, 2, 4, 8, ...)
+    grant.release()
+    assert stats.seats == 0
+    admin = fc.classify(RequestDigest("admin", ("system:masters",), "list", True, resource="pods"))
+    exempt = await fc.admit(admin, None, 3)  # exempt: never waits, its seats counted all the same
+    assert exempt.seats == 3 and fc.stats[("exempt", "exempt")].seats == 3
+    exempt.release()

@@ -261,3 +261,41 @@ def test_reject_level_has_no_queues() -> None:
     assert (a.state, b.state, c.state, c.reason) == (EXECUTING, EXECUTING, REJECTED, "concurrency-limit")
     assert qs.finish(a) == []
     assert qs.offer(0, None).state == EXECUTING
+
+
+def test_big_lists_and_small_gets_share_a_level_by_seat_seconds() -> None:
+    """LISTs estimated at 5 seats (kube's width of a big LIST) and GETs of one seat, both flows
+    backlogged in one level of 10 seats: each LIST holds its 5 seats, the seats in use never pass
+    the limit, and the flows get about equal service in seat-seconds, so the GETs, cheap, are
+    dispatched far more often instead of being starved behind the LISTs; a lone GET offered among
+    them waits for no more than a LIST's end."""
+    sim = Sim(10, queues=64, hand=1)
+    list_service, get_service = 20 * G, G
+    for _ in range(400):
+        sim.offer("lists", list_service, seats=5)
+    for _ in range(4000):
+        sim.offer("gets", get_service)
+    served = {"lists": 0.0, "gets": 0.0}
+    counts = {"lists": 0, "gets": 0}
+    waits: list[float] = []
+    steps = 0
+    while sim.now < 2.0:
+        sim.step()
+        steps += 1
+        assert sim.qs.seats_in_use <= 10
+        if steps % 97 == 0:  # now and then, a quiet flow's GET
+            offered = sim.now
+            quiet = sim.offer(f"quiet{steps}", get_service)
+            while quiet.state == WAITING:
+                sim.step()
+            waits.append(sim.now - offered)
+    for e in sim.dispatched:
+        flow, service = e.payload
+        if flow in served:
+            assert e.seats == (5 if flow == "lists" else 1)
+            served[flow] += e.seats * service
+            counts[flow] += 1
+    assert served["gets"] > 0 and served["lists"] > 0
+    assert 0.8 <= served["gets"] / served["lists"] <= 1.25, served
+    assert counts["gets"] / counts["lists"] > 50, counts  # 100x cheaper in seat-seconds
+    assert max(waits) <= list_service, (max(waits), len(waits))

@@ -30,11 +30,14 @@ from watchcache.fairness.config import FlowSchema, PriorityLevel, parse_flow_sch
 from watchcache.fairness.dropped import DroppedRequests
 from watchcache.fairness.queueset import EXECUTING, Entry, QueueSet
 from watchcache.fairness.shuffle import flow_hash
+from watchcache.fairness.width import ObjectStats, level_max_seats
 
-__all__ = ["WAIT_BUCKETS", "FlowControl", "FlowStats", "Grant", "Level", "Rejected"]
+__all__ = ["SEATS_BUCKETS", "WAIT_BUCKETS", "FlowControl", "FlowStats", "Grant", "Level", "Rejected"]
 
 #: kube's buckets of apiserver_flowcontrol_request_wait_duration_seconds.
 WAIT_BUCKETS = (0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0)
+#: kube's buckets of apiserver_flowcontrol_work_estimated_seats.
+SEATS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 100)
 
 
 class Rejected(Exception):
@@ -57,6 +60,13 @@ class FlowStats:
     rejected: dict[str, int] = field(default_factory=dict)
     # execute "true"/"false" -> (bucket counts, sum): the wait of dispatched and of rejected requests.
     waits: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
+    # The work estimates (seats) of the requests classified here: bucket counts, sum.
+    estimates: list[int] = field(default_factory=lambda: [0] * (len(SEATS_BUCKETS) + 1))
+    estimated: int = 0
+
+    def observe_estimate(self, seats: int) -> None:
+        self.estimates[bisect.bisect_left(SEATS_BUCKETS, seats)] += 1
+        self.estimated += seats
 
     def observe_wait(self, executed: bool, seconds: float) -> None:
         key = "true" if executed else "false"
@@ -66,13 +76,15 @@ class FlowStats:
 
 
 class Level:
-    """A priority level as configured now: its seats (None when exempt) and its limit."""
+    """A priority level as configured now: its seats (None when exempt), its limit, and the widest
+    request it takes (kube's max seats: ``width.level_max_seats``)."""
 
-    __slots__ = ("config", "queueset")
+    __slots__ = ("config", "max_seats", "queueset")
 
     def __init__(self, config: PriorityLevel, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.queueset = None if config.exempt else QueueSet(limit, *config.shape, clock=clock)
+        self.max_seats = 0
 
 
 class Grant:
@@ -87,6 +99,7 @@ class Grant:
         queueset: QueueSet | None,
         entry: Entry | None,
         stats: FlowStats,
+        seats: int = 1,
     ) -> None:
         self._control = control
         self._queueset = queueset
@@ -94,7 +107,7 @@ class Grant:
         self.entry = entry
         self.stats = stats
         self._released = False
-        self.seats = 1 if entry is None else entry.seats
+        self.seats = seats if entry is None else entry.seats
         stats.executing += 1
         stats.seats += self.seats
 
@@ -137,6 +150,9 @@ class FlowControl:
         self.skipped: dict[str, int] = {}
         # Refusals per level: the Retry-After of the next 429 (kube's droppedRequestsTracker).
         self.dropped = DroppedRequests()
+        # The objects stored of a (group, version, resource), for a LIST's work estimate: the
+        # cache's, where one is (set by the handler); None: not known here (one seat).
+        self.object_stats: Callable[[str, str, str], ObjectStats | None] = lambda group, version, resource: None
         self.configure(
             [parse_flow_schema(o) for o in defaults.flow_schemas()],
             [parse_priority_level(o) for o in defaults.priority_levels()],
@@ -157,6 +173,7 @@ class FlowControl:
                 new[name] = old
             else:
                 new[name] = Level(config, limit, self.clock)
+            new[name].max_seats = level_max_seats(limit, config.hand_size) if config.queues else 0
         self.levels = new
         self.classifier = classifier
         if source:
@@ -164,6 +181,11 @@ class FlowControl:
 
     def classify(self, digest: RequestDigest) -> Classification:
         return self.classifier.classify(digest)
+
+    def max_seats(self, level: str) -> int:
+        """The widest request ``level`` takes (0: no maximum of its own)."""
+        found = self.levels.get(level)
+        return 0 if found is None else found.max_seats
 
     def stats_for(self, c: Classification) -> FlowStats:
         key = (c.priority_level.name, c.flow_schema.name)
@@ -176,11 +198,12 @@ class FlowControl:
         """``seats`` (its work estimate) for a classified request, after waiting at most ``wait`` seconds;
         raises ``Rejected``."""
         stats = self.stats_for(c)
+        stats.observe_estimate(seats)
         level = self.levels.get(c.priority_level.name)
         queueset = None if level is None else level.queueset
         if queueset is None:  # exempt (or a level gone since classification: not worth a 429)
             stats.dispatched += 1
-            return Grant(self, c, None, None, stats)
+            return Grant(self, c, None, None, stats, seats)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = queueset.offer(flow_hash(c.flow_schema.name, c.distinguisher), future, seats)
         if entry.state == EXECUTING:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from watchcache.fairness.controller import WAIT_BUCKETS, FlowControl
+from watchcache.fairness.controller import SEATS_BUCKETS, WAIT_BUCKETS, FlowControl
 
 __all__ = ["FlowControlCollector"]
 
@@ -48,6 +48,12 @@ class FlowControlCollector(Collector):
             _PF + "request_wait_duration_seconds", "Time a request spent waiting in its queue",
             labels=[*_LABELS, "execute"],
         )  # fmt: skip
+        estimated = HistogramMetricFamily(
+            _PF + "work_estimated_seats",
+            "Number of estimated seats (maximum of initial and final seats) associated with requests in API "
+            "Priority and Fairness",
+            labels=_LABELS,
+        )
         for (level, schema), stats in sorted(control.stats.items()):
             labels = [level, schema]
             inqueue.add_metric(labels, stats.inqueue)
@@ -58,12 +64,9 @@ class FlowControlCollector(Collector):
             for reason in sorted({*REASONS, *stats.rejected}):
                 rejected.add_metric([*labels, reason], stats.rejected.get(reason, 0))
             for execute, (counts, total) in sorted(stats.waits.items()):
-                cumulative, buckets = 0, []
-                for bound, count in zip([*map(_le, WAIT_BUCKETS), "+Inf"], counts, strict=True):
-                    cumulative += count
-                    buckets.append((bound, cumulative))
-                waits.add_metric([*labels, execute], buckets, total[0])
-        yield from (inqueue, seats, executing, dispatched, rejected, waits)
+                waits.add_metric([*labels, execute], _cumulative(WAIT_BUCKETS, counts), total[0])
+            estimated.add_metric(labels, _cumulative(SEATS_BUCKETS, stats.estimates), stats.estimated)
+        yield from (inqueue, seats, executing, dispatched, rejected, waits, estimated)
         limits = GaugeMetricFamily(
             _PF + "nominal_limit_seats", "Nominal seats of each priority level", labels=["priority_level"]
         )
@@ -82,3 +85,12 @@ class FlowControlCollector(Collector):
 
 def _le(bound: float) -> str:
     return repr(float(bound))
+
+
+def _cumulative(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
+    """Per-bucket counts (the last one +Inf) as the cumulative buckets of a histogram."""
+    total, buckets = 0, []
+    for bound, count in zip([*map(_le, bounds), "+Inf"], counts, strict=True):
+        total += count
+        buckets.append((bound, float(total)))
+    return buckets

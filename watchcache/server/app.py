@@ -29,6 +29,7 @@ from watchcache.cache.encoding import Encoding
 from watchcache.cache.protobuf import FULL_PROTOBUF
 from watchcache.dispatch.cacher import Cacher
 from watchcache.fairness.controller import FlowControl, Grant
+from watchcache.fairness.width import ObjectStats
 from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
@@ -119,8 +120,18 @@ class ApiHandler:
         self.flow_control = FlowControl(ctx.config.max_requests_inflight) if ctx.config.priority_and_fairness else None
         if self.flow_control is not None:
             self.readiness_checks.append(functools.partial(fairness.readiness, self.flow_control))
+            self.flow_control.object_stats = self._object_stats  # a LIST's work estimate
         # Which kinds reads started and why (service/ondemand.py), for /debug/cache and /readyz?verbose.
         self.caching: Callable[[], dict[str, Any]] | None = None
+
+    def _object_stats(self, group: str, version: str, resource: str) -> ObjectStats | None:
+        """The objects a cache of the resource holds here (a follower's too), for a LIST's seats."""
+        found = self.ctx.registry.get(group, version, resource)
+        cacher = None if found is None else self.ctx.cachers.get(found)
+        if cacher is None:
+            return None
+        stats = cacher.cache.stats()
+        return ObjectStats(stats.objects, stats.object_bytes)
 
     @property
     def active(self) -> int:

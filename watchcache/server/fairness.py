@@ -31,6 +31,7 @@ from watchcache import apierrors
 from watchcache.auth.authn import ANONYMOUS, AUTHENTICATED_GROUP, UserInfo, bearer_token
 from watchcache.fairness.classify import Classification, RequestDigest
 from watchcache.fairness.controller import FlowControl, Grant, Rejected
+from watchcache.fairness.width import estimate
 from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.server.options import parse_bool
 
@@ -116,6 +117,19 @@ def request_info(request: Request) -> RequestInfo | None:
         return None  # the handler answers it (400): classified as a non-resource request
 
 
+def width(control: FlowControl, c: Classification, request: Request, info: RequestInfo | None) -> int:
+    """The request's work estimate in seats (``fairness/width.py``: a LIST by its resource's objects)."""
+    if info is None or not info.is_resource_request:
+        return 1
+    return estimate(
+        info.verb,
+        info.name,
+        request.query_value,
+        lambda: control.object_stats(info.group, info.version, info.resource),
+        control.max_seats(c.priority_level.name),
+    )
+
+
 def headers_of(c: Classification) -> tuple[tuple[str, str], ...]:
     return ((PRIORITY_LEVEL_UID, c.priority_level.uid), (FLOW_SCHEMA_UID, c.flow_schema.uid))
 
@@ -157,7 +171,7 @@ async def admit(
     c = control.classify(digest(request, info, user))
     shown = None if isinstance(authenticated.get(), apierrors.StatusError) else c
     try:
-        return await control.admit(c, wait), shown
+        return await control.admit(c, wait, width(control, c, request, info)), shown
     except Rejected:
         return control.retry_after(c), shown
 
