@@ -131,3 +131,45 @@ def test_a_quiet_flow_is_served_not_refused_while_a_noisy_one_floods(stack: tupl
     assert waited == dispatched
     refused = {k: v for k, v in samples.items() if k[0] == "apiserver_flowcontrol_rejected_requests_total" and v}
     assert not refused
+
+
+def test_a_busy_level_borrows_idle_levels_seats_within_an_adjustment(stack: tuple[Proc, Proc]) -> None:
+    """kube's borrowing, every 10 s: global-default (1 nominal seat of the worker's 8, guaranteed 1)
+    flooded by 16 LIST loops while the other levels idle. Idle, the 12 nominal seats of the levels go
+    12/7 of each one's guaranteed seat: 2 (rounded). Flooded, its demand (16 seats and more) is its
+    target against the others' 1: they keep their guaranteed seat each and it gets the rest, 12 - 6."""
+    _, proxy = stack
+
+    def limits(text: str) -> dict[str, float]:
+        return {
+            s.name.removeprefix("apiserver_flowcontrol_"): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.labels.get("priority_level") == "global-default" and s.name.endswith("_limit_seats")
+        }
+
+    async def run() -> tuple[dict[str, float], float]:
+        stop = asyncio.Event()
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+
+            async def flood() -> None:
+                while not stop.is_set():
+                    await _get(s, proxy.url + "/api/v1/pods", "alice-token")
+
+            loops = [asyncio.create_task(flood()) for _ in range(16)]
+            started = time.monotonic()
+            seen: dict[str, float] = {}
+            while time.monotonic() - started < 25:  # an adjustment comes within 10 s
+                await asyncio.sleep(0.5)
+                _, _, body = await _get(s, proxy.url + "/metrics", "admin-token")
+                seen = limits(body.decode())
+                if seen["current_limit_seats"] >= 6:
+                    break
+            stop.set()
+            await asyncio.gather(*loops)
+            return seen, time.monotonic() - started
+
+    seen, waited = asyncio.run(run())
+    print(f"global-default after {waited:.1f} s of flood: {seen}")
+    assert seen["nominal_limit_seats"] == 1 and seen["lower_limit_seats"] == 1 and seen["upper_limit_seats"] == 9
+    assert seen["current_limit_seats"] == 6, seen

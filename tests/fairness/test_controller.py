@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -14,8 +16,8 @@ from watchcache.fairness.defaults import flow_schemas, priority_levels
 SA = ("system:serviceaccounts", "system:authenticated")
 
 
-def control(limit: int) -> FlowControl:
-    fc = FlowControl(limit)
+def control(limit: int, clock: Callable[[], float] = time.monotonic) -> FlowControl:
+    fc = FlowControl(limit, clock=clock)
     fc.configure([parse_flow_schema(o) for o in flow_schemas()], [parse_priority_level(o) for o in priority_levels()])
     return fc
 
@@ -27,10 +29,14 @@ def sa(name: str) -> RequestDigest:
 def test_nominal_limits_follow_kube_formula() -> None:
     fc = control(8)
     # Shares: 30+40+10+40+100+20+5 (+0 exempt) = 245; ceil(8 * shares / 245), at least 1.
+    nominal = {n: lv.seats.nominal for n, lv in fc.levels.items()}
+    assert nominal == {"system": 1, "node-high": 2, "leader-election": 1, "workload-high": 2, "workload-low": 4,
+                       "global-default": 1, "catch-all": 1, "exempt": 0}  # fmt: skip
+    assert fc.nominal_sum == 12 and fc.levels["exempt"].queueset is None
+    # Idle, every level is guaranteed one seat (lendable 33, 25, 0, 50, 90, 50, 0 %: at least one)
+    # and gets 12/7 of it: 1.71, rounded as Go, 2 (kube's rounding may sum over the nominal seats).
     limits = {n: lv.queueset.limit for n, lv in fc.levels.items() if lv.queueset is not None}
-    assert limits == {"system": 1, "node-high": 2, "leader-election": 1, "workload-high": 2, "workload-low": 4,
-                      "global-default": 1, "catch-all": 1}  # fmt: skip
-    assert fc.levels["exempt"].queueset is None
+    assert set(limits.values()) == {2} and fc.fair_frac == pytest.approx(12 / 7)
 
 
 def test_quiet_flow_is_dispatched_before_the_noisy_backlog() -> None:
@@ -38,9 +44,15 @@ def test_quiet_flow_is_dispatched_before_the_noisy_backlog() -> None:
 
 
 async def _quiet_flow_is_dispatched_before_the_noisy_backlog() -> None:
-    fc = control(8)  # workload-low: 4 seats
+    now = [0.0]
+    fc = control(8, clock=lambda: now[0])  # each request executes for 1 ms, simulated
+    # Borrowing aside (test_borrowing.py): workload-low at its 4 nominal seats, as after an adjustment.
+    level = fc.levels["workload-low"]
+    assert level.queueset is not None
+    level.seats.current = seats = 4
+    level.queueset.set_limit(seats)
     c_noisy, c_quiet = fc.classify(sa("noisy")), fc.classify(sa("quiet"))
-    running = [await fc.admit(c_noisy, None) for _ in range(4)]
+    running = [await fc.admit(c_noisy, None) for _ in range(seats)]
     order: list[str] = []
 
     async def one(c, who):  # type: ignore[no-untyped-def]
@@ -51,20 +63,22 @@ async def _quiet_flow_is_dispatched_before_the_noisy_backlog() -> None:
     noisy = [asyncio.create_task(one(c_noisy, "noisy")) for _ in range(40)]
     await asyncio.sleep(0)
     stats = fc.stats[("workload-low", "service-accounts")]
-    assert stats.inqueue == 40 and stats.executing == 4
+    assert stats.inqueue == 40 and stats.executing == seats
     while len(order) < 6:  # each of the noisy flow's queues (a hand of 6) served once: a steady backlog
+        now[0] += 0.001
         running.pop(0).release()
         await asyncio.sleep(0)
     quiet = asyncio.create_task(one(c_quiet, "quiet"))
     await asyncio.sleep(0)
-    running.pop(0).release()
-    await asyncio.sleep(0)
-    assert order[6] == "quiet", order  # the next free seat is the quiet flow's, ahead of 34 noisy requests
     while running:
+        now[0] += 0.001
         running.pop(0).release()
         await asyncio.sleep(0)
+    # One round at most: before it, no more than one request from each of the noisy flow's queues
+    # (kube's fair queuing; test_queueset.py checks that bound over many runs), of 34 waiting.
+    assert order.index("quiet") <= 6 + 6, order
     await asyncio.gather(quiet, *noisy)
-    assert stats.inqueue == 0 and stats.executing == 0 and stats.dispatched == 45
+    assert stats.inqueue == 0 and stats.executing == 0 and stats.dispatched == 41 + seats
 
 
 def test_wait_budget_gives_time_out_and_queue_full_is_at_once() -> None:

@@ -94,6 +94,14 @@ def test_metrics_under_kube_names_and_labels() -> None:
         assert f"apiserver_flowcontrol_dispatched_requests_total{{{labels}}} 2.0" in text
         assert f'apiserver_flowcontrol_request_wait_duration_seconds_count{{execute="true",{labels}}} 2.0' in text
         assert f"apiserver_flowcontrol_current_executing_seats{{{labels}}} 0.0" in text
+        estimated = 'flow_schema="global-default",le="1.0",priority_level="global-default"'
+        assert f"apiserver_flowcontrol_work_estimated_seats_bucket{{{estimated}}} 2.0" in text
+        # One seat of the worker's one per level (7 levels, each guaranteed one), 1 + 1 borrowable:
+        # the guaranteed seats take all (kube's fair fraction is then 0).
+        level = 'priority_level="global-default"'
+        for name, value in (("nominal", 1), ("lower", 1), ("upper", 2), ("current", 1)):
+            assert f"apiserver_flowcontrol_{name}_limit_seats{{{level}}} {value}.0" in text
+        assert "apiserver_flowcontrol_seat_fair_frac 0.0" in text
 
     asyncio.run(run())
 

@@ -85,6 +85,8 @@ class PriorityLevel:
     queues: int = 0
     hand_size: int = 0
     queue_length_limit: int = 0
+    # None: no limit (the server's seats may be borrowed).
+    borrowing_limit_percent: int | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -221,10 +223,13 @@ def parse_priority_level(obj: Mapping[str, Any]) -> PriorityLevel:
         limited = _map(spec.get("limited"), "spec.limited")
         shares = _int(limited.get("nominalConcurrencyShares"), "spec.limited.nominalConcurrencyShares", 30, 0)
         lendable = _int(limited.get("lendablePercent"), "spec.limited.lendablePercent", 0, 0, 100)
+        borrowing = limited.get("borrowingLimitPercent")
+        if borrowing is not None:
+            borrowing = _int(borrowing, "spec.limited.borrowingLimitPercent", 0, 0)
         response = _map(limited.get("limitResponse"), "spec.limited.limitResponse")
         how = response.get("type", "Reject")
         if how == "Reject":
-            return PriorityLevel(name, uid, False, shares, lendable)
+            return PriorityLevel(name, uid, False, shares, lendable, borrowing_limit_percent=borrowing)
         if how != "Queue":
             raise ValueError(f"spec.limited.limitResponse.type: {how!r} is not Queue or Reject")
         q = _map(response.get("queuing"), "spec.limited.limitResponse.queuing")
@@ -233,6 +238,6 @@ def parse_priority_level(obj: Mapping[str, Any]) -> PriorityLevel:
         if math.ceil(math.log2(queues) * hand) > _MAX_ENTROPY_BITS:
             raise ValueError(f"queuing: {queues} queues and handSize {hand} need more than 60 bits of hash")
         length = _int(q.get("queueLengthLimit"), "queuing.queueLengthLimit", 50, 1)
-        return PriorityLevel(name, uid, False, shares, lendable, queues, hand, length)
+        return PriorityLevel(name, uid, False, shares, lendable, queues, hand, length, borrowing)
     except ValueError as e:
         raise ValueError(f"PriorityLevelConfiguration {name}: {e}") from None

@@ -9,10 +9,12 @@ when the request ends (``release``), or as soon as it waits for something else (
 
 Seats per level are kube's nominal concurrency limits: ``ceil(server * shares / sum of all
 levels' shares)``, ``server`` being ``--max-requests-inflight`` (per worker; kube adds
---max-mutating-requests-inflight, which the proxy has not). Borrowing between levels
-(lendablePercent, kube's 10 s seat-demand adjustment) is not done: each level has its nominal
-seats, at least one. A configuration change applies at once: a level whose queue shape changed
-gets a new queue set, and the old one serves the requests it already holds until they end.
+--max-mutating-requests-inflight, which the proxy has not), at least one for a limited level. A
+level's current limit moves between its guaranteed and its most seats (``borrowing.py``): set
+from every level's seat demand at each configuration and every 10 s (``rebalance``, on a loop
+timer that the first request arms), the queue sets' limits follow at once. A configuration change
+applies at once: a level whose queue shape changed gets a new queue set, and the old one serves
+the requests it already holds until they end.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from watchcache.fairness import defaults
+from watchcache.fairness.borrowing import PERIOD, LevelSeats, SeatDemand, level_bounds, reallocate
 from watchcache.fairness.classify import Classification, Classifier, RequestDigest
 from watchcache.fairness.config import FlowSchema, PriorityLevel, parse_flow_schema, parse_priority_level
 from watchcache.fairness.dropped import DroppedRequests
@@ -76,21 +79,33 @@ class FlowStats:
 
 
 class Level:
-    """A priority level as configured now: its seats (None when exempt), its limit, and the widest
-    request it takes (kube's max seats: ``width.level_max_seats``)."""
+    """A priority level as configured now: its queue set (None when exempt), its seats (nominal,
+    bounds, current limit: ``borrowing.LevelSeats``), its seat demand, and the widest request it
+    takes (kube's max seats: ``width.level_max_seats``)."""
 
-    __slots__ = ("config", "max_seats", "queueset")
+    __slots__ = ("config", "demand", "held", "max_seats", "queueset", "seats")
 
-    def __init__(self, config: PriorityLevel, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: PriorityLevel, seats: LevelSeats, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
-        self.queueset = None if config.exempt else QueueSet(limit, *config.shape, clock=clock)
+        self.seats = seats
+        self.demand = SeatDemand(clock())
+        self.held = 0  # an exempt level's seats in use (its requests never wait)
         self.max_seats = 0
+        self.queueset = None if config.exempt else QueueSet(seats.current, *config.shape, clock=clock)
+        if self.queueset is not None:
+            demand = self.demand
+            self.queueset.demand_changed = lambda x: demand.set(clock(), x)
+
+    def hold(self, seats: int, now: float) -> None:
+        """An exempt level's request starts (``seats`` > 0) or ends: its demand, for borrowing."""
+        self.held += seats
+        self.demand.set(now, self.held)
 
 
 class Grant:
     """A dispatched request's seat (none for an exempt level)."""
 
-    __slots__ = ("_control", "_queueset", "_released", "classification", "entry", "seats", "stats")
+    __slots__ = ("_control", "_level", "_queueset", "_released", "classification", "entry", "seats", "stats")
 
     def __init__(
         self,
@@ -100,9 +115,11 @@ class Grant:
         entry: Entry | None,
         stats: FlowStats,
         seats: int = 1,
+        level: Level | None = None,
     ) -> None:
         self._control = control
         self._queueset = queueset
+        self._level = level  # exempt: its demand
         self.classification = classification
         self.entry = entry
         self.stats = stats
@@ -110,6 +127,8 @@ class Grant:
         self.seats = seats if entry is None else entry.seats
         stats.executing += 1
         stats.seats += self.seats
+        if level is not None:
+            level.hold(self.seats, control.clock())
 
     def release(self) -> None:
         """The request ended (a watch: its initial events were sent); idempotent."""
@@ -118,6 +137,8 @@ class Grant:
         self._released = True
         self.stats.executing -= 1
         self.stats.seats -= self.seats
+        if self._level is not None:
+            self._level.hold(-self.seats, self._control.clock())
         if self.entry is not None and self._queueset is not None:
             self._control.wake(self._queueset.finish(self.entry))
 
@@ -153,6 +174,11 @@ class FlowControl:
         # The objects stored of a (group, version, resource), for a LIST's work estimate: the
         # cache's, where one is (set by the handler); None: not known here (one seat).
         self.object_stats: Callable[[str, str, str], ObjectStats | None] = lambda group, version, resource: None
+        # Borrowing: the sum of the levels' nominal seats (what is shared), kube's seat_fair_frac,
+        # and the timer of the next adjustment (armed by the first request).
+        self.nominal_sum = 0
+        self.fair_frac = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self.configure(
             [parse_flow_schema(o) for o in defaults.flow_schemas()],
             [parse_priority_level(o) for o in defaults.priority_levels()],
@@ -164,20 +190,56 @@ class FlowControl:
         shares = sum(level.nominal_concurrency_shares for level in classifier.levels.values()) or 1
         new: dict[str, Level] = {}
         for name, config in classifier.levels.items():
-            limit = max(1, math.ceil(self.server_limit * config.nominal_concurrency_shares / shares))
+            nominal = math.ceil(self.server_limit * config.nominal_concurrency_shares / shares)
+            if not config.exempt:
+                nominal = max(1, nominal)
+            lower, upper = level_bounds(
+                nominal, config.lendable_percent, config.borrowing_limit_percent, self.server_limit
+            )
             old = self.levels.get(name)
+            if old is not None and old.config.exempt == config.exempt:
+                seats = old.seats  # kube keeps a level's current limit and demand statistics
+                seats.nominal, seats.lower, seats.upper = nominal, lower, upper
+            else:
+                seats = LevelSeats.initial(config.exempt, nominal, lower, upper)
             if old is not None and old.config.exempt == config.exempt and old.config.shape == config.shape:
                 old.config = config
-                if old.queueset is not None:
-                    self.wake(old.queueset.set_limit(limit))
                 new[name] = old
             else:
-                new[name] = Level(config, limit, self.clock)
-            new[name].max_seats = level_max_seats(limit, config.hand_size) if config.queues else 0
+                new[name] = Level(config, seats, self.clock)
+            new[name].max_seats = level_max_seats(nominal, config.hand_size) if config.queues else 0
         self.levels = new
+        self.nominal_sum = sum(level.seats.nominal for level in new.values())
         self.classifier = classifier
         if source:
             self.source = source
+        self.rebalance()
+
+    def rebalance(self) -> None:
+        """kube's seat borrowing (every 10 s, and at each configuration): each level's current limit
+        from the levels' seat demand since the last time; the queue sets follow at once."""
+        now = self.clock()
+        observed = {name: level.demand.reset(now) for name, level in self.levels.items()}
+        self.fair_frac = reallocate({n: level.seats for n, level in self.levels.items()}, observed, self.nominal_sum)
+        for level in self.levels.values():
+            if level.queueset is not None:
+                self.wake(level.queueset.set_limit(level.seats.current))
+
+    def _arm(self) -> None:
+        """The 10 s timer of ``rebalance`` (kube's ``wait.Until(updateBorrowing, 10s)``), from the first request."""
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(PERIOD, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self.rebalance()
+        self._arm()
+
+    def stop(self) -> None:
+        """Cancel the timer (a worker's shutdown; tests)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def classify(self, digest: RequestDigest) -> Classification:
         return self.classifier.classify(digest)
@@ -197,13 +259,15 @@ class FlowControl:
     async def admit(self, c: Classification, wait: float | None, seats: int = 1) -> Grant:
         """``seats`` (its work estimate) for a classified request, after waiting at most ``wait`` seconds;
         raises ``Rejected``."""
+        if self._timer is None:
+            self._arm()
         stats = self.stats_for(c)
         stats.observe_estimate(seats)
         level = self.levels.get(c.priority_level.name)
         queueset = None if level is None else level.queueset
         if queueset is None:  # exempt (or a level gone since classification: not worth a 429)
             stats.dispatched += 1
-            return Grant(self, c, None, None, stats, seats)
+            return Grant(self, c, None, None, stats, seats, level)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = queueset.offer(flow_hash(c.flow_schema.name, c.distinguisher), future, seats)
         if entry.state == EXECUTING:

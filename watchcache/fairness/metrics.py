@@ -67,12 +67,7 @@ class FlowControlCollector(Collector):
                 waits.add_metric([*labels, execute], _cumulative(WAIT_BUCKETS, counts), total[0])
             estimated.add_metric(labels, _cumulative(SEATS_BUCKETS, stats.estimates), stats.estimated)
         yield from (inqueue, seats, executing, dispatched, rejected, waits, estimated)
-        limits = GaugeMetricFamily(
-            _PF + "nominal_limit_seats", "Nominal seats of each priority level", labels=["priority_level"]
-        )
-        for name, pl in sorted(control.levels.items()):
-            limits.add_metric([name], 0 if pl.queueset is None else pl.queueset.limit)
-        yield limits
+        yield from _borrowing(control)
         skipped = CounterMetricFamily(
             "watchcache_flowcontrol_skipped_objects",
             "FlowSchemas and PriorityLevelConfigurations skipped: the proxy could not follow them",
@@ -81,6 +76,41 @@ class FlowControlCollector(Collector):
         for kind, count in sorted(control.skipped.items()):
             skipped.add_metric([kind], count)
         yield skipped
+
+
+def _borrowing(control: FlowControl) -> Iterator[Metric]:
+    """Each level's seats (kube's gauges of apf_controller.go's borrowing), as of the last adjustment."""
+    level = ["priority_level"]
+    gauges = {
+        "nominal_limit_seats": "Nominal number of execution seats configured for each priority level",
+        "lower_limit_seats": "Configured lower bound on number of execution seats available to each priority level",
+        "upper_limit_seats": "Configured upper bound on number of execution seats available to each priority level",
+        "current_limit_seats": "current derived number of execution seats available to each priority level",
+        "demand_seats_high_watermark": "High watermark, over last adjustment period, of demand_seats",
+        "demand_seats_average": "Time-weighted average, over last adjustment period, of demand_seats",
+        "demand_seats_stdev": "Time-weighted standard deviation, over last adjustment period, of demand_seats",
+        "demand_seats_smoothed": "Smoothed seat demands",
+        "target_seats": "Seat allocation targets",
+    }
+    families = {name: GaugeMetricFamily(_PF + name, text, labels=level) for name, text in gauges.items()}
+    for name, pl in sorted(control.levels.items()):
+        seats, stats = pl.seats, pl.seats.stats
+        families["nominal_limit_seats"].add_metric([name], seats.nominal)
+        families["lower_limit_seats"].add_metric([name], seats.lower)
+        families["upper_limit_seats"].add_metric([name], seats.upper)
+        families["current_limit_seats"].add_metric([name], seats.current)
+        families["demand_seats_high_watermark"].add_metric([name], stats.high_watermark)
+        families["demand_seats_average"].add_metric([name], stats.average)
+        families["demand_seats_stdev"].add_metric([name], stats.deviation)
+        families["demand_seats_smoothed"].add_metric([name], stats.smoothed)
+        if not seats.exempt:
+            families["target_seats"].add_metric([name], seats.target)
+    yield from families.values()
+    yield GaugeMetricFamily(
+        _PF + "seat_fair_frac",
+        "Fair fraction of server's concurrency to allocate to each priority level that can use it",
+        value=control.fair_frac,
+    )
 
 
 def _le(bound: float) -> str:

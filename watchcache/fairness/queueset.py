@@ -77,6 +77,7 @@ class QueueSet:
         "_robin",
         "_seats_requested",
         "clock",
+        "demand_changed",
         "executing",
         "hand_size",
         "limit",
@@ -113,6 +114,8 @@ class QueueSet:
         self._active = 0  # queues with requests waiting or executing
         self._seats_requested = 0  # seats in use and waiting, over the queues
         self._backlogged: set[int] = set()  # queues with requests waiting
+        # Told the seats in use and waiting whenever they change (kube's seat demand, for borrowing).
+        self.demand_changed: Callable[[int], None] | None = None
 
     # -- the virtual clock
 
@@ -132,6 +135,7 @@ class QueueSet:
         if not self.queues:
             if self._fits(entry.seats):
                 self._seat(entry)
+                self._demand()
             else:
                 entry.state, entry.reason = REJECTED, "concurrency-limit"
             return entry
@@ -154,6 +158,7 @@ class QueueSet:
         self.waiting += 1
         self._bound(queue)  # a queue with requests executing, none waiting, may be behind ``r``
         self.dispatch()
+        self._demand()
         return entry
 
     def cancel(self, entry: Entry, reason: str) -> bool:
@@ -168,6 +173,7 @@ class QueueSet:
             self._active -= 1
         entry.state, entry.reason = CANCELLED, reason
         self._bound(queue)
+        self._demand()
         return True
 
     def finish(self, entry: Entry) -> list[Entry]:
@@ -189,7 +195,9 @@ class QueueSet:
             served = max(0.0, self.clock() - entry.started)
             queue.next_r -= entry.seats * (self.service_estimate - served)
             self._bound(queue)
-        return self.dispatch()
+        out = self.dispatch()
+        self._demand()
+        return out
 
     def set_limit(self, limit: int) -> list[Entry]:
         self._sync()
@@ -218,6 +226,10 @@ class QueueSet:
         return out
 
     # -- helpers
+
+    def _demand(self) -> None:
+        if self.demand_changed is not None:
+            self.demand_changed(self._seats_requested if self.queues else self.seats_in_use)
 
     def _earliest(self) -> int:
         """kube's ``findDispatchQueueToBoundLocked``: the least ``next_r`` + head's work; ties go to the
