@@ -9,18 +9,23 @@ with FNV-1a; its bytes need not match, and BLAKE2b is in C here.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 __all__ = ["deal", "flow_hash"]
 
 
+# Both are pure and asked for every request: memoized (a few flows, users or namespaces, are most
+# of the traffic; the caches are bounded).
+@functools.lru_cache(maxsize=4096)
 def flow_hash(flow_schema: str, distinguisher: str) -> int:
     """A 64-bit hash of the flow (schema name, distinguisher)."""
     data = b"%d:%s%d:%s" % (len(flow_schema), flow_schema.encode(), len(distinguisher), distinguisher.encode())
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
-def deal(hash_value: int, deck: int, hand: int) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def deal(hash_value: int, deck: int, hand: int) -> tuple[int, ...]:
     """``hand`` distinct cards of ``0..deck-1`` from ``hash_value``: kube's dealer (mixed-radix digits
     of the hash, each the index of a card among those not yet dealt)."""
     if not 1 <= hand <= deck:
@@ -34,4 +39,4 @@ def deal(hash_value: int, deck: int, hand: int) -> list[int]:
             if taken <= card:
                 card += 1
         dealt.append(card)
-    return dealt
+    return tuple(dealt)

@@ -7,6 +7,7 @@ list, or watch with ``watch=true`` or the legacy ``/watch/`` prefix).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -53,8 +54,24 @@ def _segments(raw_path: str) -> list[str]:
     return out
 
 
+#: Paths up to this long are remembered: flow control and the handler both read a request's
+#: info, and clients ask for the same paths again and again (the cache stays under ~1 MB).
+_MEMO_PATH = 256
+
+
 def parse_request_info(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
     """Raises InvalidPath for a path no resource could be named by."""
+    if len(raw_path) <= _MEMO_PATH:
+        return _remembered(method, raw_path, watch_param)
+    return _parse(method, raw_path, watch_param)
+
+
+@functools.lru_cache(maxsize=4096)
+def _remembered(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
+    return _parse(method, raw_path, watch_param)  # an InvalidPath is raised, not remembered
+
+
+def _parse(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
     try:
         parts = _segments(raw_path)
     except UnicodeDecodeError:
