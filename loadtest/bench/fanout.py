@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -264,7 +265,7 @@ async def measure(
     watchers: int,
     rate: float,
     args: argparse.Namespace,
-    cpu_procs: dict[str, CpuSource],
+    cpu_procs: Mapping[str, CpuSource],
     token: str = "",
     owner: int | None = None,
     profile: bool = False,
@@ -535,9 +536,10 @@ def _func(frame: str) -> str:
 
 
 _LOOP = "(uvloop C: epoll, socket reads/writes, callbacks' C part)"
-_GENERIC = ("_run_module_as_main", "_run_code", "<module>", "main (watchcache/cli.py)", "run (service/lifecycle.py)")
-_GENERIC += ("run (uvloop/__init__.py)", "Runner.run", "wrapper (uvloop", "serve (service/lifecycle.py)")
-_GENERIC += ("run_proxy (service/proxy.py)", "run_sim (sim/wiring.py)", "run_embedded (sim/wiring.py)")
+_GENERIC: tuple[str, ...] = ("_run_module_as_main", "_run_code", "<module>", "main (watchcache/cli.py)")
+_GENERIC += ("run (service/lifecycle.py)", "run (uvloop/__init__.py)", "Runner.run", "wrapper (uvloop")
+_GENERIC += ("serve (service/lifecycle.py)", "run_proxy (service/proxy.py)", "run_sim (sim/wiring.py)")
+_GENERIC += ("run_embedded (sim/wiring.py)",)
 
 
 def summarize_profile(lines: list[str], expected: int, top: int = 15) -> dict[str, Any]:
@@ -792,7 +794,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
                 str(rate): _median([r["ratio_vs_ceiling"] for r in k1000 if r["rate"] == rate])
                 for rate in sorted({r["rate"] for r in k1000})
             }
-            eff = {
+            efficiency = {
                 str(rate): _median([r["cpu_efficiency_vs_ceiling"] or 0.0 for r in k1000 if r["rate"] == rate])
                 for rate in sorted({r["rate"] for r in k1000})
             }
@@ -806,7 +808,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
             goals[f"{variant}_vs_{ceiling_of(k1000[0])}_at_1000_watchers"] = {
                 "goal": f">= {floor} (median over repetitions, per rate)",
                 "measured": measured,
-                "cpu_efficiency_vs_ceiling": eff,
+                "cpu_efficiency_vs_ceiling": efficiency,
                 "contended": contended,
                 "met": min(measured.values()) >= floor,
             }
