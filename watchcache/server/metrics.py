@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -32,6 +32,10 @@ _WAIT_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 # A consistent read passed through (not reached), by why: the reason label of its fallback.
 _FALLBACK_REASONS = {Reached.IMPATIENT: "changing", Reached.TIMEOUT: "timeout", Reached.NO_TARGET: "no-target"}
+
+
+def _names(resource: ResourceType | None) -> tuple[str, str]:
+    return (resource.group, resource.resource) if resource is not None else ("", "")
 
 
 class Metrics:
@@ -113,12 +117,23 @@ class Metrics:
         # Observe one flush in N: a histogram observation costs ~1 µs, a flush ~5 µs of syscall.
         self.delivery_sample = delivery_sample
         self._flushes = 0
+        self._request_counters: dict[tuple[str, ResourceType | None, int], Any] = {}
+        self._request_histograms: dict[tuple[str, ResourceType | None], Any] = {}
 
     def request(self, verb: str, resource: ResourceType | None, code: int, seconds: float | None) -> None:
-        group, name = (resource.group, resource.resource) if resource is not None else ("", "")
-        self.requests.labels(verb, group, name, str(code)).inc()
-        if seconds is not None:
-            self.request_seconds.labels(verb, group, name).observe(seconds)
+        # The labelled children, remembered: ``labels()`` costs ~2 us, twice on every request. The
+        # keys are bounded (verbs x the registry's resources x status codes).
+        key = (verb, resource, code)
+        counter = self._request_counters.get(key)
+        if counter is None:
+            counter = self._request_counters[key] = self.requests.labels(verb, *_names(resource), str(code))
+        counter.inc()
+        if seconds is not None:  # a watch has no latency: no series of its own
+            hkey = (verb, resource)
+            histogram = self._request_histograms.get(hkey)
+            if histogram is None:
+                histogram = self._request_histograms[hkey] = self.request_seconds.labels(verb, *_names(resource))
+            histogram.observe(seconds)
 
     def waited(self, resource: ResourceType, wait: Wait, *, consistent: bool) -> None:
         """A read that could not be served at once waited (``freshness.reach``)."""
