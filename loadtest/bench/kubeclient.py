@@ -44,7 +44,11 @@ _TYPES = (b"MODIFIED", b"ADDED", b"DELETED", b"BOOKMARK", b"ERROR")
 class Target:
     """Where the clients connect: ``https://host:port`` (or http), a bearer token, a TLS context."""
 
-    def __init__(self, url: str, token: str = "", ca: str = "", *, h2: bool = False) -> None:
+    def __init__(
+        self, url: str, token: str = "", ca: str = "", *, h2: bool = False, cert: tuple[str, str] | None = None
+    ) -> None:
+        """``cert``: a client certificate and key to present (a node's identity); with it the context
+        loads only ``ca``, not the system's trust store: thousands of kubelets have one each."""
         parts = urlsplit(url)
         self.url = url.rstrip("/")
         self.host = parts.hostname or "127.0.0.1"
@@ -54,7 +58,13 @@ class Target:
         self.h2 = h2
         self.ssl: ssl.SSLContext | None = None
         if self.tls:
-            ctx = ssl.create_default_context(cafile=ca or None)
+            if cert is not None:
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                if ca:
+                    ctx.load_verify_locations(cafile=ca)
+                ctx.load_cert_chain(cert[0], cert[1])
+            else:
+                ctx = ssl.create_default_context(cafile=ca or None)
             if not ca:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE

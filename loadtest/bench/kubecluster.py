@@ -35,6 +35,7 @@ from typing import Any
 
 from loadtest.bench import lib as bl
 from loadtest.bench.kubeclient import Collect, H1Conn, Target
+from loadtest.bench.kubelet_clients import configmap_index
 from watchcache.sim import fixtures
 
 KIT_ENV = ("KUBE_REFERENCE_URL", "KUBE_REFERENCE_TOKEN", "KUBE_REFERENCE_KUBECONFIG", "KUBE_REFERENCE_CA")
@@ -313,12 +314,16 @@ async def seed(up: Upstream, layout: Layout) -> dict[str, Any]:
         await _requests(t, [("POST", "/api/v1/namespaces", body.encode())])
     if up.kind == "kube":
         # The ServiceAccount admission plugin wants the namespace's default ServiceAccount (made by the
-        # controller manager) before it admits a pod.
+        # controller manager) before it admits a pod; a kit without one (KUBE_REFERENCE_CONTROL_PLANE=0)
+        # never makes it: after 3 s, create it.
         for ns in (layout.namespace, layout.relist_namespace):
-            for _ in range(100):
+            for attempt in range(100):
                 status, _ = await _get_json(t, f"/api/v1/namespaces/{ns}/serviceaccounts/default")
                 if status == 200:
                     break
+                if attempt == 10:
+                    sa = json.dumps({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+                    await _requests(t, [("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", sa.encode())])
                 await asyncio.sleep(0.3)
     sel = f"?labelSelector=bench%3D{layout.prefix}"
     have_nodes = await _existing(t, "/api/v1/nodes" + sel)
@@ -341,7 +346,7 @@ async def seed(up: Upstream, layout: Layout) -> dict[str, Any]:
         for j in range(layout.pods_per_node):
             name = layout.pod(i, j)
             if name not in have_pods:
-                cm = f"{layout.cm_prefix}{(i * 5 + j) % max(1, layout.configmaps):05d}" if layout.configmaps else None
+                cm = f"{layout.cm_prefix}{configmap_index(i, j, layout.configmaps):05d}" if layout.configmaps else None
                 pod = _pod(layout, name, layout.namespace, layout.node(i), rng, cm)
                 todo.append(("POST", f"/api/v1/namespaces/{layout.namespace}/pods", json.dumps(pod).encode()))
     for k in range(layout.relist_pods):

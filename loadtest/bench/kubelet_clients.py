@@ -5,7 +5,11 @@ Each kubelet ``i`` (node ``<prefix><i>``) runs what a kubelet's informers run:
 * the pods bound to its node: ``/api/v1/pods?fieldSelector=spec.nodeName=<node>``;
 * its own Node: ``/api/v1/nodes?fieldSelector=metadata.name=<node>``;
 * ``--cm-per-kubelet`` ConfigMaps, one watch each: ``/api/v1/namespaces/<ns>/configmaps?
-  fieldSelector=metadata.name=<cm>`` (the ones its pods mount).
+  fieldSelector=metadata.name=<cm>`` (the ones its pods mount: ``configmap_index``).
+
+``--cert-dir``: each kubelet presents its own node's client certificate (``nodecerts``: user
+``system:node:<node>``, group ``system:nodes``) instead of the bearer token, and first GETs its
+Node (``/api/v1/nodes/<node>``, retried like a LIST), as a kubelet does at start.
 
 Each watch is a client-go reflector: LIST (``resourceVersion=0&limit=500``), then WATCH from the
 list's resourceVersion with bookmarks and ``timeoutSeconds`` in [T, 2T) (client-go: 5–10 min); a
@@ -77,16 +81,26 @@ class State:
         self.errors: list[str] = []
 
 
+CM_STRIDE = 5  # kubelet i's ConfigMaps start at i * CM_STRIDE: the ones its pods mount (kubecluster.seed)
+
+
+def configmap_index(node: int, j: int, configmaps: int) -> int:
+    """The ConfigMap the ``j``-th pod of node ``node`` mounts (and its kubelet watches)."""
+    return (node * CM_STRIDE + j) % max(1, configmaps)
+
+
 class Kubelet:
-    """One node's watches; with HTTP/2 also their shared connection."""
+    """One node's watches and its identity; with HTTP/2 also their shared connection."""
 
-    __slots__ = ("conn", "connecting", "index", "local", "name", "watches")
+    __slots__ = ("conn", "connecting", "gets", "index", "local", "name", "target", "watches")
 
-    def __init__(self, index: int, name: str, local: str | None) -> None:
+    def __init__(self, index: int, name: str, local: str | None, target: Target) -> None:
         self.index = index
         self.name = name
         self.local = local
+        self.target = target
         self.watches: list[Watch] = []
+        self.gets: list[Watch] = []  # one-shot GETs at start (its Node), no watch after
         self.conn: H2Conn | None = None
         self.connecting: asyncio.Future[H2Conn] | None = None
 
@@ -174,11 +188,20 @@ class Kubelets:
         self.tasks: set[asyncio.Task[bool]] = set()
         for i in range(args.lo, args.hi):
             local = f"127.0.1.{1 + i % args.source_addresses}" if args.source_addresses > 1 else None
-            kl = Kubelet(i, f"{args.node_prefix}{i:05d}", local)
+            name = f"{args.node_prefix}{i:05d}"
+            target = self.target
+            if args.cert_dir:  # its own identity: a TLS context with its node's certificate
+                cert = (f"{args.cert_dir}/{name}.crt", f"{args.cert_dir}/{name}.key")
+                target = Target(args.target, "", args.ca, h2=args.h2, cert=cert)
+            kl = Kubelet(i, name, local, target)
+            if args.cert_dir:
+                get = Watch(self, kl, "node-get", "/api/v1/nodes", "")
+                get.list_path = f"/api/v1/nodes/{name}"
+                kl.gets.append(get)
             kl.watches.append(Watch(self, kl, "pod", "/api/v1/pods", f"spec.nodeName={kl.name}"))
             kl.watches.append(Watch(self, kl, "node", "/api/v1/nodes", f"metadata.name={kl.name}"))
             for j in range(args.cm_per_kubelet):
-                cm = f"{args.cm_prefix}{(i * args.cm_per_kubelet + j) % args.configmaps:05d}"
+                cm = f"{args.cm_prefix}{configmap_index(i, j, args.configmaps):05d}"
                 kl.watches.append(
                     Watch(self, kl, "cm", f"/api/v1/namespaces/{args.namespace}/configmaps", f"metadata.name={cm}")
                 )
@@ -190,9 +213,9 @@ class Kubelets:
 
     # ------------------------------------------------------------------ connections
 
-    async def _connect(self, local: str | None) -> Conn:
+    async def _connect(self, kl: Kubelet) -> Conn:
         loop = asyncio.get_running_loop()
-        t = self.target
+        t, local = kl.target, kl.local
         if t.h2:
             _, proto = await loop.create_connection(
                 lambda: H2Conn(t), t.host, t.port, ssl=t.ssl, local_addr=(local, 0) if local else None
@@ -208,7 +231,7 @@ class Kubelets:
         if not self.target.h2:
             if w.conn is None or w.conn.closed:
                 async with self.sem:
-                    conn = await self._connect(w.kl.local)
+                    conn = await self._connect(w.kl)
                 assert isinstance(conn, H1Conn)
                 w.conn = conn
             return w.conn
@@ -219,7 +242,7 @@ class Kubelets:
             kl.connecting = asyncio.get_running_loop().create_future()
             try:
                 async with self.sem:
-                    conn = await self._connect(kl.local)
+                    conn = await self._connect(kl)
                 kl.conn = conn  # type: ignore[assignment]
                 kl.connecting.set_result(conn)  # type: ignore[arg-type]
             except BaseException as e:
@@ -249,9 +272,13 @@ class Kubelets:
                     if c.error is not None:
                         raise ConnectionError(c.error)
                     if c.status != 200:
-                        st.statuses[f"LIST {c.status}"] += 1
+                        st.statuses[f"{'GET' if w.kind == 'node-get' else 'LIST'} {c.status}"] += 1
                         retry_after = 1.0 if c.status == 429 else 0.0
                         raise _Retry
+                    if w.kind == "node-get":
+                        if w.conn is not None:  # HTTP/1.1: its own connection, not needed any more
+                            w.conn.close()
+                        return True
                     w.rv, _ = list_meta(c.body, c.content_type)
                 timeout = int(self.args.watch_timeout * (1 + random.random()))
                 w.opened = asyncio.get_running_loop().create_future()
@@ -298,18 +325,26 @@ async def main_async(args: argparse.Namespace) -> None:
         if what == "connect":
             t0 = time.monotonic()
             watches = runner.watches
+            gets = [g for kl in runner.kubelets for g in kl.gets]
             tasks = [asyncio.ensure_future(runner.run(w)) for w in watches]
-            runner.tasks.update(tasks)
-            for task in tasks:
+            get_tasks = [asyncio.ensure_future(runner.run(g)) for g in gets]
+            runner.tasks.update(tasks + get_tasks)
+            for task in tasks + get_tasks:
                 task.add_done_callback(runner.tasks.discard)
             # Watches still failing at the deadline keep retrying in the background (and are counted).
-            done, _ = await asyncio.wait(tasks, timeout=float(cmd.get("deadline", 600)))
+            done, _ = await asyncio.wait(tasks + get_tasks, timeout=float(cmd.get("deadline", 600)))
             helperio.emit(
                 {
                     "event": "connected",
                     "kubelets": len(runner.kubelets),
                     "watches": len(watches),
-                    "established": sum(1 for t in done if not t.cancelled() and t.exception() is None and t.result()),
+                    "established": sum(
+                        1 for t in tasks if t in done and not t.cancelled() and t.exception() is None and t.result()
+                    ),
+                    "gets": len(gets),
+                    "gets_ok": sum(
+                        1 for t in get_tasks if t in done and not t.cancelled() and t.exception() is None and t.result()
+                    ),
                     "seconds": round(time.monotonic() - t0, 3),
                     "statuses": dict(st.statuses),
                     "errors": st.errors[:10],
@@ -377,6 +412,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--watch-timeout", type=float, default=300.0, help="timeoutSeconds in [T, 2T) (client-go: 300)")
     p.add_argument("--connect-concurrency", type=int, default=64)
     p.add_argument("--source-addresses", type=int, default=1)
+    p.add_argument(
+        "--cert-dir", default="", help="each kubelet presents <dir>/<node>.crt and .key (nodecerts), no token"
+    )
     args = p.parse_args(argv)
     uvloop.run(main_async(args))
 

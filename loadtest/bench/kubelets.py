@@ -35,6 +35,16 @@ the upstream if missing and deleted at the end (``--keep`` keeps them for the ne
 proxy runs in the production configuration (TLS, ``--authentication delegated``, ``--workers 1``)
 with the product's defaults otherwise: add flags with ``--proxy-args``.
 
+``--node-identities`` (kube-apiserver only): each kubelet is its own node, ``system:node:<node>`` in
+``system:nodes``, by a client certificate the kit's CA signs (``loadtest.bench.nodecerts``, cached in
+``~/.cache``), as real kubelets are: kube's Node authorizer decides what it may read (its pods by
+``spec.nodeName``, its Node, the ConfigMaps its pods mount: so it watches at most
+``--pods-per-node`` of them) and flow control classifies it by the ``system-nodes`` and
+``system-node-high`` FlowSchemas. The proxy gets ``--client-ca-file`` (the kit's CA) and the kit's
+front-proxy pair. Each target's flow-control metrics over the connect phase (dispatched, refused by
+reason, mean wait per level and schema) are in the idle row. ``--connect-only``: the connect burst
+and the idle phase only, no writes.
+
 Run: ``.venv/bin/python -m loadtest.bench.kubelets --quick`` (a small K, ~3 min), or e.g.
 ``--kubelets 1000,2000,5000 --rates 100,500`` (the issue's points).
 """
@@ -51,8 +61,10 @@ import tempfile
 import time
 from typing import Any
 
+from loadtest.bench import flowmetrics as fm
 from loadtest.bench import kubecluster as kc
 from loadtest.bench import lib as bl
+from loadtest.bench import nodecerts
 from loadtest.bench.kubeclient import FrameSplitter, H1Conn, Sink, frame_type, query
 
 
@@ -222,13 +234,13 @@ async def measure_target(
     files: bl.ProductionFiles,
     k: int,
     target_name: str,
-    writer: bl.Helper,
+    writer: bl.Helper | None,
     rows: list[dict[str, Any]],
 ) -> None:
     proc = None  # the proxy or the floor
     if target_name == "proxy":
         prod = bl.Production(tls=True, authentication=args.authentication, workers=args.workers)
-        extra = shlex.split(args.proxy_args) + (["--http2"] if args.h2 else [])
+        extra = shlex.split(args.proxy_args) + (["--http2"] if args.h2 else []) + nodecerts.proxy_flags(args.cert_dir)
         bl.log(f"K={k}: starting the proxy ({prod.label} {' '.join(extra)})")
         proc = kc.start_proxy(up, files, prod, extra)
         url = proc.url
@@ -244,6 +256,7 @@ async def measure_target(
     try:
         await asyncio.sleep(args.settle)
         rss0 = server.rss()
+        flow0 = await fm.snapshot(url, up.token, up.ca if server.proc is None else "")
         for lo, hi in split(0, k, args.client_procs):
             clients.append(
                 await bl.Helper.start(
@@ -251,9 +264,11 @@ async def measure_target(
                     "--target",
                     url,
                     "--token",
-                    up.token,
+                    "" if args.cert_dir else up.token,
                     "--ca",
                     up.ca if server.proc is None else "",
+                    "--cert-dir",
+                    args.cert_dir,
                     "--accept",
                     args.accept,
                     "--lo",
@@ -269,7 +284,7 @@ async def measure_target(
                     "--configmaps",
                     str(layout.configmaps),
                     "--cm-per-kubelet",
-                    str(args.cm_per_kubelet),
+                    str(nodecerts.cm_per_kubelet(args.cm_per_kubelet, args.pods_per_node, args.cert_dir)),
                     "--watch-timeout",
                     str(args.watch_timeout),
                     "--source-addresses",
@@ -289,10 +304,16 @@ async def measure_target(
             for s, n in c["statuses"].items():
                 statuses[s] = statuses.get(s, 0) + n
         errors = [e for c in connected for e in c["errors"]][:5]
-        bl.log(
-            f"K={k} {target_name}: {established}/{watches} watches in {connect_s:.1f} s; failed requests "
-            f"{statuses or 'none'} {errors or ''} (load {loadavg()})"
+        gets, gets_ok = sum(c["gets"] for c in connected), sum(c["gets_ok"] for c in connected)
+        flow = fm.summary(
+            fm.delta(flow0, await fm.snapshot(url, up.token, up.ca if server.proc is None else "")),
+            nodecerts.FLOW_SCHEMAS if args.cert_dir else (),
         )
+        bl.log(
+            f"K={k} {target_name}: {established}/{watches} watches, {gets_ok}/{gets} Node GETs in {connect_s:.1f} s; "
+            f"failed requests {statuses or 'none'} {errors or ''} (load {loadavg()})"
+        )
+        bl.log(f"  flow control over the connect: {json.dumps(flow)}")
         await asyncio.sleep(args.settle)
         rss1 = server.rss()
         # Idle: nothing written.
@@ -308,7 +329,10 @@ async def measure_target(
             "watches": watches,
             "established": established,
             "connect_s": round(connect_s, 2),
+            "node_gets": gets,
+            "node_gets_ok": gets_ok,
             "failed_requests": statuses,
+            "flowcontrol": flow,
             "rss_before_mb": round(rss0 / 2**20, 1),
             "rss_after_mb": round(rss1 / 2**20, 1),
             "kb_per_watch": round((rss1 - rss0) / 1024 / max(1, established), 2),
@@ -343,6 +367,7 @@ async def measure_target(
 
                     args.profile_seconds = args.window
                     profiling = asyncio.ensure_future(run_profile(proc, args, f"kubelets-K{k}-R{rate}-{select}"))
+                assert writer is not None
                 w = await writer.ask(
                     "run",
                     timeout=args.window * 4 + 120,
@@ -647,27 +672,35 @@ async def amain(args: argparse.Namespace) -> None:
         bl.log(f"seeding {layout} on {up.kind} at {up.url}")
         seeded = await kc.seed(up, layout)
         bl.log(f"seeded: {seeded}")
-        created_nodes = seeded["created"] and len(seeded["created"]) and seeded["reused"]["nodes"] < layout.nodes
-        await wait_nodes_quiet(up, layout, time.monotonic() if created_nodes else None)
+        if args.node_identities:
+            t0 = time.monotonic()
+            args.cert_dir = str(nodecerts.ensure_kit([layout.node(i) for i in range(kmax)]))
+            bl.log(f"{kmax} node certificates in {args.cert_dir} ({time.monotonic() - t0:.1f} s)")
         with os.fdopen(fd, "w") as f:
             json.dump(layout.pods(), f)
-        writer = await bl.Helper.start(
-            "pod-writer",
-            "--target",
-            up.url,
-            "--token",
-            up.token,
-            "--ca",
-            up.ca,
-            "--pods",
-            pods_path,
-            "--connections",
-            str(args.writer_connections),
-        )
-        bl.log(f"writer: {await writer.recv()}")
-        for k in args.kubelet_list:
+        for k in args.kubelet_list if args.connect_only else ():
             for target in args.target_list:
-                await measure_target(args, up, layout, files, k, target, writer, rows)
+                await measure_target(args, up, layout, files, k, target, None, rows)
+        created_nodes = seeded["created"] and len(seeded["created"]) and seeded["reused"]["nodes"] < layout.nodes
+        if not args.connect_only:
+            await wait_nodes_quiet(up, layout, time.monotonic() if created_nodes else None)
+            writer = await bl.Helper.start(
+                "pod-writer",
+                "--target",
+                up.url,
+                "--token",
+                up.token,
+                "--ca",
+                up.ca,
+                "--pods",
+                pods_path,
+                "--connections",
+                str(args.writer_connections),
+            )
+            bl.log(f"writer: {await writer.recv()}")
+            for k in args.kubelet_list:
+                for target in args.target_list:
+                    await measure_target(args, up, layout, files, k, target, writer, rows)
         summary = report(rows, up)
         bl.bench_line(
             "kubelets",
@@ -733,18 +766,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--profile", action="store_true", help="py-spy the proxy (or the floor) during each write window")
     p.add_argument("--profile-dir", default="/tmp/watchcache-bench")
     p.add_argument("--prefix", default="i25", help="names of this run's objects (the kit is shared)")
+    p.add_argument(
+        "--node-identities",
+        action="store_true",
+        help="each kubelet authenticates as its node (system:node:<node>, system:nodes) by a client certificate",
+    )
+    p.add_argument("--connect-only", action="store_true", help="the connect burst and idle phase only, no writes")
     p.add_argument("--keep", action="store_true", help="keep the objects for the next run")
     args = p.parse_args(argv)
     if args.quick:
         args.kubelets, args.rates, args.window, args.idle, args.spare_nodes = "50,100", "20,50", 8.0, 5.0, 20
         args.configmaps = 100
     args.kubelet_list = [int(x) for x in args.kubelets.split(",")]
-    args.rate_list = [int(x) for x in args.rates.split(",")]
+    args.rate_list = [] if args.connect_only else [int(x) for x in args.rates.split(",")]
     args.select_list = args.select.split(",")
     args.target_list = args.targets.split(",")
     unknown = set(args.target_list) - {"proxy", "upstream", "floor"}
     if unknown:
         p.error(f"unknown targets: {', '.join(sorted(unknown))}")
+    args.cert_dir = ""  # set by amain with --node-identities
+    if args.node_identities and args.upstream != "kube":
+        p.error("--node-identities needs kube-apiserver (--upstream kube): its Node authorizer and CA")
     if args.h2 and "floor" in args.target_list:
         p.error("the floor serves HTTP/1.1 only: drop --h2 or the floor target")
     bl.raise_nofile()
