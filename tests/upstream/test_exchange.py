@@ -247,3 +247,45 @@ async def test_idle_connections_are_bounded(monkeypatch: pytest.MonkeyPatch) -> 
             pool.finish(a)
         assert srv.connections == 5
         assert len(pool.pools["r"].idle) == 2
+
+
+@sync
+async def test_a_steady_concurrency_above_the_old_idle_bound_dials_no_more_connections() -> None:
+    """64 concurrent exchanges, round after round: each round's answers come back together, and a
+    pool that kept 32 of them idle dialed 32 new connections each round (a TLS handshake each)."""
+    async with serving(lambda req, n: ok(b"x")) as srv:
+        pool = Exchanges()
+        for _ in range(4):
+            answers = await asyncio.gather(*(pool.request("r", srv.dial, REQUEST) for _ in range(64)))
+            for a in answers:
+                await a.settle()
+                pool.finish(a)
+        assert srv.connections == 64
+        assert len(pool.pools["r"].idle) == 64
+
+
+@sync
+async def test_connections_a_burst_left_idle_age_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ex, "IDLE_SECONDS", 0.3)
+    async with serving(lambda req, n: ok(b"x")) as srv:
+        pool = Exchanges()
+
+        async def one() -> ex.Answer:
+            a = await pool.request("r", srv.dial, REQUEST)
+            await a.settle()
+            pool.finish(a)
+            return a
+
+        burst = await asyncio.gather(*(pool.request("r", srv.dial, REQUEST) for _ in range(10)))
+        for a in burst:
+            await a.settle()
+            pool.finish(a)
+        assert len(pool.pools["r"].idle) == 10
+        await asyncio.sleep(0.2)
+        kept = (await one()).connection  # the most recently used, still fresh: reused
+        await asyncio.sleep(0.15)
+        assert (await one()).connection is kept
+        # Its return closed the 9 others, idle 0.35 s by then: past IDLE_SECONDS.
+        assert srv.connections == 10
+        assert pool.pools["r"].idle == [kept]
+        assert sum(c.connection.open for c in burst if c.connection is not None) == 1
