@@ -7,7 +7,8 @@ Against kube-apiserver of the reference kit (``eval "$(/work/shared/tools/kube-r
   ``service-accounts`` FlowSchema (priority level ``workload-low``);
 * ``noisy`` runs ``--noisy`` concurrent LIST loops while ``quiet`` makes one LIST at a time, for
   ``--seconds`` per phase, in three read modes: ``consistent`` (no resourceVersion), ``rv0``
-  (``resourceVersion=0``), ``passthrough`` (a resource the proxy does not cache);
+  (``resourceVersion=0``), ``passthrough`` (ServiceAccounts, which the proxies do not cache:
+  ``--cache-exclude serviceaccounts``, or the first LIST would cache them on demand);
 * targets, one after another in each mode (the order rotating, a pause before each):
   kube-apiserver directly, the proxy with API Priority and Fairness (its default), and the proxy
   with ``--no-enable-priority-and-fairness`` (429 as soon as its seats are busy); both proxies TLS,
@@ -23,10 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import shlex
 import ssl
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -37,7 +41,9 @@ NS = "bench-apf"
 MODES = {
     "consistent": f"/api/v1/namespaces/{NS}/configmaps",
     "rv0": f"/api/v1/namespaces/{NS}/configmaps?resourceVersion=0",
-    "passthrough": f"/api/v1/namespaces/{NS}/serviceaccounts",  # not cached by the proxy (--resources)
+    # Not cached by the proxy: --resources leaves it out and --cache-exclude keeps the first LIST from
+    # caching it on demand (before that flag, this mode measured consistent LISTs of that cache).
+    "passthrough": f"/api/v1/namespaces/{NS}/serviceaccounts",
 }
 
 
@@ -113,25 +119,50 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     files = bl.ProductionFiles(False, True)
     prod = bl.Production(tls=True, authentication="delegated", workers=1)
     common = ["--max-requests-inflight", str(args.inflight), "--resources", "configmaps"]
+    common += ["--cache-exclude", "serviceaccounts", *shlex.split(args.proxy_args)]
     results: dict[str, Any] = {}
     proxies = {}
+    wanted = args.targets.split(",")
     try:
-        proxies["proxy-no-apf"] = start_proxy(up, files, prod, [*common, "--no-enable-priority-and-fairness"])
-        proxies["proxy"] = start_proxy(up, files, prod, common)
-        targets = {"kube-apiserver": (up.url, up.ca), **{k: (proxies[k].url, "") for k in ("proxy", "proxy-no-apf")}}
-        names = list(targets)
-        for turn, (mode, path) in enumerate(MODES.items()):
+        if "proxy-no-apf" in wanted:
+            proxies["proxy-no-apf"] = start_proxy(up, files, prod, [*common, "--no-enable-priority-and-fairness"])
+        if "proxy" in wanted:
+            proxies["proxy"] = start_proxy(up, files, prod, common)
+        targets = {"kube-apiserver": (up.url, up.ca), **{k: (p.url, "") for k, p in proxies.items()}}
+        names = [n for n in TARGETS if n in targets and n in wanted]
+        modes = [(m, MODES[m]) for m in args.modes.split(",")]
+        for turn, (mode, path) in enumerate(modes):
             # The order rotates from mode to mode, and each phase starts after a pause: a target's
             # phase right after kube-apiserver's found it still busy with the flood's tail.
             for target in names[turn % len(names) :] + names[: turn % len(names)]:
                 await asyncio.sleep(args.pause)
                 url, ca = targets[target]
                 bl.log(f"{mode}: {target}")
-                results[f"{mode}/{target}"] = await phase(url, ca, path, tokens, args.noisy, args.seconds)
+                closed0 = _closed_upstream_connections(up.url)
+                results[f"{mode}/{target}"] = r = await phase(url, ca, path, tokens, args.noisy, args.seconds)
+                # Connections to kube-apiserver closed by this side (TIME_WAIT here) during the phase: a
+                # proxy whose pool churns pays a TLS handshake per new one.
+                r["upstream_connections_closed"] = _closed_upstream_connections(up.url) - closed0
     finally:
         bl.stop_all(proxies.values())
         files.cleanup()
     return results
+
+
+TARGETS = ("kube-apiserver", "proxy", "proxy-no-apf")
+
+
+def _closed_upstream_connections(url: str) -> int:
+    """Sockets in TIME_WAIT towards ``url``'s port (the side that closed a TCP connection keeps one, 60 s)."""
+    port = f"{urlsplit(url).port:04X}"
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[2].endswith(":" + port) and fields[3] == "06":  # remote port, TIME_WAIT
+                    count += 1
+    return count
 
 
 def main() -> None:
@@ -141,6 +172,9 @@ def main() -> None:
     p.add_argument("--inflight", type=int, default=8, help="the proxy's --max-requests-inflight")
     p.add_argument("--pause", type=float, default=3.0, help="seconds between phases (the last flood settles)")
     p.add_argument("--configmaps", type=int, default=50, help="ConfigMaps listed (~0.6 KB each)")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES))
+    p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated: " + ", ".join(TARGETS))
+    p.add_argument("--proxy-args", default="", help="extra flags for both proxies")
     args = p.parse_args()
     info = bl.machine_info()
     results = asyncio.run(run(args))
@@ -149,10 +183,22 @@ def main() -> None:
         mode, target = key.split("/")
         rows.append([
             mode, target, r["noisy"].get(200, 0), r["noisy"].get(429, 0), r["quiet"].get(200, 0),
-            r["quiet"].get(429, 0), r["quiet_ms"]["p50"], r["quiet_ms"]["p99"], r["load1"],
+            r["quiet"].get(429, 0), r["quiet_ms"]["p50"], r["quiet_ms"]["p99"], r["upstream_connections_closed"],
+            r["load1"],
         ])  # fmt: skip
     bl.print_table(
-        ["mode", "target", "noisy 200", "noisy 429", "quiet 200", "quiet 429", "quiet p50 ms", "quiet p99 ms", "load1"],
+        [
+            "mode",
+            "target",
+            "noisy 200",
+            "noisy 429",
+            "quiet 200",
+            "quiet 429",
+            "quiet p50 ms",
+            "quiet p99 ms",
+            "upstream conns closed",
+            "load1",
+        ],
         rows,
         title=f"Noisy neighbour: {args.noisy} noisy loops, 1 quiet, {args.seconds:.0f} s each, "
         f"--max-requests-inflight {args.inflight}",
