@@ -105,3 +105,43 @@ def test_a_client_not_started_is_a_review_error() -> None:
     client = UpstreamClient(UpstreamConfig(server="http://127.0.0.1:1"))
     with pytest.raises(ReviewError, match="not started"):
         asyncio.run(UpstreamReviewClient(client).post(TOKEN_REVIEW_PATH, {}))
+
+
+def test_a_burst_of_reviews_shares_a_bounded_number_of_connections() -> None:
+    """200 reviews at once (a kubelet burst: each its own node, verb and selector) are all answered,
+    on at most REVIEW_CONCURRENCY connections; without the bound the session dialed one per review."""
+    peers: set[Any] = set()
+    in_flight = [0, 0]  # now, most
+
+    async def handler(req: web.Request) -> web.Response:
+        peers.add(req.transport.get_extra_info("peername") if req.transport else None)
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight)
+        await asyncio.sleep(0.01)
+        in_flight[0] -= 1
+        return web.Response(status=201, body=await req.read(), content_type="application/json")
+
+    async def go(client: UpstreamClient) -> list[Any]:
+        reviews = UpstreamReviewClient(client, concurrency=8)
+        return await asyncio.gather(*(reviews.post(TOKEN_REVIEW_PATH, {"spec": {"token": str(i)}}) for i in range(200)))
+
+    answers = asyncio.run(with_server(handler, go))
+    assert [a["spec"]["token"] for a in answers] == [str(i) for i in range(200)]
+    assert in_flight[1] == 8
+    assert len(peers) <= 8
+
+
+def test_a_review_waiting_for_its_turn_past_the_timeout_is_a_review_error() -> None:
+    """The wait for a turn counts in the review's timeout: 0.2 s answers, one at a time, 0.3 s each."""
+
+    async def handler(req: web.Request) -> web.Response:
+        await asyncio.sleep(0.2)
+        return web.Response(status=201, body=b"{}", content_type="application/json")
+
+    async def go(client: UpstreamClient) -> list[Any]:
+        reviews = UpstreamReviewClient(client, timeout=0.3, concurrency=1)
+        return await asyncio.gather(*(reviews.post(TOKEN_REVIEW_PATH, {}) for _ in range(2)), return_exceptions=True)
+
+    first, second = asyncio.run(with_server(handler, go))
+    assert first == {}
+    assert isinstance(second, ReviewError), second

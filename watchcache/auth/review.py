@@ -7,10 +7,18 @@ or client certificate: ``UpstreamClient.session``), which needs ``create`` on
 ``tokenreviews`` and ``subjectaccessreviews`` (the ``system:auth-delegator`` ClusterRole;
 ``deploy/kubernetes/base/rbac.yaml`` grants it). Anything but a 2xx JSON object is a
 ``ReviewError``; the callers fail closed on it.
+
+At most ``REVIEW_CONCURRENCY`` reviews are posted at once per process; the others wait their turn
+(within the review's timeout). The session dials a connection for every request in flight that
+finds none idle, so a burst of kubelets, whose every first request needs a review of its own
+(node, verb and selector differ), dialed a TLS connection per review: 1,657 connections from one
+worker to kube-apiserver at K = 5,000, a TLS handshake each on both sides. A client-go webhook
+client multiplexes its reviews on one HTTP/2 connection instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 import aiohttp
@@ -18,6 +26,8 @@ import orjson
 
 TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+#: Reviews in flight at once per process (so at most as many connections for them).
+REVIEW_CONCURRENCY = 32
 
 
 class ReviewError(Exception):
@@ -70,26 +80,30 @@ class UpstreamSession(Protocol):
 class UpstreamReviewClient:
     """``ReviewClient`` over ``UpstreamClient.session`` (the proxy's own identity)."""
 
-    def __init__(self, client: UpstreamSession, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, client: UpstreamSession, *, timeout: float = 10.0, concurrency: int = REVIEW_CONCURRENCY
+    ) -> None:
         self.client = client
         self.timeout = timeout
+        self.turns = asyncio.Semaphore(concurrency)
 
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         session = self.client.session
         if session is None:
             raise ReviewError("upstream client not started")
         try:
-            credential = await self.client.tokens.fresh_headers()
-            headers = {"Accept": "application/json", "Content-Type": "application/json", **credential}
-            async with session.post(
-                self.client.url(path),
-                data=orjson.dumps(body),
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                server_hostname=self.client.config.tls_server_name,
-            ) as resp:
-                data = await resp.read()
-                code = resp.status
+            async with asyncio.timeout(self.timeout), self.turns:  # the wait for a turn within the timeout
+                credential = await self.client.tokens.fresh_headers()
+                headers = {"Accept": "application/json", "Content-Type": "application/json", **credential}
+                async with session.post(
+                    self.client.url(path),
+                    data=orjson.dumps(body),
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=self.timeout),
+                    server_hostname=self.client.config.tls_server_name,
+                ) as resp:
+                    data = await resp.read()
+                    code = resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             raise ReviewError(f"POST {path}: {type(e).__name__}: {e}") from None
         if code == 401:
