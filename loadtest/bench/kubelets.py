@@ -204,7 +204,7 @@ def _sched(pids: list[int]) -> tuple[float, float]:
     return ns / 1e9, float(switches)
 
 
-_COUNTS = ("-switches", "-minflt")  # Server.cpu's counters that are not CPU seconds
+_COUNTS = ("-switches", "-minflt")  # Server.cpu's counters that are not CPU seconds (the idle row's keys)
 
 
 def _minor_faults(pid: int) -> int:
@@ -256,7 +256,7 @@ async def measure_target(
     try:
         await asyncio.sleep(args.settle)
         rss0 = server.rss()
-        flow0 = await fm.snapshot(url, up.token, up.ca if server.proc is None else "")
+        flow0, cpu0 = await fm.snapshot(url, up.token, up.ca if server.proc is None else ""), server.cpu()
         for lo, hi in split(0, k, args.client_procs):
             clients.append(
                 await bl.Helper.start(
@@ -296,7 +296,7 @@ async def measure_target(
         connected = await bl.ask_all(
             clients, "connect", timeout=args.connect_timeout + 60, deadline=args.connect_timeout
         )
-        connect_s = time.monotonic() - t0
+        connect_s, connect_cpu = time.monotonic() - t0, _delta(cpu0, server.cpu())
         watches = sum(c["watches"] for c in connected)
         established = sum(c["established"] for c in connected)
         statuses: dict[str, int] = {}
@@ -313,7 +313,8 @@ async def measure_target(
             f"K={k} {target_name}: {established}/{watches} watches, {gets_ok}/{gets} Node GETs in {connect_s:.1f} s; "
             f"failed requests {statuses or 'none'} {errors or ''} (load {loadavg()})"
         )
-        bl.log(f"  flow control over the connect: {json.dumps(flow)}")
+        cpu_s = {n: round(v, 1) for n, v in connect_cpu.items() if not n.endswith(_COUNTS)}
+        bl.log(f"  flow control over the connect: {json.dumps(flow)}; CPU s {cpu_s}")
         await asyncio.sleep(args.settle)
         rss1 = server.rss()
         # Idle: nothing written.
@@ -329,6 +330,7 @@ async def measure_target(
             "watches": watches,
             "established": established,
             "connect_s": round(connect_s, 2),
+            "connect_cpu_s": cpu_s,
             "node_gets": gets,
             "node_gets_ok": gets_ok,
             "failed_requests": statuses,
@@ -337,12 +339,8 @@ async def measure_target(
             "rss_after_mb": round(rss1 / 2**20, 1),
             "kb_per_watch": round((rss1 - rss0) / 1024 / max(1, established), 2),
             "mb_per_1000_watches": round((rss1 - rss0) / 2**20 / max(1, established) * 1000, 2),
-            "idle_cores": {
-                name: round(v, 4) for name, v in idle_rates.items() if not name.endswith(("-switches", "-minflt"))
-            },
-            "idle_per_s": {
-                name: round(v, 1) for name, v in idle_rates.items() if name.endswith(("-switches", "-minflt"))
-            },
+            "idle_cores": {name: round(v, 4) for name, v in idle_rates.items() if not name.endswith(_COUNTS)},
+            "idle_per_s": {name: round(v, 1) for name, v in idle_rates.items() if name.endswith(_COUNTS)},
             "machine_busy_cores": round((m1 - m0) / idle_s, 2),
             "loadavg": loadavg(),
         }

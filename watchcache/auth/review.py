@@ -3,7 +3,8 @@ proxy's own upstream session.
 
 Both ``TokenReview`` and ``SubjectAccessReview`` are a POST of a JSON object answered by
 the same object with a ``status``. They are sent with **the proxy's identity** (its token
-or client certificate: ``UpstreamClient.session``), which needs ``create`` on
+or client certificate), on the upstream client's pooled exchange connections
+(``UpstreamClient.post_review``; its aiohttp ``session`` through an http(s)/socks proxy), which needs ``create`` on
 ``tokenreviews`` and ``subjectaccessreviews`` (the ``system:auth-delegator`` ClusterRole;
 ``deploy/kubernetes/base/rbac.yaml`` grants it). Anything but a 2xx JSON object is a
 ``ReviewError``; the callers fail closed on it.
@@ -76,6 +77,8 @@ class UpstreamSession(Protocol):
 
     def url(self, path: str) -> str: ...
 
+    async def post_review(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes] | None: ...
+
 
 class UpstreamReviewClient:
     """``ReviewClient`` over ``UpstreamClient.session`` (the proxy's own identity)."""
@@ -95,16 +98,21 @@ class UpstreamReviewClient:
             async with asyncio.timeout(self.timeout), self.turns:  # the wait for a turn within the timeout
                 credential = await self.client.tokens.fresh_headers()
                 headers = {"Accept": "application/json", "Content-Type": "application/json", **credential}
-                async with session.post(
-                    self.client.url(path),
-                    data=orjson.dumps(body),
-                    headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=self.timeout),
-                    server_hostname=self.client.config.tls_server_name,
-                ) as resp:
-                    data = await resp.read()
-                    code = resp.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                payload = orjson.dumps(body)
+                posted = await self.client.post_review(path, payload, headers)  # a pooled exchange
+                if posted is not None:
+                    code, data = posted
+                else:  # through an http(s)/socks proxy: aiohttp's session
+                    async with session.post(
+                        self.client.url(path),
+                        data=payload,
+                        headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=self.timeout),
+                        server_hostname=self.client.config.tls_server_name,
+                    ) as resp:
+                        data = await resp.read()
+                        code = resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
             raise ReviewError(f"POST {path}: {type(e).__name__}: {e}") from None
         if code == 401:
             self.client.tokens.rejected(credential)

@@ -311,19 +311,30 @@ class UpstreamClient:
         return await self._exchange(route, self.passthrough_ssl.get(route), target, header_lines)
 
     async def _exchange(
-        self, key: Route | str, ssl_context: ssl.SSLContext | None, target: str, header_lines: list[tuple[str, str]]
+        self,
+        key: Route | str,
+        ssl_context: ssl.SSLContext | None,
+        target: str,
+        header_lines: list[tuple[str, str]],
+        *,
+        method: str = "GET",
+        body: bytes = b"",
     ) -> Answer:
+        """``method`` with ``body``: only requests that may be sent twice (the exchange resends one
+        once on a new connection when a pooled one was closed before any answer)."""
         assert self.exchanges is not None, "exchange() through a proxy: use an aiohttp session"
         url = urlsplit(self.config.server)
         default_port = 443 if url.scheme == "https" else 80
         port = url.port or default_port
         host = url.hostname or ""
-        lines = [f"GET {url.path.rstrip('/')}{target} HTTP/1.1", f"Host: {url.netloc.rpartition('@')[2]}"]
+        lines = [f"{method} {url.path.rstrip('/')}{target} HTTP/1.1", f"Host: {url.netloc.rpartition('@')[2]}"]
+        if body or method != "GET":
+            lines.append(f"Content-Length: {len(body)}")
         for name, value in header_lines:
             if "\r" in value or "\n" in value or "\x00" in value or not name.isascii():
                 raise ValueError(f"header {name!r} has a value that cannot be written")
             lines.append(f"{name}: {value}")
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + body
         if url.scheme != "https":
             ssl_context = None
         server_hostname = (self.config.tls_server_name or host) if ssl_context is not None else None
@@ -335,17 +346,30 @@ class UpstreamClient:
 
         return await self.exchanges.request(key, dial, request)
 
-    async def _own_get(self, target: str, headers: dict[str, str]) -> tuple[int, bytes]:
-        """The proxy's own GET on a pooled exchange connection (its identity: ``own_ssl``)."""
+    async def _own_get(
+        self, target: str, headers: dict[str, str], *, method: str = "GET", body: bytes = b""
+    ) -> tuple[int, bytes]:
+        """The proxy's own GET (or idempotent ``method``) on a pooled exchange connection (its identity:
+        ``own_ssl``)."""
         assert self.exchanges is not None
-        answer = await self._exchange(_OWN, self.own_ssl, target, [("User-Agent", USER_AGENT), *headers.items()])
+        lines = [("User-Agent", USER_AGENT), *headers.items()]
+        answer = await self._exchange(_OWN, self.own_ssl, target, lines, method=method, body=body)
         try:
-            body: list[bytes] = []
+            parts: list[bytes] = []
             while chunks := await answer.more():
-                body += chunks
-            return answer.status, b"".join(body)
+                parts += chunks
+            return answer.status, b"".join(parts)
         finally:
             self.exchanges.finish(answer)
+
+    async def post_review(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes] | None:
+        """A TokenReview or SubjectAccessReview (a POST without side effects) with the proxy's own
+        identity on a pooled exchange connection: (status, body); None through an http(s)/socks
+        proxy, where the caller uses ``session``. aiohttp's POST cost ~30% of the proxy's CPU in a
+        burst of kubelets, whose every request needs a review (docs/performance.md)."""
+        if self.exchanges is None:
+            return None
+        return await self._own_get(path, headers, method="POST", body=body)
 
     def url(self, path: str) -> str:
         return self.config.server + path
