@@ -33,9 +33,10 @@ import httptools
 from watchcache import apierrors
 from watchcache.http.admission import Admission
 from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
+from watchcache.http.h1gate import GRANTED, HEAD_IN, QUEUED, BodyGate, Complete, close_unread
 from watchcache.http.h1response import H1Response, header_line
 from watchcache.http.limits import HttpLimits
-from watchcache.http.request import Handler, Request, is_probe, origin_form, peer_identity, split_target
+from watchcache.http.request import Admit, Handler, Request, is_probe, origin_form, peer_identity, split_target
 
 __all__ = ["MAX_PIPELINE", "H1Protocol", "create_protocol_factory"]
 
@@ -57,6 +58,9 @@ class _ProtocolError(Exception):
         self.message = message
         self.retry_after = retry_after
 
+    def status(self) -> apierrors.StatusError:
+        return apierrors.StatusError(self.code, self.reason, self.message, retry_after=self.retry_after)
+
 
 # ---------------------------------------------------------------- the protocol
 
@@ -72,6 +76,7 @@ class H1Protocol(asyncio.Protocol):
         "_active",
         "_active_size",
         "_admission",
+        "_admit",
         "_body",
         "_body_size",
         "_body_timer",
@@ -79,8 +84,12 @@ class H1Protocol(asyncio.Protocol):
         "_client",
         "_content_length",
         "_continue_pending",
+        "_counting",
         "_dead",
         "_early",
+        "_expect",
+        "_gate",
+        "_gating",
         "_handler",
         "_head_raw",
         "_head_size",
@@ -106,6 +115,7 @@ class H1Protocol(asyncio.Protocol):
         "_task",
         "_tls",
         "_transport",
+        "_unread",
         "_url",
         "closing",
         "flow",
@@ -119,8 +129,13 @@ class H1Protocol(asyncio.Protocol):
         limits: HttpLimits,
         server_line: bytes,
         admission: Admission,
+        admit: Admit | None = None,
     ) -> None:
         self._handler = handler
+        self._admit = admit  # flow control before the body; None: the handler admits the whole request
+        self._gate = 0
+        self._gating: BodyGate | None = None  # the admission of a request whose body is to come
+        self._unread = False  # an answer left a request body unread: the connection closes after it
         self._limits = limits
         self.server_line = server_line
         self._admission = admission
@@ -170,6 +185,8 @@ class H1Protocol(asyncio.Protocol):
         self._repeated: dict[str, list[str]] | None = None
         self._head_size = 16  # method, spaces, version, CRLFs of the request line
         self._content_length: int | None = None
+        self._counting = False  # body bytes held as they arrive: chunked, or read before its admission
+        self._expect = False  # 100-continue for a body that waits for its admission: at its grant
         self._body: list[bytes] | None = None
         self._body_size = 0
         self._request: Request | None = None
@@ -199,6 +216,8 @@ class H1Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = self.lost = self._dead = True
         self._cancel_timers()
+        if self._gating is not None:
+            self._gating.cancel()  # it leaves its queue (``cancelled``), or gives its grant back
         self.flow.connection_lost()
         admission = self._admission
         held = self._held()
@@ -265,6 +284,8 @@ class H1Protocol(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(_ProtocolError(400, "BadRequest", f"malformed HTTP request: {exc}"))
             return
+        if self._gate == HEAD_IN and not self._dead:
+            self._gate_head()
         if self._in_head:
             # httptools buffers a header until it is complete, so bound what we have fed it.
             # Bytes of a chunk where the head began are not counted: never a false 431.
@@ -350,8 +371,10 @@ class H1Protocol(asyncio.Protocol):
             path, query = split_target(raw)
         except ValueError:
             raise _ProtocolError(400, "BadRequest", "invalid request target") from None
+        # A body admitted before it is read (``Admit``): only the head is held until the grant.
+        gated = self._admit is not None and upgrade is None and (te is not None or bool(length)) and not self._gate
         # Hold the head and the announced body against the limits before reading the body.
-        size = self._head_size + (length or 0)
+        size = self._head_size + (0 if gated else length or 0)
         admission = self._admission
         total = admission.buffered + size
         if total > admission.max_buffered and not is_probe(
@@ -361,6 +384,9 @@ class H1Protocol(asyncio.Protocol):
             raise _too_much_buffered()
         admission.buffered = total
         self._partial = size
+        self._counting = length is None or gated
+        if gated:
+            self._gate = HEAD_IN  # its admission starts once this read is parsed (``_gate_head``)
         # Alone, a message never exceeds the cap (413/431 first); behind others it may.
         if self._active is not None and self._held() > self._buffer_cap:
             self._pause_reading()  # resumed once the requests before this one are answered
@@ -371,7 +397,9 @@ class H1Protocol(asyncio.Protocol):
         # An upgrade request is the connection's last: it switches, or closes after its answer.
         self._keep_alive = parser.should_keep_alive() and upgrade is None
         if version == "1.1" and (te is not None or length) and headers.get("expect", "").lower() == "100-continue":
-            if self._active is None and not self._queue:
+            if gated:
+                self._expect = True  # at its grant: a refused client need not send its body at all
+            elif self._active is None and not self._queue:
                 self._transport.write(_CONTINUE)
             else:
                 self._continue_pending = True  # sent when earlier responses are done
@@ -381,7 +409,7 @@ class H1Protocol(asyncio.Protocol):
         self._body_size += size
         if self._body_size > self._limits.max_body_bytes:
             raise _too_large_body(self._limits.max_body_bytes)
-        if self._content_length is None:  # chunked: held as it arrives (a Content-Length is held up front)
+        if self._counting:  # chunked, or before its admission: held as it arrives (else held up front)
             admission = self._admission
             if admission.buffered + size > admission.max_buffered:
                 admission.rejected["request_buffer"] += 1
@@ -409,6 +437,11 @@ class H1Protocol(asyncio.Protocol):
         self._reset_message()
         if not keep_alive:
             self._stop_reading()  # nothing after a Connection: close request is answered
+        gate, self._gate = self._gate, 0
+        if gate >= QUEUED and self._gating is not None:  # its admission's task takes it
+            self._gating.body_complete((request, keep_alive, self._partial))
+            self._partial = 0
+            return
         self._queue.append((request, keep_alive, self._partial))
         self._partial = 0
         if self._active is None:
@@ -427,9 +460,13 @@ class H1Protocol(asyncio.Protocol):
             return
         queue = self._queue
         # (<=: the next request leaves the queue below, to become the active one.)
-        if self._read_paused and not self._dead and len(queue) <= MAX_PIPELINE and self._held() <= self._buffer_cap:
+        resume = self._read_paused and not (self._dead or self._gate) and len(queue) <= MAX_PIPELINE
+        if resume and self._held() <= self._buffer_cap:
             self._resume_reading()
         if not queue:
+            if self._gate == HEAD_IN:
+                self._gate_head()  # the requests before it are answered: its admission starts
+                return
             if self._continue_pending:
                 self._continue_pending = False
                 self._transport.write(_CONTINUE)
@@ -441,7 +478,7 @@ class H1Protocol(asyncio.Protocol):
         item = queue.pop(0)
         if isinstance(item, _ProtocolError):
             resp = H1Response(self, False, False, False)
-            status = apierrors.StatusError(item.code, item.reason, item.message, retry_after=item.retry_after)
+            status = item.status()
             extra = () if item.retry_after is None else (("Retry-After", str(item.retry_after)),)
             resp.send(item.code, status.body(), headers=extra)
             resp.handler_returned()  # no handler: the error is the answer
@@ -481,6 +518,62 @@ class H1Protocol(asyncio.Protocol):
             self._task = None
         response.handler_returned()
 
+    # -- admission before the body (``Admit``)
+
+    def _gate_head(self) -> None:
+        """A request's body is to come: reading pauses (the body clock too: the server keeps the client
+        waiting), and its admission starts, now or once the requests before it are answered."""
+        self._pause_reading()
+        if self._active is not None or self._queue:
+            return
+        request = self._request
+        admit = self._admit
+        assert request is not None and admit is not None
+        self._gate = QUEUED
+        # A refusal's answer: with the body unread, the connection's last (``Connection: close``).
+        refusal = H1Response(self, False, request.method == "HEAD", request.http_version == "1.0")
+        self._active = refusal
+        self._gating = BodyGate(self, request, refusal)
+        sock = self._transport.get_extra_info("socket")
+        self._task = self._gating.start(admit, sock.fileno() if sock is not None else None)
+
+    def grant_body(self) -> None:
+        """Granted: the body may come. An announced length is held now, against the request buffer."""
+        length = self._content_length
+        if length is not None:
+            rest = length - self._body_size
+            admission = self._admission
+            if admission.buffered + rest > admission.max_buffered:
+                admission.rejected["request_buffer"] += 1
+                raise _too_much_buffered().status()
+            admission.buffered += rest
+            self._partial += rest
+            self._counting = False
+        self._gate = GRANTED
+        if self.closing:
+            return
+        if self._expect:
+            self._expect = False
+            self._transport.write(_CONTINUE)
+        self._resume_reading()
+
+    def gate_refused(self, refusal: H1Response, unread: bool) -> None:
+        """Answered by its admission (a 429), its body unread: nothing more is parsed, and the
+        connection closes after the answer (``refusal`` says ``Connection: close``)."""
+        self._gating = None
+        self._task = None
+        self._unread = unread
+        self._stop_reading()
+        refusal.handler_returned()
+
+    async def run_admitted(self, complete: Complete) -> None:
+        """The admitted request, its body in: its handler (the grant in ``request.admitted``), as the active one."""
+        self._gating = None
+        request, keep_alive, self._active_size = complete
+        response = H1Response(self, keep_alive, request.method == "HEAD", request.http_version == "1.0")
+        self._active = response
+        await self._run(request, response)
+
     def finish(self, response: H1Response, keep_alive: bool) -> None:
         """The handler returned and its response is complete: move on to the next request."""
         if not keep_alive:
@@ -515,6 +608,11 @@ class H1Protocol(asyncio.Protocol):
         if self._partial:
             self._admission.buffered -= self._partial
             self._partial = 0
+        gate, self._gate = self._gate, 0
+        if gate >= QUEUED and self._gating is not None:
+            # Answered by its admission's task, which holds the connection's turn.
+            self._gating.body_failed(err.status())
+            return
         self._queue.append(err)
         if self._active is None:
             self._next()
@@ -608,7 +706,10 @@ class H1Protocol(asyncio.Protocol):
             self.closing = self._dead = True
             self._cancel_timers()
             self.flow.closing()
-            self._transport.close()
+            if self._unread:
+                close_unread(self._transport)
+            else:
+                self._transport.close()
             if self._limits.send_timeout > 0 and self._transport.get_write_buffer_size():
                 self._loop.call_later(self._limits.send_timeout, self._on_send_timeout)
 
@@ -687,10 +788,12 @@ def create_protocol_factory(
     *,
     server_header: str | None = None,
     admission: Admission | None = None,
+    admit: Admit | None = None,
 ) -> Callable[[], H1Protocol]:
     """A protocol factory for ``loop.create_server``; one ``H1Protocol`` per connection.
 
-    ``admission`` is shared by every connection of the server (its counters are the metrics).
+    ``admission`` is shared by every connection of the server (its counters are the metrics);
+    ``admit``, if given, admits a request whose body is to come before that body is read.
     """
     server_line = header_line("Server", server_header) if server_header else b""
-    return functools.partial(H1Protocol, handler, limits, server_line, admission or limits.admission())
+    return functools.partial(H1Protocol, handler, limits, server_line, admission or limits.admission(), admit)

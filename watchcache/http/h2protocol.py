@@ -49,53 +49,27 @@ import logging
 import weakref
 from typing import Any, cast
 
-import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
-import h2.stream
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
 from watchcache import apierrors
 from watchcache.http.admission import Admission
 from watchcache.http.flowcontrol import FlowControl
+from watchcache.http.h2gate import admit_then_handle
 from watchcache.http.h2headers import Refused, read_fields, read_target, too_large_body, too_much_buffered
+from watchcache.http.h2state import server_connection
 from watchcache.http.h2stream import BLOCKED, ENDED, H2Response
 from watchcache.http.limits import H2Limits, HttpLimits
-from watchcache.http.request import Handler, Request, is_probe, peer_identity
+from watchcache.http.request import Admit, Handler, Request, is_probe, peer_identity
 from watchcache.ratelimit import TokenBucket
 
 __all__ = ["H2Connections", "H2Protocol", "create_h2_factory"]
 
 logger = logging.getLogger("watchcache.http.h2protocol")
-
-
-class _Stream(h2.stream.H2Stream):
-    """``h2``'s stream without its Content-Length checks, which end the whole connection: this
-    module checks the header and the body's length itself, as stream errors (Go's net/http2)."""
-
-    def _initialize_content_length(self, headers: Any) -> None:
-        self._expected_content_length = None
-
-    def _track_content_length(self, length: int, end_stream: bool) -> None:
-        pass
-
-
-class _Connection(h2.connection.H2Connection):
-    """``h2``'s connection, but the stream limit is enforced by :class:`H2Protocol` (a stream error,
-    as Go's, where ``h2`` ends the connection) and Content-Length by it too (:class:`_Stream`)."""
-
-    @property
-    def open_inbound_streams(self) -> int:
-        super().open_inbound_streams  # noqa: B018 -- h2 forgets closed streams while it counts
-        return 0
-
-    def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
-        stream = super()._begin_new_stream(stream_id, allowed_ids)
-        stream.__class__ = _Stream
-        return stream
 
 
 class H2Protocol(asyncio.Protocol):
@@ -107,9 +81,16 @@ class H2Protocol(asyncio.Protocol):
     """
 
     def __init__(
-        self, handler: Handler, limits: HttpLimits, h2limits: H2Limits, server_line: bytes, admission: Admission
+        self,
+        handler: Handler,
+        limits: HttpLimits,
+        h2limits: H2Limits,
+        server_line: bytes,
+        admission: Admission,
+        admit: Admit | None = None,
     ) -> None:
         self._handler = handler
+        self._admit = admit  # a stream whose body is to come is admitted before it (``h2gate``)
         self._limits = limits
         self._h2limits = h2limits
         self.server_header = server_line.partition(b": ")[2].strip() if server_line else b""
@@ -125,28 +106,7 @@ class H2Protocol(asyncio.Protocol):
         self._refused = False
         self._remote = ""
         self._peercert: dict[str, Any] | None = None
-        config = h2.config.H2Configuration(
-            client_side=False,
-            header_encoding=None,
-            # Validated here instead: h2 would end the whole connection where Go answers one stream.
-            validate_inbound_headers=False,
-            normalize_inbound_headers=False,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-        )
-        self._conn = _Connection(config)
-        sc = h2.settings.SettingCodes
-        self._conn.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                sc.MAX_CONCURRENT_STREAMS: h2limits.max_concurrent_streams,
-                sc.INITIAL_WINDOW_SIZE: h2limits.initial_window_size,
-                sc.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
-                sc.ENABLE_PUSH: 0,
-            },
-        )
-        # Over the advertised size a stream gets 431 (Go); over twice that, decoding stops (HPACK bomb).
-        self._conn.decoder.max_header_list_size = 2 * limits.max_header_bytes
+        self._conn = server_connection(limits, h2limits)
         self._streams: dict[int, H2Response] = {}
         self._dirty: dict[int, H2Response] = {}
         self._blocked: dict[int, H2Response] = {}
@@ -329,8 +289,9 @@ class H2Protocol(asyncio.Protocol):
         stream = H2Response(self, sid)
         self._streams[sid] = stream
         self._admission.h2_streams += 1
+        gated = self._admit is not None and event.stream_ended is None
         try:
-            request = self._request(stream, event.headers or [])
+            request = self._request(stream, event.headers or [], gated)
         except Refused as refusal:
             self._refuse(stream, refusal)
             return
@@ -339,11 +300,13 @@ class H2Protocol(asyncio.Protocol):
             self._reset_for_client(sid, ErrorCodes.PROTOCOL_ERROR, "http2_protocol")
             return
         timer = None
-        if event.stream_ended is None:  # else the StreamEnded event that follows starts the handler
+        if event.stream_ended is None and not gated:  # else the StreamEnded event that follows starts the handler
             timer = self._loop.call_later(self._limits.body_timeout, self._on_body_timeout, stream)
         stream.begin(request, timer)
+        if gated:  # the body clock starts at its grant (``grant_body``)
+            self._start(stream, request, gated=True)
 
-    def _request(self, stream: H2Response, block: list[tuple[bytes, bytes]]) -> Request:
+    def _request(self, stream: H2Response, block: list[tuple[bytes, bytes]], gated: bool) -> Request:
         """The request of a HEADERS block (checked in ``h2headers``); raises Refused (answered with a
         Status) or ValueError (reset)."""
         fields = read_fields(block, self._limits)
@@ -353,8 +316,9 @@ class H2Protocol(asyncio.Protocol):
                 apierrors.too_many_requests("too many connections from this client, please try again later", 1)
             )
         target = read_target(fields, self._limits)
-        # Held against the limits until answered, as an HTTP/1.1 request's head and announced body.
-        held = fields.size + target.length
+        # Held against the limits until answered, as an HTTP/1.1 request's head and announced body
+        # (a body admitted before it is read: its head until its grant).
+        held = fields.size + (0 if gated else target.length)
         admission = self._admission
         if not is_probe(target.raw, held, bool(target.length)) and (
             admission.buffered + held > admission.max_buffered or self._held + held > self._buffer_cap
@@ -379,9 +343,11 @@ class H2Protocol(asyncio.Protocol):
     def _on_data(self, event: h2.events.DataReceived) -> None:
         sid = cast(int, event.stream_id)
         size = len(event.data or b"")
-        # The window reopens at once: what a body may hold is bounded by the limits below, not by it.
-        self._conn.acknowledge_received_data(event.flow_controlled_length or 0, sid)
         stream = self._streams.get(sid)
+        # The window reopens at once (what a body may hold is bounded by the limits below, not by
+        # it), but a queued stream's: what it may hold is its window (``h2gate``).
+        if stream is None or not stream.withhold(event.flow_controlled_length or 0):
+            self._conn.acknowledge_received_data(event.flow_controlled_length or 0, sid)
         if stream is None or not stream.wants_body:
             return  # a refused stream's remaining body: dropped
         request = cast(Request, stream.request)
@@ -395,7 +361,7 @@ class H2Protocol(asyncio.Protocol):
         if stream.body_size + size > self._limits.max_body_bytes:
             self._refuse(stream, Refused(too_large_body(self._limits.max_body_bytes)))
             return
-        if length is None:  # announced bodies were held up front
+        if length is None or stream.queued:  # announced bodies were held up front (or at the grant)
             admission = self._admission
             if admission.buffered + size > admission.max_buffered or self._held + size > self._buffer_cap:
                 admission.rejected["request_buffer"] += 1
@@ -441,10 +407,17 @@ class H2Protocol(asyncio.Protocol):
 
     def _request_complete(self, stream: H2Response) -> None:
         request = stream.complete_request()
-        if request is None:
-            return
+        if request is not None and not stream.gated:  # (a gated stream's task takes it)
+            self._start(stream, request)
+
+    def _start(self, stream: H2Response, request: Request, gated: bool = False) -> None:
+        """The stream's task: its handler, or (``gated``) its admission, then its body, then its handler."""
         self._tasks += 1
-        task = self._loop.create_task(self._run(stream, request))
+        if gated:
+            assert self._admit is not None
+            task = self._loop.create_task(admit_then_handle(self, stream, request, self._admit, stream.gate()))
+        else:
+            task = self._loop.create_task(self._run(stream, request))
         stream.run(task)
         # A callback, not a finally: a task cancelled before it ever ran (reset at once) runs no finally.
         task.add_done_callback(lambda _: self._handler_done(stream, request))
@@ -502,6 +475,34 @@ class H2Protocol(asyncio.Protocol):
             if not stream.started:
                 logger.error("handler for %s %s returned without responding", request.method, request.path)
                 stream.send(500, apierrors.internal_error().body())
+
+    run = _run  # for ``h2gate.GatedStreams``, as the two methods below
+
+    def grant_body(self, stream: H2Response) -> None:
+        """Admitted: its announced body held (over the request buffer: a StatusError), what it withheld
+        acknowledged (its window reopens), its body clock started."""
+        length = cast(Request, stream.request).headers.get("content-length")
+        if length is not None and stream.wants_body:
+            rest, admission = int(length) - stream.body_size, self._admission
+            if admission.buffered + rest > admission.max_buffered or self._held + rest > self._buffer_cap:
+                admission.rejected["request_buffer"] += 1
+                raise too_much_buffered()
+            self._hold(stream, rest)
+        self._reopen(stream)
+        stream.grant(self._loop.call_later(self._limits.body_timeout, self._on_body_timeout, stream))
+
+    def gate_refused(self, stream: H2Response) -> None:
+        """Answered before its body was read: what comes of it is dropped, what it withheld acknowledged."""
+        stream.stop_body()
+        self._reopen(stream)
+
+    def _reopen(self, stream: H2Response) -> None:
+        """Acknowledge the DATA a queued stream withheld: its window (and the connection's) reopens."""
+        withheld = stream.unwithhold()
+        if withheld and not self.lost:
+            with contextlib.suppress(h2.exceptions.ProtocolError):  # (a stream closed: the connection's only)
+                self._conn.acknowledge_received_data(withheld, stream.sid)
+            self._schedule()
 
     def _handler_done(self, stream: H2Response, request: Request) -> None:
         self._tasks -= 1
@@ -600,6 +601,7 @@ class H2Protocol(asyncio.Protocol):
         if refusal.limit is not None:
             self._admission.rejected[refusal.limit] += 1
         stream.refuse()
+        self._reopen(stream)
         err = refusal.error
         extra = () if err.retry_after is None else (("Retry-After", str(err.retry_after)),)
         if not stream.started and not stream.reset:
@@ -609,6 +611,7 @@ class H2Protocol(asyncio.Protocol):
     def _drop(self, stream: H2Response) -> None:
         """The stream is gone (reset, or the connection lost): stop its handler and release what it holds."""
         self.answered(stream)
+        self._reopen(stream)
         self._dirty.pop(stream.sid, None)
         self._blocked.pop(stream.sid, None)
         stream.gone()
@@ -753,9 +756,15 @@ class H2Connections:
     """
 
     def __init__(
-        self, handler: Handler, limits: HttpLimits, h2limits: H2Limits, admission: Admission, server_line: bytes = b""
+        self,
+        handler: Handler,
+        limits: HttpLimits,
+        h2limits: H2Limits,
+        admission: Admission,
+        server_line: bytes = b"",
+        admit: Admit | None = None,
     ) -> None:
-        self._args = (handler, limits, h2limits, server_line, admission)
+        self._args = (handler, limits, h2limits, server_line, admission, admit)
         self._live: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
 
     def __call__(self) -> H2Protocol:
@@ -779,6 +788,8 @@ def create_h2_factory(
     h2limits: H2Limits,
     admission: Admission,
     server_line: bytes = b"",
+    admit: Admit | None = None,
 ) -> H2Connections:
-    """What the HTTP/1.1 protocol hands a TLS connection to when ALPN chose ``h2``."""
-    return H2Connections(handler, limits, h2limits, admission, server_line)
+    """What the HTTP/1.1 protocol hands a TLS connection to when ALPN chose ``h2``; ``admit``: as
+    ``server.start_server``'s."""
+    return H2Connections(handler, limits, h2limits, admission, server_line, admit)

@@ -117,6 +117,7 @@ class H2Response:
         "_drained",
         "_end_sent",
         "_finished",
+        "_gated",
         "_handler_done",
         "_head_only",
         "_held",
@@ -128,6 +129,7 @@ class H2Response:
         "_reset",
         "_started",
         "_task",
+        "_withheld",
         "sid",
         "status",
     )
@@ -148,6 +150,11 @@ class H2Response:
         # The client ended its side of the stream (END_STREAM).
         self._remote_ended = False
         self._body_timer: asyncio.TimerHandle | None = None
+        # Admitted before its body (``Admit``): set once the body is in; None for any other stream.
+        self._gated: asyncio.Future[None] | None = None
+        # DATA received and not acknowledged (the window not reopened) while the stream is queued; -1
+        # once granted (or never gated): acknowledged as it comes.
+        self._withheld = -1
         # Request bytes (head and body) counted in the server's Admission until the answer starts.
         self._held = 0
         self._task: asyncio.Task[None] | None = None
@@ -361,6 +368,42 @@ class H2Response:
         self._head_only = request.method == "HEAD"
         self._body_timer = body_timer
 
+    def gate(self) -> asyncio.Future[None]:
+        """Admitted before its body (``h2gate``): DATA is withheld until ``unwithhold``; the body's
+        arrival is the future returned."""
+        self._withheld = 0
+        self._gated = asyncio.get_running_loop().create_future()
+        return self._gated
+
+    @property
+    def gated(self) -> bool:
+        """Admitted before its body (``gate``): its task, not the connection, runs its handler."""
+        return self._gated is not None
+
+    @property
+    def queued(self) -> bool:
+        """Waiting for its admission: its DATA is withheld and held as it comes."""
+        return self._withheld >= 0
+
+    def withhold(self, size: int) -> bool:
+        """Whether DATA of ``size`` flow-controlled bytes stays unacknowledged (the stream is queued)."""
+        if self._withheld < 0:
+            return False
+        self._withheld += size
+        return True
+
+    def unwithhold(self) -> int:
+        """No longer queued (granted, answered or gone): the bytes withheld, to acknowledge now."""
+        withheld, self._withheld = max(self._withheld, 0), -1
+        return withheld
+
+    def grant(self, body_timer: asyncio.TimerHandle) -> None:
+        """Admitted: the body may come; ``body_timer`` refuses it if it is late."""
+        if self._request_complete:
+            body_timer.cancel()
+        else:
+            self._body_timer = body_timer
+
     def hold(self, size: int) -> None:
         """``size`` more request bytes counted against the limits until the answer starts."""
         self._held += size
@@ -389,13 +432,24 @@ class H2Response:
         if body:
             request.body = body[0] if len(body) == 1 else b"".join(body)
             self._body = []
+        if self._gated is not None:
+            self._gated.set_result(None)
         return request
 
     def refuse(self) -> None:
-        """The request is answered with a Status by the connection: no handler, no more body wanted."""
+        """The request is answered with a Status by the connection: no handler, no more body wanted
+        (a stream admitted before its body: its admission ends, or its grant goes back)."""
+        self.stop_body()
+        self._handler_done = True
+        task = self._task
+        if self._gated is not None and task is not None:
+            task.cancel()
+
+    def stop_body(self) -> None:
+        """Answered before its body was read: no more body wanted (what comes is acknowledged and dropped)."""
         self._cancel_body_timer()
         self._body = []
-        self._handler_done = self._request_complete = True
+        self._request_complete = True
 
     def body_late(self) -> bool:
         """The body timer fired: whether the request is still waiting for its body (then refused)."""

@@ -15,14 +15,25 @@ import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote
 
 import httptools
 
 from watchcache.http.response import Response
 
-__all__ = ["PROBES", "PROBE_MAX_HEAD", "Handler", "Request", "is_probe", "origin_form", "peer_identity", "split_target"]
+__all__ = [
+    "PROBES",
+    "PROBE_MAX_HEAD",
+    "Admit",
+    "Admitted",
+    "Handler",
+    "Request",
+    "is_probe",
+    "origin_form",
+    "peer_identity",
+    "split_target",
+]
 
 #: Probes answered even when the request buffer is full: a liveness probe must not fail
 #: because of other clients' bodies (small body-less requests only).
@@ -54,6 +65,9 @@ class Request:
     # (kube's UnauthenticatedHTTP2DOSMitigation) a GOAWAY follows the answer, so that a client
     # nobody authenticated cannot multiplex; HTTP/1.1 has one request at a time anyway.
     close_connection: bool = False
+    # What the handler's ``Admit`` granted this request at the end of its head, before its body
+    # was read (None: the request was not admitted before its handler, which admits it itself).
+    admitted: Admitted | None = None
 
     def header_lines(self) -> list[tuple[str, str]]:
         """Every header as received, one (name, value) per line: a repeated header stays repeated.
@@ -79,8 +93,21 @@ class Request:
         return values[0] if values else None
 
 
+class Admitted(Protocol):
+    """A request's seat, granted before its body was read; ``release`` (idempotent) gives it back."""
+
+    def release(self) -> None: ...
+
+
 #: What answers a request: cached reads, watches, pass-through (``server.app.ApiHandler``).
 Handler = Callable[[Request, Response], Awaitable[None]]
+
+#: The handler's admission of a request whose body is still to come (``ApiHandler.admit``), called at
+#: the end of its head, before any of its body is read: kube-apiserver's flow control waits before
+#: its handlers read a body, so a queued request holds its head and no more. The request's grant
+#: (then its body is read and the handler runs with ``request.admitted`` set), or None once the
+#: request is answered (a 429) through the response given: its body is never read.
+Admit = Callable[[Request, Response], Awaitable[Admitted | None]]
 
 
 def origin_form(raw: bytes) -> bytes:

@@ -18,7 +18,7 @@ from typing import Any
 from watchcache.http.admission import Admission
 from watchcache.http.h1protocol import create_protocol_factory
 from watchcache.http.limits import HttpLimits
-from watchcache.http.request import Handler
+from watchcache.http.request import Admit, Handler
 
 __all__ = ["start_server"]
 
@@ -51,12 +51,16 @@ async def start_server(
     ssl: Any = None,
     admission: Admission | None = None,
     h2: Callable[[], asyncio.Protocol] | None = None,
+    admit: Admit | None = None,
 ) -> asyncio.AbstractServer:
     """Listen on ``host:port`` (or on ``sock``, already listening: ``http.listener``); TLS with ``ssl``,
-    HTTP/2 with ``h2`` (``h2protocol.create_h2_factory``) when the TLS context offers it (ALPN)."""
+    HTTP/2 with ``h2`` (``h2protocol.create_h2_factory``) when the TLS context offers it (ALPN);
+    ``admit``: the handler's admission of a request before its body is read (``request.Admit``)."""
     loop = asyncio.get_running_loop()
     factory: Callable[[], asyncio.Protocol]
-    factory = h1 = create_protocol_factory(handler, limits, server_header=server_header, admission=admission)
+    factory = h1 = create_protocol_factory(
+        handler, limits, server_header=server_header, admission=admission, admit=admit
+    )
     kwargs: dict[str, Any] = {"backlog": 2048}
     if ssl is not None:
         kwargs["ssl"] = ssl
