@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.server.test_limits import PODS, finish, start, until
+from tests.support.factories import FakeResponse
 from tests.support.handlers import MODIFIED, Harness, arun
+from watchcache import apierrors
 from watchcache.fairness.defaults import flow_schemas, priority_levels
 from watchcache.http.request import Request
 from watchcache.server import fairness
@@ -90,3 +94,49 @@ def test_the_handler_builds_no_flow_control_when_off() -> None:
         assert Harness(priority_and_fairness=True).handler.flow_control is not None
 
     asyncio.run(run())
+
+
+@arun
+async def test_a_request_admitted_before_its_body_is_handled_with_that_grant_not_admitted_again() -> None:
+    # The HTTP layer's ``admit`` (a request whose body is to come): the wait happens there, the handler
+    # then runs with ``request.admitted`` and does not queue it a second time.
+    h = Harness(fresh_wait=3.0, max_requests_inflight=1, max_requests_waiting=0, priority_and_fairness=True)
+    control, admit = h.handler.flow_control, h.handler.admit
+    assert control is not None and admit is not None
+    waiting = start(h, PODS, {"resourceVersion": "20"})  # holds the only seat
+    await until(lambda: h.cacher.waiting == 1)
+    stats = control.stats[("global-default", "global-default")]
+    req = Request("GET", PODS.encode(), PODS, {}, {"content-length": "2"}, b"", "1.1", "test")
+    resp = FakeResponse()
+    admission = asyncio.ensure_future(admit(req, resp))
+    await until(lambda: stats.inqueue == 1)
+    h.cacher.progress(20)  # the LIST ends: its seat goes to the queued request
+    admitted = await admission
+    assert admitted is not None and stats.executing == 1 and stats.dispatched == 2
+    req.admitted, req.body = admitted, b"{}"
+    await h.handler(req, resp)
+    assert resp.status == 200 and pf(resp.headers) == (GLOBAL_DEFAULT, GLOBAL_LEVEL)
+    assert stats.dispatched == 2 and stats.executing == 0  # not admitted twice; its seat is back
+    await finish(*waiting)
+
+
+@arun
+async def test_a_request_refused_before_its_body_gets_kubes_429_from_admit() -> None:
+    h = Harness(
+        fresh_wait=3.0, max_requests_inflight=1, max_requests_waiting=0, request_timeout=0.4, priority_and_fairness=True
+    )
+    admit = h.handler.admit
+    assert admit is not None
+    waiting = start(h, PODS, {"resourceVersion": "20"})
+    await until(lambda: h.cacher.waiting == 1)
+    resp = FakeResponse()
+    req = Request("POST", PODS.encode(), PODS, {}, {"content-length": "2"}, b"", "1.1", "test")
+    assert await admit(req, resp) is None  # answered: the body is never read
+    assert resp.status == 429 and ("Retry-After", "1") in resp.headers
+    assert pf(resp.headers) == (GLOBAL_DEFAULT, GLOBAL_LEVEL)
+    h.handler.shutting_down = True
+    with pytest.raises(apierrors.StatusError) as e:
+        await admit(req, FakeResponse())
+    assert e.value.code == 429
+    h.cacher.progress(20)
+    await finish(*waiting)

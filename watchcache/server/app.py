@@ -28,9 +28,10 @@ from watchcache import apierrors
 from watchcache.cache.encoding import Encoding
 from watchcache.cache.protobuf import FULL_PROTOBUF
 from watchcache.dispatch.cacher import Cacher
+from watchcache.fairness.classify import Classification
 from watchcache.fairness.controller import FlowControl, Grant
 from watchcache.fairness.width import ObjectStats
-from watchcache.http.request import Request
+from watchcache.http.request import Admit, Admitted, Request
 from watchcache.http.response import Response
 from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.resources import ResourceType
@@ -67,6 +68,24 @@ _EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 #: What a request was, for its metrics (verb, resource), and the watch that goes on without its
 #: handler, if any (``serve_watch``: its end is the request's end).
 Handled = tuple[str, ResourceType | None, HttpWatchStream | None]
+
+
+class _Admitted:
+    """A request's flow control: its grant (None: not flow-controlled, or exempt) and classification
+    (None when its authentication failed: no PF headers)."""
+
+    __slots__ = ("classification", "grant")
+
+    def __init__(self, grant: Grant | None, classification: Classification | None) -> None:
+        self.grant = grant
+        self.classification = classification
+
+    def release(self) -> None:
+        if self.grant is not None:
+            self.grant.release()
+
+
+_NOT_CONTROLLED = _Admitted(None, None)
 
 
 class ApiHandler:
@@ -121,6 +140,8 @@ class ApiHandler:
         if self.flow_control is not None:
             self.readiness_checks.append(functools.partial(fairness.readiness, self.flow_control))
             self.flow_control.object_stats = self._object_stats  # a LIST's work estimate
+        # For the HTTP layer: a request whose body is to come is admitted before its body is read.
+        self.admit: Admit | None = self._admit_head if self.flow_control is not None else None
         # Which kinds reads started and why (service/ondemand.py), for /debug/cache and /readyz?verbose.
         self.caching: Callable[[], dict[str, Any]] | None = None
 
@@ -204,10 +225,14 @@ class ApiHandler:
             return
         grant = None
         if self.flow_control is not None:
-            admitted = await self._admit(request, response)
-            if admitted is None:
-                return
-            grant, response = admitted
+            admitted: _Admitted | None = request.admitted  # type: ignore[assignment] # (ours: ``_admit_head``)
+            if admitted is None:  # no body, or no admission before it (``admit``)
+                admitted = await self._admit(request, response)
+                if admitted is None:
+                    return
+            grant = admitted.grant
+            if admitted.classification is not None:
+                response = cast(Response, fairness.ClassifiedResponse(response, admitted.classification))
         elif self.seats.active >= self.ctx.config.max_requests_inflight:
             self._reject("inflight", "too many requests in flight, please try again later")
         kind = "readOnly" if request.method in ("GET", "HEAD", "OPTIONS") else "mutating"
@@ -225,8 +250,18 @@ class ApiHandler:
             seats.current.reset(token)
             slot.release()
 
-    async def _admit(self, request: Request, response: Response) -> tuple[Grant | None, Response] | None:
-        """Flow control: the request's grant and its response with the PF headers, after its wait in
+    async def _admit_head(self, request: Request, response: Response) -> Admitted | None:
+        """``admit`` (``http.request.Admit``): a request whose body is to come waits for its seat
+        before the body is read, as kube's APF filter runs before any handler reads it; so a queued
+        request holds its head and no more. None once answered (kube's 429)."""
+        if request.raw_path == b"*" or request.path in _EXEMPT or request.upgrade is not None:
+            return _NOT_CONTROLLED  # answered by ``__call__`` as without a body
+        if self.shutting_down:
+            self._reject("shutdown", "the server is shutting down, please try again later")
+        return await self._admit(request, response)
+
+    async def _admit(self, request: Request, response: Response) -> _Admitted | None:
+        """Flow control: the request's grant and classification (for the PF headers), after its wait in
         its priority level's queues; None once answered with kube's 429. A long-running request that
         is not a watch (a log stream) is not flow-controlled, as in kube."""
         control = self.flow_control
@@ -234,17 +269,17 @@ class ApiHandler:
         info = fairness.request_info(request)
         long = info is not None and long_running(info)
         if long and info is not None and info.verb != "watch":
-            return None, response
+            return _NOT_CONTROLLED
         wait = fairness.wait_budget(self.ctx.config.request_timeout, long)
         grant, classification = await fairness.admit(control, self.ctx.gate, request, info, wait)
-        if classification is not None:
-            response = cast(Response, fairness.ClassifiedResponse(response, classification))
         if isinstance(grant, int):  # refused: kube's 429, with its Retry-After in seconds
+            if classification is not None:
+                response = cast(Response, fairness.ClassifiedResponse(response, classification))
             self.rejected["priority_and_fairness"] = self.rejected.get("priority_and_fairness", 0) + 1
             headers = fairness.rejected_headers(grant)
             response.send(429, fairness.REJECTED_BODY, content_type=fairness.REJECTED_TYPE, headers=headers)
             return None
-        return grant, response
+        return _Admitted(grant, classification)
 
     def _reject(self, limit: str, message: str) -> NoReturn:
         self.rejected[limit] = self.rejected.get(limit, 0) + 1

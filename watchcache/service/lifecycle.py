@@ -152,7 +152,7 @@ async def serve(
             issuers = ca_subjects(cert.client_ca_file) if wiring.requestheader_ca_file else None
             wiring.ctx.gate.certs = CertAuthenticator(issuers)
     h2 = (
-        create_h2_factory(wiring.handler, options.http, options.http2, admission)
+        create_h2_factory(wiring.handler, options.http, options.http2, admission, admit=wiring.handler.admit)
         if cert is not None and options.http2 is not None
         else None
     )
@@ -173,6 +173,7 @@ async def serve(
             ssl=cert.context if cert else None,
             admission=admission,
             h2=h2,
+            admit=wiring.handler.admit,
         )
     except BaseException:
         # Nothing will serve (the address is taken): stop what wire() started, so that the error
