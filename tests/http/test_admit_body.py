@@ -21,7 +21,7 @@ import uvloop
 
 from harness.pki import Pair, Pki
 from tests.support.h2client import H2Client
-from watchcache.http import h1gate
+from watchcache.http import h1gate, reads
 from watchcache.http.admission import Admission
 from watchcache.http.h2protocol import create_h2_factory
 from watchcache.http.limits import H2Limits, HttpLimits
@@ -162,6 +162,9 @@ def test_h1_a_refusal_is_answered_without_reading_the_body_and_the_connection_cl
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(head(2 * MIB) + b"y" * MIB)
             await asyncio.wait_for(gate.entered.wait(), 5)
+            await asyncio.sleep(0.2)
+            # Sent with its head, the body is not read: the head's read (4 KiB, as Go's bufio) is all held.
+            assert 0 < admission.buffered <= reads.HEAD_READ, admission.buffered
             gate.refuse()
             raw_head, _ = await read_answer(reader)
             assert raw_head.startswith(b"HTTP/1.1 429") and b"connection: close" in raw_head.lower()

@@ -29,7 +29,7 @@ from collections.abc import Awaitable
 from typing import Protocol
 
 from watchcache import apierrors
-from watchcache.http.h1response import H1Response
+from watchcache.http.h1response import H1Connection, H1Response
 from watchcache.http.request import Admit, Admitted, Request
 
 __all__ = ["GONE_CHECK", "GRANTED", "HEAD_IN", "LINGER", "QUEUED", "BodyGate", "GatedConnection", "close_unread"]
@@ -51,10 +51,8 @@ _GONE_EVENTS = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 Complete = tuple[Request, bool, int]
 
 
-class GatedConnection(Protocol):
-    """What a :class:`BodyGate` asks of its connection (``H1Protocol``)."""
-
-    lost: bool
+class GatedConnection(H1Connection, Protocol):
+    """What a :class:`BodyGate` asks of its connection (``H1Protocol``), besides its responses' interface."""
 
     def grant_body(self) -> None:
         """The request is granted: hold its announced body, send 100 Continue if asked, resume reading.
@@ -66,20 +64,17 @@ class GatedConnection(Protocol):
     def run_admitted(self, complete: Complete) -> Awaitable[None]:
         """The handler, for the complete request (its grant in ``Request.admitted``)."""
 
-    def abort(self) -> None:
-        """Drop the connection now."""
-
 
 class BodyGate:
     """The admission of one request whose body is to come, until its handler starts."""
 
     __slots__ = ("_conn", "_done", "_error", "_gone_timer", "_loop", "_task", "refusal", "request")
 
-    def __init__(self, conn: GatedConnection, request: Request, refusal: H1Response) -> None:
+    def __init__(self, conn: GatedConnection, request: Request) -> None:
         self._conn = conn
         self.request = request
-        # The answer of a refusal: the connection's last (made with keep-alive off).
-        self.refusal = refusal
+        # The answer of a refusal: with the body unread, the connection's last (``Connection: close``).
+        self.refusal = H1Response(conn, False, request.method == "HEAD", request.http_version == "1.0")
         self._loop = asyncio.get_running_loop()
         # The body is in (the complete request), or failed (None, and ``_error``).
         self._done: asyncio.Future[Complete | None] = self._loop.create_future()
@@ -87,11 +82,12 @@ class BodyGate:
         self._gone_timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def start(self, admit: Admit, fd: int | None) -> asyncio.Task[None]:
-        """Admit, read the body, handle: the task doing it (the caller keeps it). ``fd``: the socket, to poll."""
+    def start(self, admit: Admit, transport: asyncio.BaseTransport) -> asyncio.Task[None]:
+        """Admit, read the body, handle: the task doing it (the caller keeps it)."""
         self._task = task = self._loop.create_task(self._run(admit))
-        if fd is not None:
-            self._gone_timer = self._loop.call_later(GONE_CHECK, self._check_gone, fd)
+        sock = transport.get_extra_info("socket")  # polled for the client's hang-up while queued
+        if sock is not None:
+            self._gone_timer = self._loop.call_later(GONE_CHECK, self._check_gone, sock.fileno())
         return task
 
     def body_complete(self, complete: Complete) -> None:

@@ -36,6 +36,7 @@ from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
 from watchcache.http.h1gate import GRANTED, HEAD_IN, QUEUED, BodyGate, Complete, close_unread
 from watchcache.http.h1response import H1Response, header_line
 from watchcache.http.limits import HttpLimits
+from watchcache.http.reads import read_views
 from watchcache.http.request import Admit, Handler, Request, is_probe, origin_form, peer_identity, split_target
 
 __all__ = ["MAX_PIPELINE", "H1Protocol", "create_protocol_factory"]
@@ -65,7 +66,7 @@ class _ProtocolError(Exception):
 # ---------------------------------------------------------------- the protocol
 
 
-class H1Protocol(asyncio.Protocol):
+class H1Protocol(asyncio.BufferedProtocol):
     """One client connection. Parser callbacks (``on_*``) are called by httptools.
 
     Implements :class:`~watchcache.http.h1response.H1Connection` for its responses: ``closing``,
@@ -87,7 +88,6 @@ class H1Protocol(asyncio.Protocol):
         "_counting",
         "_dead",
         "_early",
-        "_expect",
         "_gate",
         "_gating",
         "_handler",
@@ -107,6 +107,7 @@ class H1Protocol(asyncio.Protocol):
         "_peercert",
         "_queue",
         "_read_paused",
+        "_reads",
         "_refused",
         "_remote",
         "_repeated",
@@ -149,6 +150,8 @@ class H1Protocol(asyncio.Protocol):
         self._active_size = 0
         self._buffer_cap = limits.connection_buffer_cap
         self._loop = asyncio.get_running_loop()
+        # Into the loop's buffer: small reads while no body is being read (``http.reads``).
+        self._reads = read_views(self._loop)
         # None between messages of a connection whose answer streams (a watch): made again when bytes come.
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport = None  # type: ignore[assignment]
@@ -186,7 +189,6 @@ class H1Protocol(asyncio.Protocol):
         self._head_size = 16  # method, spaces, version, CRLFs of the request line
         self._content_length: int | None = None
         self._counting = False  # body bytes held as they arrive: chunked, or read before its admission
-        self._expect = False  # 100-continue for a body that waits for its admission: at its grant
         self._body: list[bytes] | None = None
         self._body_size = 0
         self._request: Request | None = None
@@ -249,9 +251,15 @@ class H1Protocol(asyncio.Protocol):
             return self._switched.eof_received()
         return None
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reads[self._admit is None or (self._in_message and not self._in_head)]  # (head, body)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._reads[1][:nbytes])  # a view of the loop's buffer, valid until it returns
+
+    def data_received(self, data: bytes | memoryview) -> None:
         if self._switched is not None:
-            self._switched.data_received(data)
+            self._switched.data_received(bytes(data))
             return
         if self._early is not None:
             # Reading is paused until the upgrade is answered, but a TLS transport may still
@@ -397,12 +405,10 @@ class H1Protocol(asyncio.Protocol):
         # An upgrade request is the connection's last: it switches, or closes after its answer.
         self._keep_alive = parser.should_keep_alive() and upgrade is None
         if version == "1.1" and (te is not None or length) and headers.get("expect", "").lower() == "100-continue":
-            if gated:
-                self._expect = True  # at its grant: a refused client need not send its body at all
-            elif self._active is None and not self._queue:
+            if self._active is None and not self._queue and not gated:
                 self._transport.write(_CONTINUE)
-            else:
-                self._continue_pending = True  # sent when earlier responses are done
+            else:  # sent when earlier responses are done, or at its grant (refused: no body is sent)
+                self._continue_pending = True
 
     def on_body(self, body: bytes) -> None:
         size = len(body)
@@ -530,12 +536,9 @@ class H1Protocol(asyncio.Protocol):
         admit = self._admit
         assert request is not None and admit is not None
         self._gate = QUEUED
-        # A refusal's answer: with the body unread, the connection's last (``Connection: close``).
-        refusal = H1Response(self, False, request.method == "HEAD", request.http_version == "1.0")
-        self._active = refusal
-        self._gating = BodyGate(self, request, refusal)
-        sock = self._transport.get_extra_info("socket")
-        self._task = self._gating.start(admit, sock.fileno() if sock is not None else None)
+        self._gating = gate = BodyGate(self, request)
+        self._active = gate.refusal
+        self._task = gate.start(admit, self._transport)
 
     def grant_body(self) -> None:
         """Granted: the body may come. An announced length is held now, against the request buffer."""
@@ -550,16 +553,14 @@ class H1Protocol(asyncio.Protocol):
             self._partial += rest
             self._counting = False
         self._gate = GRANTED
-        if self.closing:
-            return
-        if self._expect:
-            self._expect = False
-            self._transport.write(_CONTINUE)
-        self._resume_reading()
+        if not self.closing:
+            if self._continue_pending:
+                self._continue_pending = False
+                self._transport.write(_CONTINUE)
+            self._resume_reading()
 
     def gate_refused(self, refusal: H1Response, unread: bool) -> None:
-        """Answered by its admission (a 429), its body unread: nothing more is parsed, and the
-        connection closes after the answer (``refusal`` says ``Connection: close``)."""
+        """Answered by its admission (a 429): nothing more is parsed; the connection closes after it."""
         self._gating = None
         self._task = None
         self._unread = unread

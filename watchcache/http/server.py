@@ -28,7 +28,7 @@ class _ByAlpn(asyncio.Protocol):
 
     __slots__ = ("_h1", "_h2")
 
-    def __init__(self, h1: Callable[[], asyncio.Protocol], h2: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, h1: Callable[[], asyncio.BaseProtocol], h2: Callable[[], asyncio.BaseProtocol]) -> None:
         self._h1 = h1
         self._h2 = h2
 
@@ -50,14 +50,14 @@ async def start_server(
     server_header: str | None = None,
     ssl: Any = None,
     admission: Admission | None = None,
-    h2: Callable[[], asyncio.Protocol] | None = None,
+    h2: Callable[[], asyncio.BaseProtocol] | None = None,
     admit: Admit | None = None,
 ) -> asyncio.AbstractServer:
     """Listen on ``host:port`` (or on ``sock``, already listening: ``http.listener``); TLS with ``ssl``,
     HTTP/2 with ``h2`` (``h2protocol.create_h2_factory``) when the TLS context offers it (ALPN);
     ``admit``: the handler's admission of a request before its body is read (``request.Admit``)."""
     loop = asyncio.get_running_loop()
-    factory: Callable[[], asyncio.Protocol]
+    factory: Callable[[], asyncio.BaseProtocol]
     factory = h1 = create_protocol_factory(
         handler, limits, server_header=server_header, admission=admission, admit=admit
     )
