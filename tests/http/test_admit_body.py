@@ -20,7 +20,7 @@ import pytest
 import uvloop
 
 from harness.pki import Pair, Pki
-from tests.support.h2client import H2Client
+from tests.support.h2client import H2Client, client_context
 from watchcache.http import h1gate, reads
 from watchcache.http.admission import Admission
 from watchcache.http.h2protocol import create_h2_factory
@@ -94,10 +94,14 @@ def run(loop: str, coro: Callable[[], Awaitable[None]]) -> None:
 
 
 @asynccontextmanager
-async def h1_server(gate: Gate, limits: HttpLimits | None = None) -> AsyncIterator[tuple[int, Admission]]:
+async def h1_server(
+    gate: Gate, limits: HttpLimits | None = None, ssl: Any = None
+) -> AsyncIterator[tuple[int, Admission]]:
     limits = limits or HttpLimits()
     admission = limits.admission()
-    server = await start_server(gate.handler, "127.0.0.1", 0, limits=limits, admission=admission, admit=gate.admit)
+    server = await start_server(
+        gate.handler, "127.0.0.1", 0, limits=limits, admission=admission, admit=gate.admit, ssl=ssl
+    )
     try:
         yield server.sockets[0].getsockname()[1], admission
     finally:
@@ -278,6 +282,51 @@ def test_h1_pipelined_requests_keep_their_order_and_bodyless_ones_are_not_admitt
             writer.close()
 
     run(loop, main)
+
+
+def test_h1_a_chunked_body_waits_for_its_grant_too() -> None:
+    async def main() -> None:
+        gate = Gate()
+        async with h1_server(gate) as (port, admission):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+            await asyncio.wait_for(gate.entered.wait(), 5)
+            writer.write(b"5\r\nhello\r\n" * 2000)
+            await asyncio.sleep(0.2)
+            assert admission.buffered < 1024 and gate.handled == []
+            grant = gate.grant()
+            writer.write(b"0\r\n\r\n")
+            raw_head, body = await read_answer(reader)
+            assert raw_head.startswith(b"HTTP/1.1 201") and body == b"10000" and gate.handled == [(10000, grant)]
+            writer.close()
+
+    run("uvloop", main)
+
+
+def test_h1_over_tls_a_queued_body_is_not_read_and_a_refusal_closes(cert: Pair) -> None:
+    async def main() -> None:
+        gate = Gate()
+        tls = ServingCert(str(cert.crt), str(cert.key), http2=True)
+        async with h1_server(gate, ssl=tls.context) as (port, admission):
+            client = client_context(("http/1.1",))
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+            writer.write(head(MIB) + b"t" * MIB)
+            await asyncio.wait_for(gate.entered.wait(), 5)
+            await asyncio.sleep(0.2)
+            assert 0 < admission.buffered <= 2 * reads.HEAD_READ, admission.buffered
+            grant = gate.grant()
+            raw_head, body = await read_answer(reader)
+            assert raw_head.startswith(b"HTTP/1.1 201") and body == b"%d" % MIB and grant.released == 1
+            writer.write(head(MIB) + b"u" * MIB)
+            await until(lambda: len(gate.waiting) == 2)
+            gate.refuse(1)
+            raw_head, _ = await read_answer(reader)
+            assert raw_head.startswith(b"HTTP/1.1 429") and b"connection: close" in raw_head.lower()
+            assert gate.handled == [(MIB, grant)]
+            await until(lambda: admission.connections == 0 and admission.buffered == 0)
+            writer.close()
+
+    run("uvloop", main)
 
 
 # ------------------------------------------------------------------ HTTP/2
