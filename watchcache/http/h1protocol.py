@@ -255,9 +255,7 @@ class H1Protocol(asyncio.BufferedProtocol):
         return self._reads[self._admit is None or (self._in_message and not self._in_head)]  # (head, body)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self._reads[1][:nbytes])  # a view of the loop's buffer, valid until it returns
-
-    def data_received(self, data: bytes | memoryview) -> None:
+        data = self._reads[1][:nbytes]  # a view of the loop's buffer, valid until this returns
         if self._switched is not None:
             self._switched.data_received(bytes(data))
             return
@@ -380,7 +378,7 @@ class H1Protocol(asyncio.BufferedProtocol):
         except ValueError:
             raise _ProtocolError(400, "BadRequest", "invalid request target") from None
         # A body admitted before it is read (``Admit``): only the head is held until the grant.
-        gated = self._admit is not None and upgrade is None and (te is not None or bool(length)) and not self._gate
+        gated = (te is not None or length) and self._admit is not None and upgrade is None and not self._gate
         # Hold the head and the announced body against the limits before reading the body.
         size = self._head_size + (0 if gated else length or 0)
         admission = self._admission
@@ -392,7 +390,7 @@ class H1Protocol(asyncio.BufferedProtocol):
             raise _too_much_buffered()
         admission.buffered = total
         self._partial = size
-        self._counting = length is None or gated
+        self._counting = length is None or gated is True
         if gated:
             self._gate = HEAD_IN  # its admission starts once this read is parsed (``_gate_head``)
         # Alone, a message never exceeds the cap (413/431 first); behind others it may.

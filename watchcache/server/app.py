@@ -85,7 +85,7 @@ class _Admitted:
             self.grant.release()
 
 
-_NOT_CONTROLLED = _Admitted(None, None)
+_NOT_CONTROLLED = (None, None)
 
 
 class ApiHandler:
@@ -227,12 +227,14 @@ class ApiHandler:
         if self.flow_control is not None:
             admitted: _Admitted | None = request.admitted  # type: ignore[assignment] # (ours: ``_admit_head``)
             if admitted is None:  # no body, or no admission before it (``admit``)
-                admitted = await self._admit(request, response)
-                if admitted is None:
+                got = await self._admit(request, response)
+                if got is None:
                     return
-            grant = admitted.grant
-            if admitted.classification is not None:
-                response = cast(Response, fairness.ClassifiedResponse(response, admitted.classification))
+                grant, classification = got
+            else:
+                grant, classification = admitted.grant, admitted.classification
+            if classification is not None:
+                response = cast(Response, fairness.ClassifiedResponse(response, classification))
         elif self.seats.active >= self.ctx.config.max_requests_inflight:
             self._reject("inflight", "too many requests in flight, please try again later")
         kind = "readOnly" if request.method in ("GET", "HEAD", "OPTIONS") else "mutating"
@@ -255,12 +257,13 @@ class ApiHandler:
         before the body is read, as kube's APF filter runs before any handler reads it; so a queued
         request holds its head and no more. None once answered (kube's 429)."""
         if request.raw_path == b"*" or request.path in _EXEMPT or request.upgrade is not None:
-            return _NOT_CONTROLLED  # answered by ``__call__`` as without a body
+            return _Admitted(None, None)  # answered by ``__call__`` as without a body
         if self.shutting_down:
             self._reject("shutdown", "the server is shutting down, please try again later")
-        return await self._admit(request, response)
+        got = await self._admit(request, response)
+        return None if got is None else _Admitted(*got)
 
-    async def _admit(self, request: Request, response: Response) -> _Admitted | None:
+    async def _admit(self, request: Request, response: Response) -> tuple[Grant | None, Classification | None] | None:
         """Flow control: the request's grant and classification (for the PF headers), after its wait in
         its priority level's queues; None once answered with kube's 429. A long-running request that
         is not a watch (a log stream) is not flow-controlled, as in kube."""
@@ -279,7 +282,7 @@ class ApiHandler:
             headers = fairness.rejected_headers(grant)
             response.send(429, fairness.REJECTED_BODY, content_type=fairness.REJECTED_TYPE, headers=headers)
             return None
-        return _Admitted(grant, classification)
+        return grant, classification
 
     def _reject(self, limit: str, message: str) -> NoReturn:
         self.rejected[limit] = self.rejected.get(limit, 0) + 1
