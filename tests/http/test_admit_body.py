@@ -329,6 +329,37 @@ def test_h1_over_tls_a_queued_body_is_not_read_and_a_refusal_closes(cert: Pair) 
     run("uvloop", main)
 
 
+def test_h1_a_switched_connection_reads_large_again() -> None:
+    # Reads are 4 KiB only while a head is read: a tunnel (exec, port-forward) is not held to them.
+    async def main() -> None:
+        gate = Gate()
+        chunks: list[int] = []
+        ended = asyncio.Event()
+
+        class Sink(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                chunks.append(len(data))
+                if sum(chunks) >= MIB:
+                    ended.set()
+
+        async def handler(request: Request, response: Response) -> None:
+            response.switch_protocols(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: sink\r\n\r\n", Sink())
+            await ended.wait()
+
+        gate.handler = handler  # type: ignore[method-assign]
+        async with h1_server(gate) as (port, _):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /x HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: sink\r\n\r\n")
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
+            writer.write(b"s" * MIB)
+            await asyncio.wait_for(ended.wait(), 5)
+            assert max(chunks) > reads.HEAD_READ, chunks[:20]
+            assert gate.waiting == []
+            writer.close()
+
+    run("uvloop", main)
+
+
 # ------------------------------------------------------------------ HTTP/2
 
 

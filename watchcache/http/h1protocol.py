@@ -684,6 +684,7 @@ class H1Protocol(asyncio.BufferedProtocol):
         early, self._early = bytes(self._early), None
         self.answered()
         self._switched = protocol
+        self._admit = None  # no request comes any more: reads are large again (``get_buffer``)
         transport = self._transport
         transport.write(head)
         if self.flow.paused:
