@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import random
@@ -122,6 +123,13 @@ async def serve(
     inherited from the supervisor; without one, bound here on ``options.host:port``)."""
     if listener is None:
         listener = bind_listener(options.host, options.port)
+    # The cyclic collector stops the loop for as long as a pass takes. What is alive now (modules,
+    # classes, functions: ~54,000 objects after the imports) lives as long as the process: frozen, full
+    # passes no longer traverse it (CPython's advice for a server). And a young generation of 7,000
+    # allocations (CPython's default: 700) makes every pass 10x rarer: 30,000 pods cached, 50 changes/s,
+    # GETs for 40 s: full passes 19 -> 2, the longest 60 -> 14 ms, all passes' time 790 -> 196 ms.
+    gc.freeze()
+    gc.set_threshold(7000, 10, 10)
     # Port 0 is resolved: what the log and the wiring say is the port clients use.
     options = dataclasses.replace(options, port=listener.getsockname()[1])
     loop = asyncio.get_running_loop()
@@ -292,9 +300,19 @@ async def _tick(
 
 
 async def _log_readiness(readiness: ReadinessLog) -> None:
-    """``ready`` (or why not) in the log as soon as ``/readyz`` would say it; then each change, once."""
+    """``ready`` (or why not) in the log as soon as ``/readyz`` would say it; then each change, once.
+
+    The first time it is ready, the caches' initial objects are frozen out of the cyclic collector's
+    full passes too, as the imports were (``serve``): they are acyclic, freed by their reference counts
+    when replaced, and were most of what a full pass traversed. Once only: a freeze also keeps what is
+    alive then from the collector, so that a cycle among those objects that dies later is never freed.
+    """
+    frozen = False
     while True:
         readiness.check()
+        if readiness.said_ready and not frozen:
+            frozen = True
+            gc.freeze()
         await asyncio.sleep(1.0 if readiness.said_ready else 0.05)
 
 
