@@ -6,7 +6,8 @@ authenticated (the gate's TokenReview, cached; never refused here: a failed auth
 classifies the request as anonymous and the error is raised again where the request is
 authorized, or the upstream answers it for a pass-through), the request is classified, and it
 waits in its level's queues for a seat (``watchcache.fairness``). It holds only its head while
-it waits: no task is started and nothing is read for it until it is dispatched.
+it waits: a request whose body is still to come is admitted from the end of its head, before its
+body is read (``ApiHandler.admit``, the HTTP layer's ``Admit`` hook), and its body is read once dispatched.
 
 A 429 comes only when its flow's queues are full or its wait passes its budget (kube's body:
 plain text, not a ``Status``; its Retry-After grows with the level's refusals, ``fairness/dropped.py``): a quarter of
