@@ -8,8 +8,10 @@ SubjectAccessReviews carry the selectors and its objects exist. Both servers cla
 kube's ``system-nodes`` (pods, ConfigMaps) and ``system-node-high`` (the Node) FlowSchemas.
 
 A small K of the benchmark itself (``loadtest.bench.kubelets --node-identities --connect-only``);
-its objects are kept (``--keep``, prefix ``nodeburst-test``): the kit runs no controller manager,
-so a deleted namespace would stay Terminating and the next run could not create its pods.
+its namespace is kept (``--keep``, prefix ``nodeburst-test``): the kit runs no controller manager,
+so a deleted namespace would stay Terminating and the next run could not create its pods. Its Nodes
+and pods are deleted after it, though: left in the kit, kube-scheduler (started by the control-plane
+tests) places pods on those Nodes, which no kubelet runs, and a rollout there never completes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import subprocess
 import sys
 from typing import Any
 
-from harness.kube.kit import needs_kube
+from harness.kube.kit import Api, KubeEnv, needs_kube
 from loadtest.bench import lib as bl
 
 pytestmark = needs_kube
@@ -42,8 +44,25 @@ def run_bench() -> dict[str, Any]:
     return result
 
 
+def _delete_nodes_and_pods() -> None:
+    """The run's Nodes and pods (cluster-scoped Nodes and pods need no controller to go)."""
+    kube = KubeEnv.from_environ()
+    api = Api(kube.url, kube.token, kube.ca)
+    try:
+        for node in api.get("/api/v1/nodes")["items"]:
+            name = node["metadata"]["name"]
+            if name.startswith("nodeburst-test-"):
+                api.delete(f"/api/v1/nodes/{name}")
+        api.call("DELETE", "/api/v1/namespaces/nodeburst-test-kubelets/pods?gracePeriodSeconds=0", None)
+    finally:
+        api.close()
+
+
 def test_node_identities_connect_through_the_proxy_as_directly_and_are_classified_as_nodes() -> None:
-    result = run_bench()
+    try:
+        result = run_bench()
+    finally:
+        _delete_nodes_and_pods()
     idle = {r["target"]: r for r in result["rows"] if r["phase"] == "idle"}
     assert set(idle) == {"proxy", "upstream"}
     for target, row in idle.items():
