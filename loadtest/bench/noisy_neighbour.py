@@ -117,7 +117,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     up = kube_upstream()
     tokens = await setup(up, args.configmaps)
     files = bl.ProductionFiles(False, True)
-    prod = bl.Production(tls=True, authentication="delegated", workers=1)
+    prod = bl.Production(tls=True, authentication="delegated", workers=args.workers)
     common = ["--max-requests-inflight", str(args.inflight), "--resources", "configmaps"]
     common += ["--cache-exclude", "serviceaccounts", *shlex.split(args.proxy_args)]
     results: dict[str, Any] = {}
@@ -175,6 +175,7 @@ def main() -> None:
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES))
     p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated: " + ", ".join(TARGETS))
     p.add_argument("--proxy-args", default="", help="extra flags for both proxies")
+    p.add_argument("--workers", type=int, default=1, help="the proxies' --workers (inflight is per worker)")
     args = p.parse_args()
     info = bl.machine_info()
     results = asyncio.run(run(args))

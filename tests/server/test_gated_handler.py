@@ -139,3 +139,33 @@ def test_refusals_are_in_protobuf_for_a_protobuf_client_as_from_kube(path: str, 
         assert (e.value.code, e.value.content_type) == (status, "application/json")
 
     asyncio.run(run())
+
+
+def test_a_kind_never_cached_here_is_passed_through_before_any_review() -> None:
+    asyncio.run(_a_kind_never_cached_is_passed_through_before_any_review())
+
+
+async def _a_kind_never_cached_is_passed_through_before_any_review() -> None:
+    # --cache-exclude configmaps: the upstream authorizes its client; no review here, and dave (whom
+    # the example policy refuses configmaps) gets the upstream's answer, not this proxy's 403.
+    h, followers = handler()
+    h.ctx.never_cached = lambda resource: resource is CONFIGMAPS
+    gate = h.ctx.gate
+    assert gate is not None
+    checked: list[object] = []
+    authorize = gate.authorize
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        checked.append(args)
+        return await authorize(*args, **kwargs)  # type: ignore[arg-type]
+
+    gate.authorize = counted  # type: ignore[method-assign]
+    # (The fake upstream answers every forwarded request 404.)
+    assert (await send(h, "/api/v1/namespaces/ns-1/configmaps", "dave-token"))[0] == 404
+    assert (await send(h, "/api/v1/namespaces/ns-1/configmaps?watch=1", "alice-token"))[0] == 404
+    assert checked == [] and followers.built == []
+    assert h.passed_through == {"uncached-resource": 2}
+    assert isinstance(h.ctx.upstream, FakeUpstream) and len(h.ctx.upstream.forwarded) == 2
+    # A kind that may be cached is still authorized before its cache is built.
+    assert (await send(h, "/api/v1/namespaces/ns-1/pods", "alice-token"))[0] == 200
+    assert len(checked) == 1

@@ -52,6 +52,9 @@ class ApiContext:
     # For a resource in the registry but not in ``cachers``: a cache made on first use
     # (a follower of the worker that owns it), or None to pass the request through.
     on_demand: Callable[[ResourceType], Cacher | None] | None = None
+    # For a resource not in ``cachers``: True when no read may ever cache it here (--cache-exclude,
+    # --no-cache-on-demand): its reads are passed through at once, before any review.
+    never_cached: Callable[[ResourceType], bool] = lambda resource: False
     # Full objects in protobuf: the resource's protobuf cache once it is ready (made on first use; a
     # read may wait for a new one), else None (the read is answered as without one). None: no protobuf caches here.
     protobuf: Callable[[ResourceType], Awaitable[Cacher | None]] | None = None

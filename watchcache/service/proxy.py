@@ -161,6 +161,7 @@ async def wire_proxy(options: RunOptions) -> Wiring:
 
     ondemand = OnDemandCaches(ctx, policy, start_owned, lambda t: owns(options.shard, t))
     ctx.on_demand = ondemand.cacher
+    ctx.never_cached = lambda t: policy.refusal(t) is not None
     protobuf_serving = protobuf.serving
 
     async def protobuf_for(t: ResourceType) -> Cacher | None:
