@@ -97,6 +97,39 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def schedstat(pids: list[int]) -> tuple[float, float]:
+    """(on a CPU, runnable but waiting for one) seconds so far, summed over ``pids``' threads: a process
+    that waits for a CPU as long as it runs is short of cores, not of its own capacity."""
+    ran = waited = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    fields = f.read().split()
+            except OSError:
+                continue
+            ran += int(fields[0])
+            waited += int(fields[1])
+    return ran / 1e9, waited / 1e9
+
+
+def pids_of(exe: str) -> list[int]:
+    """The processes whose executable is named ``exe`` (kube-apiserver of the kit, for its readings)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.path.basename(os.readlink(f"/proc/{entry}/exe")) == exe:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
 def machine_busy() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
     with open("/proc/stat") as f:

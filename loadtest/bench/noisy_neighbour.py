@@ -16,7 +16,9 @@ Against kube-apiserver of the reference kit (``eval "$(/work/shared/tools/kube-r
   gets ceil(8*100/245) = 4 seats).
 
 Reported per mode and target: each flow's answers by status (429s above all), the quiet flow's
-p50/p99, and the load average. Run: ``.venv/bin/python -m loadtest.bench.noisy_neighbour``.
+p50/p99, the server's CPU seconds per second and its seconds per second runnable but waiting for a
+CPU (``/proc/*/task/*/schedstat``: the proxy's processes, or kube-apiserver's), and the load
+average. Run: ``.venv/bin/python -m loadtest.bench.noisy_neighbour``.
 The last line is ``BENCH {json}``; docs/performance.md records a run.
 """
 
@@ -139,7 +141,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 url, ca = targets[target]
                 bl.log(f"{mode}: {target}")
                 closed0 = _closed_upstream_connections(up.url)
+                # The server's CPU and its wait for one (schedstat): on these shared cores, whether it
+                # was short of its own capacity or of CPU time.
+                pids = proxies[target].pids() if target in proxies else bl.pids_of("kube-apiserver")
+                sched0, t0 = bl.schedstat(pids), time.monotonic()
                 results[f"{mode}/{target}"] = r = await phase(url, ca, path, tokens, args.noisy, args.seconds)
+                (ran, waited), elapsed = bl.schedstat(pids), time.monotonic() - t0
+                r["cpu_s_per_s"] = round((ran - sched0[0]) / elapsed, 2)
+                r["runqueue_s_per_s"] = round((waited - sched0[1]) / elapsed, 2)
                 # Connections to kube-apiserver closed by this side (TIME_WAIT here) during the phase: a
                 # proxy whose pool churns pays a TLS handshake per new one.
                 r["upstream_connections_closed"] = _closed_upstream_connections(up.url) - closed0
@@ -185,7 +194,7 @@ def main() -> None:
         rows.append([
             mode, target, r["noisy"].get(200, 0), r["noisy"].get(429, 0), r["quiet"].get(200, 0),
             r["quiet"].get(429, 0), r["quiet_ms"]["p50"], r["quiet_ms"]["p99"], r["upstream_connections_closed"],
-            r["load1"],
+            r["cpu_s_per_s"], r["runqueue_s_per_s"], r["load1"],
         ])  # fmt: skip
     bl.print_table(
         [
@@ -198,6 +207,8 @@ def main() -> None:
             "quiet p50 ms",
             "quiet p99 ms",
             "upstream conns closed",
+            "server CPU s/s",
+            "waiting for a CPU s/s",
             "load1",
         ],
         rows,
