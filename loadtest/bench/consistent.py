@@ -241,13 +241,13 @@ async def list_rounds(
             for phase in PHASES:
                 phases[phase] = histogram_summary(before_all, after_all, f"watchcache_consistent_read_{phase}_seconds")
             phases["total"] = histogram_summary(before_all, after_all, "watchcache_consistent_read_total_seconds")
-            probes = {}
+            probes: dict[str, float] = {}
             for (n, lbl), v in after_all.items():
                 d = dict(lbl)
                 if n == "watchcache_consistency_probes_total" and d.get("resource") == "configmaps":
                     probes[d["outcome"]] = probes.get(d["outcome"], 0) + v - before_all.get((n, lbl), 0.0)
             phases["probes"] = probes
-            fetches = {}
+            fetches: dict[str, float] = {}
             for (n, lbl), v in after_all.items():
                 d = dict(lbl)
                 if n == "watchcache_consistency_target_fetches_total" and d.get("resource") == "configmaps":
@@ -365,7 +365,7 @@ async def amain(args: argparse.Namespace) -> None:
             bl.wait_objects(proxy, "configmaps", args.objects)
             stop = asyncio.Event()
             rtt: list[float] = []
-            tasks = [asyncio.ensure_future(rtt_sampler(up, small, stop, rtt))]
+            tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(rtt_sampler(up, small, stop, rtt))]
             if args.busy != "none":
                 tasks.append(asyncio.ensure_future(busy_writer(up, small, args.busy_rate, args.busy, stop)))
             await asyncio.sleep(1.0)

@@ -34,8 +34,8 @@ REPEAT = 9
 class Stream:
     __slots__ = ()
 
-    def flush(self) -> None:
-        pass
+    def flush(self) -> int:
+        return 0
 
     def flush_failed(self, error: Exception) -> None:
         pass

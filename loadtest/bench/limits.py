@@ -61,7 +61,7 @@ except ImportError:  # before it: a before/after across the split (PYTHONPATH=/p
     )
 
     from watchcache.http import protocol as h1protocol  # type: ignore[no-redef]
-    from watchcache.http.h2protocol import H2Limits  # type: ignore[attr-defined,no-redef]
+    from watchcache.http.h2protocol import H2Limits
 from harness.doubles import NullSink
 from watchcache.resources import PODS
 from watchcache.watchers.watcher import Watcher
@@ -229,7 +229,11 @@ def fanout_loop(watchers: int, batches: int, runs: int, with_budget: bool) -> li
         spent = 0.0
         for i in range(batches):
             rv += 1
-            obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": f"p{i % 10}", "namespace": "default"}}
+            obj: dict[str, Any] = {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": {"name": f"p{i % 10}", "namespace": "default"},
+            }
             obj["metadata"]["resourceVersion"] = str(rv)
             events = cacher.cache.apply([(MODIFIED, encode_object(PODS, obj))])
             gc.disable()

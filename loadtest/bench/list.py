@@ -247,8 +247,9 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
     )
     goals = {}
     for target in ("proxy", "proxy-http"):
-        r = by.get((10000, "full", target))
-        if r and r["ratio_vs_ceiling"] is not None:
+        found = by.get((10000, "full", target))
+        if found is not None and found["ratio_vs_ceiling"] is not None:
+            r = found
             floor = 0.6 if r["tls"] else 0.5
             goals[f"{target}_full_list_10000_vs_{'ceiling-tls' if r['tls'] else 'ceiling'}"] = {
                 "goal": f">= {floor}",

@@ -154,7 +154,7 @@ async def _list_client(args: argparse.Namespace) -> None:
             break
         emit(await _list_run(conns, cmd))
     for c in conns:
-        c.transport.close()  # type: ignore[attr-defined]
+        c.transport.close()
 
 
 def main(argv: list[str] | None = None) -> None:

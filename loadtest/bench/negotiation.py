@@ -189,7 +189,7 @@ class Kube:
             req.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
-                return resp.read()  # type: ignore[no-any-return]
+                return resp.read()
         except urllib.error.HTTPError as e:
             if e.code == 409:
                 return b""

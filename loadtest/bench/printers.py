@@ -19,6 +19,7 @@ import random
 import sys
 import time
 import tracemalloc
+from typing import Any
 
 from watchcache.cache.object import encode_object
 from watchcache.printers.kube import POD
@@ -28,7 +29,7 @@ from watchcache.resources import PODS
 from watchcache.sim.fixtures import make_pod
 
 
-def pods(n: int) -> list:  # type: ignore[type-arg]
+def pods(n: int) -> list[Any]:
     rng = random.Random(7)
     out = []
     for i in range(n):

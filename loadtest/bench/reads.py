@@ -56,7 +56,7 @@ try:  # since server/context.py was split (issue 35)
     from watchcache.server.config import ServeConfig
     from watchcache.server.context import ApiContext
 except ImportError:
-    from watchcache.server.context import ApiContext, ServeConfig  # type: ignore[no-redef,attr-defined]
+    from watchcache.server.context import ApiContext, ServeConfig  # type: ignore[no-redef,attr-defined,unused-ignore]
 
 LOOPS = ("get", "get-consistent", "list-page", "list-shared", "watch-start", "watch-event")
 
@@ -124,6 +124,9 @@ class NullResponse:
         self.closed = True
         for cb in self.close_callbacks:
             cb()
+
+    def switch_protocols(self, head: bytes, protocol: asyncio.Protocol) -> tuple[asyncio.Transport, bytes]:
+        raise NotImplementedError("no upgrades in these loops")
 
 
 def build(namespaces: int, per_namespace: int) -> tuple[ApiHandler, Cacher]:

@@ -79,7 +79,7 @@ def analyse(requests: list[Logged], started: float, synced: float) -> dict[str, 
         "informer p50": statistics.median(seconds) if seconds else 0.0,
         "informer p90": seconds[int(len(seconds) * 0.9)] if seconds else 0.0,
         "informer max": seconds[-1] if seconds else 0.0,
-        "last informer synced": max((r.done for _, r in took), default=started) - started,
+        "last informer synced": max((t + r.at for t, r in took), default=started) - started,
         "synced": synced,
         "slowest": [f"{t:.2f}s {r.user_agent.split('/')[0]} {r.target.split('?')[0]}" for t, r in took[-5:]],
     }

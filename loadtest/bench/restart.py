@@ -103,7 +103,7 @@ class Informer:
         m = re.search(rb"(?i)content-length: *(\d+)", head)
         if m:
             return await r.readexactly(int(m.group(1)))
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             size = int((await r.readuntil(b"\r\n")).strip() or b"0", 16)
             if size == 0:

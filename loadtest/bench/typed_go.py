@@ -155,10 +155,10 @@ def main() -> None:
             for name, target in targets.items():
                 for phase in phases:
                     rounds, watches = (args.rounds, 0) if phase == "list" else (0, args.watches)
-                    p0, a0 = cpu_seconds(proxy.process.pid), cpu_seconds(api_pid)
+                    p0, a0 = cpu_seconds(proxy.pid), cpu_seconds(api_pid)
                     got = run_client(binary, target, args.pods, rounds, watches)[phase]
                     t = totals[name][phase]
-                    t["proxy"] += cpu_seconds(proxy.process.pid) - p0
+                    t["proxy"] += cpu_seconds(proxy.pid) - p0
                     t["apiserver"] += cpu_seconds(api_pid) - a0
                     t["client"] += got["cpu_seconds"]
                     t["objects"] += got["objects"]

@@ -158,12 +158,12 @@ def main() -> None:
         api_pid = apiserver_pid()
         for _ in range(args.rounds):
             for name, (client, accept) in clients.items():
-                c0, p0, a0 = time.process_time(), cpu_seconds(proxy.process.pid), cpu_seconds(api_pid)
+                c0, p0, a0 = time.process_time(), cpu_seconds(proxy.pid), cpu_seconds(api_pid)
                 pods, nbytes, content_type, decoding = list_all(client, accept)
                 t = totals[name]
                 t["decode"] += decoding
                 t["client"] += time.process_time() - c0
-                t["proxy"] += cpu_seconds(proxy.process.pid) - p0
+                t["proxy"] += cpu_seconds(proxy.pid) - p0
                 t["apiserver"] += cpu_seconds(api_pid) - a0
                 t["pods"] += pods
                 t["bytes"] += nbytes

@@ -33,6 +33,7 @@ import collections
 import contextlib
 import re
 import time
+from collections.abc import MutableSequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -189,10 +190,10 @@ class Client:
             base = f"{self.path}{sep}limit={paged}&continue="
             target = base + c.group(1).decode()
 
-    def start_watch(self, established: asyncio.Event, counter: list[int], total: int) -> None:
+    def start_watch(self, established: asyncio.Event, counter: MutableSequence[int], total: int) -> None:
         self._watch_task = asyncio.ensure_future(self._watch(established, counter, total))
 
-    async def _watch(self, established: asyncio.Event, counter: list[int], total: int) -> None:
+    async def _watch(self, established: asyncio.Event, counter: MutableSequence[int], total: int) -> None:
         sep = "&" if "?" in self.path else "?"
         target = f"{self.path}{sep}watch=1&resourceVersion={self.rv}&allowWatchBookmarks=true&timeoutSeconds=3600"
         try:

@@ -34,6 +34,7 @@ class InformerUser(FastHttpUser):
         self.resource = ("configmaps", "pods")[self.ctx.deal("InformerUser") % 2]
         self.path = collection_path(self.resource, None)
         self.store = StoreCheck()
+        assert self.host is not None  # locust's --host, required by the profile
         self.session = WatchSession(
             self.environment, self.ctx, self.host, self.path, {}, f"{self.resource} -A (informer)", store=self.store
         )

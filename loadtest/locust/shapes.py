@@ -61,6 +61,7 @@ class ProfileShape(LoadTestShape):
         assert self.runner is not None
         environment = self.runner.environment
         options = environment.parsed_options
+        assert options is not None  # set by locust's runner before any shape tick
         run_time = float(options.run_time) if options.run_time else None
         t = self.get_run_time()
         if run_time is not None and t >= run_time:

@@ -50,6 +50,7 @@ class WatchUser(FastHttpUser):
         self.path = collection_path(resource, namespace)
         self.selectors = selectors
         self.label = label
+        assert self.host is not None  # locust's --host, required by the profile
         self.session = WatchSession(self.environment, self.ctx, self.host, self.path, selectors, label)
 
     def on_stop(self) -> None:
