@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from watchcache.upstream import exchange as ex
+from watchcache.upstream.client import UpstreamClient
+from watchcache.upstream.config import UpstreamConfig
 from watchcache.upstream.exchange import Exchanges
+from watchcache.upstream.identity import Route
 
 Script = Callable[[bytes, int], list[bytes] | None]
 
@@ -289,3 +292,30 @@ async def test_connections_a_burst_left_idle_age_out(monkeypatch: pytest.MonkeyP
         assert srv.connections == 10
         assert pool.pools["r"].idle == [kept]
         assert sum(c.connection.open for c in burst if c.connection is not None) == 1
+
+
+@sync
+async def test_the_client_writes_the_request_line_host_and_header_lines_as_given() -> None:
+    async with serving(lambda req, n: ok(b"{}")) as srv:
+        assert srv.server is not None
+        port = srv.server.sockets[0].getsockname()[1]
+        client = UpstreamClient(UpstreamConfig(server=f"http://user@127.0.0.1:{port}/prefix/"))
+        lines = [("accept", "application/json"), ("impersonate-user", "jos\xe9"), ("x-b", "1"), ("x-b", "2")]
+        answer = await client._exchange(Route.CLIENT, None, "/api/v1/namespaces?limit=1", lines)
+        assert await read_all(answer) == b"{}"
+        client.exchanges.finish(answer)  # type: ignore[union-attr]
+        assert srv.requests == [
+            b"GET /prefix/api/v1/namespaces?limit=1 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\naccept: application/json\r\n"
+            b"impersonate-user: jos\xc3\xa9\r\nx-b: 1\r\nx-b: 2\r\n\r\n" % port  # a value beyond ASCII: UTF-8
+        ]
+        client.exchanges.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("x-a", "1\r\nx-injected: 1"), ("x-a", "a\nb"), ("x-a", "a\x00b"), ("x-\xe9", "v")]
+)
+def test_a_header_line_that_cannot_be_written_is_refused_before_any_connection(name: str, value: str) -> None:
+    client = UpstreamClient(UpstreamConfig(server="http://127.0.0.1:1"))
+    lines = [("accept", "application/json"), ("x-fine", "jos\xe9"), (name, value)]
+    with pytest.raises(ValueError, match=f"header {name!r} has a value that cannot be written"):
+        asyncio.run(client._exchange(Route.CLIENT, None, "/api", lines))

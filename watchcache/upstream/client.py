@@ -20,6 +20,8 @@ proxy's own identity (for impersonation). The last two exist only when configure
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 import ssl
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
@@ -202,6 +204,28 @@ class _WatchStream(asyncio.Protocol):
             self.transport.close()
 
 
+# A header line that would end early: its value cannot be written as one line.
+_UNWRITABLE = re.compile("[\r\n\x00]")
+
+
+@functools.lru_cache(maxsize=8)
+def _origin(server: str) -> tuple[bool, str, str, str, int]:
+    """The upstream URL's parts a request is written with, parsed once: (https, path prefix, Host
+    line, host, port)."""
+    url = urlsplit(server)
+    https = url.scheme == "https"
+    port = url.port or (443 if https else 80)
+    return https, url.path.rstrip("/"), f"Host: {url.netloc.rpartition('@')[2]}", url.hostname or "", port
+
+
+def _check_writable(header_lines: list[tuple[str, str]]) -> None:
+    """Raises the ValueError naming the first header line ``_exchange`` cannot write: a value with CR,
+    LF or NUL, or a name that is not ASCII (values beyond ASCII are written as UTF-8)."""
+    for name, value in header_lines:
+        if "\r" in value or "\n" in value or "\x00" in value or not name.isascii():
+            raise ValueError(f"header {name!r} has a value that cannot be written")
+
+
 class UpstreamClient:
     def __init__(self, config: UpstreamConfig, identity: IdentityOptions | None = None) -> None:
         self.config = config
@@ -323,19 +347,16 @@ class UpstreamClient:
         """``method`` with ``body``: only requests that may be sent twice (the exchange resends one
         once on a new connection when a pooled one was closed before any answer)."""
         assert self.exchanges is not None, "exchange() through a proxy: use an aiohttp session"
-        url = urlsplit(self.config.server)
-        default_port = 443 if url.scheme == "https" else 80
-        port = url.port or default_port
-        host = url.hostname or ""
-        lines = [f"{method} {url.path.rstrip('/')}{target} HTTP/1.1", f"Host: {url.netloc.rpartition('@')[2]}"]
+        https, base, host_line, host, port = _origin(self.config.server)
+        lines = [f"{method} {base}{target} HTTP/1.1", host_line]
         if body or method != "GET":
             lines.append(f"Content-Length: {len(body)}")
-        for name, value in header_lines:
-            if "\r" in value or "\n" in value or "\x00" in value or not name.isascii():
-                raise ValueError(f"header {name!r} has a value that cannot be written")
-            lines.append(f"{name}: {value}")
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + body
-        if url.scheme != "https":
+        written = [f"{name}: {value}" for name, value in header_lines]
+        joined = "".join(written)  # one scan of every line for what would end one early
+        if _UNWRITABLE.search(joined) is not None or not joined.isascii():
+            _check_writable(header_lines)
+        request = ("\r\n".join([*lines, *written]) + "\r\n\r\n").encode("utf-8") + body
+        if not https:
             ssl_context = None
         server_hostname = (self.config.tls_server_name or host) if ssl_context is not None else None
 
