@@ -130,3 +130,18 @@ def test_an_impersonated_read_is_authorized_for_the_impersonated_user(gate: Gate
     with pytest.raises(StatusError) as err:
         asyncio.run(gate.check(req, info_of(req)))
     assert 'User "alice" cannot list resource "nodes"' in err.value.message
+
+
+def test_identity_headers_are_recognised_by_lower_case_name_exact_or_by_prefix() -> None:
+    names = RequestHeaderNames(("X-User", "X-Other-User"), ("X-Grp",), ("X-Ext-", "X-More-"), ("X-Uid",))
+    for name in ("x-user", "x-other-user", "x-grp", "x-uid", "x-ext-scopes", "x-more-a", "x-ext-"):
+        assert names.is_identity_header(name), name
+    # x-remote-* whatever the configuration: no client has a reason to send one.
+    assert names.is_identity_header("x-remote-user") and names.is_identity_header("x-remote-anything")
+    for name in ("x-users", "x-user-", "x-grp2", "authorization", "x-ext", "user-agent", "impersonate-user"):
+        assert not names.is_identity_header(name), name
+    merged = RequestHeaderNames().merged(names)
+    assert merged.is_identity_header("x-user") and merged.is_identity_header("x-remote-group")
+    assert merged.is_identity_header("x-more-b") and not merged.is_identity_header("x-users")
+    # What is derived from the names is no part of equality.
+    assert RequestHeaderNames() == RequestHeaderNames() and hash(RequestHeaderNames()) == hash(RequestHeaderNames())

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -57,6 +57,10 @@ class RequestHeaderNames:
     group: tuple[str, ...] = ("X-Remote-Group",)
     extra_prefix: tuple[str, ...] = ("X-Remote-Extra-",)
     uid: tuple[str, ...] = ()
+    # Derived in ``__post_init__`` (not fields: no part of equality): the exact names lower-cased,
+    # and the prefixes (``x-remote-`` first) lower-cased.
+    _exact: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
+    _prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         _names(self.username, "--requestheader-username-headers")
@@ -65,6 +69,10 @@ class RequestHeaderNames:
         _names(self.uid, "--requestheader-uid-headers")
         if not self.username:
             raise ValueError("--requestheader-username-headers: at least one header is needed")
+        # Lower-cased once: every header of every passed-through request is checked against them.
+        object.__setattr__(self, "_exact", frozenset(n.lower() for n in (*self.username, *self.group, *self.uid)))
+        prefixes = (_ALWAYS_STRIPPED_PREFIX, *(p.lower() for p in self.extra_prefix))
+        object.__setattr__(self, "_prefixes", prefixes)
 
     @classmethod
     def from_lists(
@@ -93,10 +101,7 @@ class RequestHeaderNames:
 
     def is_identity_header(self, name: str) -> bool:
         """True for a header (lower-case name) that claims an identity under this convention."""
-        if name.startswith(_ALWAYS_STRIPPED_PREFIX):
-            return True
-        exact = (*self.username, *self.group, *self.uid)
-        return any(name == n.lower() for n in exact) or any(name.startswith(p.lower()) for p in self.extra_prefix)
+        return name in self._exact or name.startswith(self._prefixes)
 
     def headers_for(self, user: UserInfo) -> list[tuple[str, str]]:
         """The header lines that present ``user`` (first name of each list, as client-go sends them)."""
