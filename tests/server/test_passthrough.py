@@ -11,13 +11,16 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.support.authfakes import request
 from tests.support.echo_upstream import EchoUpstream, raw_request
 from tests.support.serverthread import ServerThread
+from watchcache.auth.authn import CertAuthenticator
 from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.server import passthrough
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import from_flags
+from watchcache.upstream.identity import IdentityOptions, PassthroughIdentity, Route
 
 Serve = Callable[..., ServerThread]
 
@@ -103,3 +106,59 @@ def test_x_forwarded_for_appends_the_client(proxy: tuple[ServerThread, EchoUpstr
     _, _, echoed = forward(srv, b"X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: 10.0.0.2\r\n")
     xff = [v for n, v in echoed["lines"] if n == "x-forwarded-for"]
     assert xff == ["10.0.0.1, 10.0.0.2, 127.0.0.1"]
+
+
+def test_without_x_forwarded_for_the_client_is_the_one_line(proxy: tuple[ServerThread, EchoUpstream]) -> None:
+    srv, _ = proxy
+    _, _, echoed = forward(srv, b"Accept: application/json\r\n")
+    assert [v for n, v in echoed["lines"] if n == "x-forwarded-for"] == ["127.0.0.1"]
+
+
+RAW_HEADS = [
+    [],
+    [(b"Content-Type", b"application/yaml"), (b"Audit-Id", b"a1"), (b"Date", b"x"), (b"Content-Length", b"2")],
+    [(b"content-type", b""), (b"Content-Type", b"text/plain")],  # the first wins, empty included
+    [(b"Warning", b'299 - "\xe2\x82\xac"'), (b"warning", b"two"), (b"Cache-Control", b"no-store")],
+    [(b"X-Kubernetes-PF-FlowSchema-UID", b"f"), (b"Transfer-Encoding", b"chunked"), (b"Server", b"kube")],
+    [(b"Connection", b"keep-alive, X-Hop"), (b"X-Hop", b"h"), (b"Content-Type", b"application/json"), (b"X-K", b"k")],
+    [(b"X-A", b"1"), (b"connection", b"X-A"), (b"Keep-Alive", b"timeout=5"), (b"X-B", b"2")],
+]
+
+
+@pytest.mark.parametrize("raw", RAW_HEADS)
+def test_answer_head_is_response_headers_and_the_first_content_type_in_one_pass(raw: list) -> None:
+    lines = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
+    content_type = next((v for k, v in lines if k.lower() == "content-type"), "application/json")
+    assert passthrough.answer_head(raw) == (content_type, passthrough.response_headers(lines))
+
+
+class RouteClient:
+    """What ``prepare`` reads of an ``UpstreamClient``: the headers a route adds, its TLS contexts."""
+
+    passthrough_ssl: dict = {}
+
+    @staticmethod
+    def route_headers(route: Route) -> dict[str, str]:
+        return {"Authorization": "Bearer proxy-token"} if route is Route.PROXY else {}
+
+
+CERT_USER = {"subject": ((("commonName", "cert-user"),), (("organizationName", "cert-group"),))}
+
+
+@pytest.mark.parametrize("client_xff", [None, "10.0.0.1"])
+def test_prepare_on_the_proxys_route_adds_its_headers_then_the_client_address(client_xff: str | None) -> None:
+    identity = PassthroughIdentity(IdentityOptions("impersonate"), CertAuthenticator())
+    headers = {"accept": "application/json", "authorization": "Bearer t"}
+    if client_xff:
+        headers["x-forwarded-for"] = client_xff
+    req = request("/api/v1/namespaces/ns-1/configmaps/c", **headers)
+    req.peercert = CERT_USER
+    forwarding = passthrough.prepare(RouteClient(), req, identity)  # type: ignore[arg-type]
+    assert forwarding.route is Route.PROXY
+    assert forwarding.headers == [
+        ("accept", "application/json"),
+        ("Impersonate-User", "cert-user"),
+        ("Impersonate-Group", "cert-group"),
+        ("Authorization", "Bearer proxy-token"),
+        ("x-forwarded-for", f"{client_xff}, 127.0.0.1" if client_xff else "127.0.0.1"),
+    ]

@@ -132,14 +132,42 @@ def upstream_url(client: UpstreamClient, target: bytes) -> URL:
 def prepare(client: UpstreamClient, request: Request, identity: PassthroughIdentity) -> Forwarding:
     """Who ``request`` goes out as: the same for pass-through and tunnels. Raises the 403 of a
     client that cannot be presented as itself, the 400 of a header that cannot go out as sent."""
-    route, lines = identity.outgoing(request, as_sent(end_to_end_lines(request)))
-    headers = [*lines, *client.route_headers(route).items()]
+    route, headers = identity.outgoing(request, as_sent(end_to_end_lines(request)))
+    added = client.route_headers(route)
+    if added:
+        headers = [*headers, *added.items()]
     forwarded = request.remote.rsplit(":", 1)[0].strip("[]")
     if forwarded:
-        prior = ", ".join(v for k, v in headers if k == "x-forwarded-for")
-        headers = [(k, v) for k, v in headers if k != "x-forwarded-for"]
-        headers.append(("x-forwarded-for", f"{prior}, {forwarded}" if prior else forwarded))
+        # On the client's route the lines are the client's own: an X-Forwarded-For among them is one it sent.
+        if route is not Route.CLIENT or "x-forwarded-for" in request.headers:
+            prior = ", ".join(v for k, v in headers if k == "x-forwarded-for")
+            headers = [(k, v) for k, v in headers if k != "x-forwarded-for"]
+            forwarded = f"{prior}, {forwarded}" if prior else forwarded
+        headers.append(("x-forwarded-for", forwarded))
     return Forwarding(route, headers, client.passthrough_ssl.get(route))
+
+
+_RESPONSE_DROP_BYTES = frozenset(name.encode("ascii") for name in _RESPONSE_DROP)
+
+
+def answer_head(lines: Iterable[tuple[bytes, bytes]]) -> tuple[str, list[tuple[str, str]]]:
+    """The Content-Type and ``response_headers`` of an answer's raw header lines, in one pass over
+    the bytes (the upstream's whole head, for every passed-through GET): a line is decoded only
+    if it is passed back."""
+    content_type = None
+    extra = []
+    for name, value in lines:
+        lower = name.lower()
+        if lower in _RESPONSE_DROP_BYTES:
+            if lower == b"connection":  # it names more to drop: the general path
+                raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in lines]
+                found = next((v for k, v in raw if k.lower() == "content-type"), "application/json")
+                return found, response_headers(raw)
+            if lower == b"content-type" and content_type is None:
+                content_type = value.decode("latin-1")
+            continue
+        extra.append((name.decode("latin-1"), value.decode("latin-1")))
+    return "application/json" if content_type is None else content_type, extra
 
 
 def response_headers(lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -175,15 +203,13 @@ async def exchange(
         explained = identity.explain(request, answer.status)
         if explained is not None:
             raise explained
-        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.headers]
-        extra = response_headers(raw)
-        content_type = next((v for k, v in raw if k.lower() == "content-type"), "application/json")
+        content_type, extra = answer_head(answer.headers)
         if answer.status in (204, 304):
             response.send(answer.status, b"", content_type=content_type, headers=extra)
             return
         await answer.settle()
-        if answer.complete:
-            response.send(answer.status, b"".join(answer.chunks), content_type=content_type, headers=extra)
+        if answer.complete:  # (the chunks as they are: the response joins them with its head)
+            response.send(answer.status, answer.chunks, content_type=content_type, headers=extra)
             return
         response.start_chunked(answer.status, content_type=content_type, headers=extra)
         try:
