@@ -131,6 +131,9 @@ def width(control: FlowControl, c: Classification, request: Request, info: Reque
     )
 
 
+_PF_LOWER = (PRIORITY_LEVEL_UID.lower(), FLOW_SCHEMA_UID.lower())  # the names of ``headers_of``'s lines
+
+
 def headers_of(c: Classification) -> tuple[tuple[str, str], ...]:
     return ((PRIORITY_LEVEL_UID, c.priority_level.uid), (FLOW_SCHEMA_UID, c.flow_schema.uid))
 
@@ -146,8 +149,10 @@ class ClassifiedResponse:
         return getattr(self._response, name)
 
     def _with(self, headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        if not headers:
+            return [*self._headers]
         present = {name.lower() for name, _ in headers}
-        return [*headers, *(h for h in self._headers if h[0].lower() not in present)]
+        return [*headers, *(h for h, lower in zip(self._headers, _PF_LOWER, strict=True) if lower not in present)]
 
     def send(self, status: int, body: Any, *, content_type: str = "application/json", headers: Any = ()) -> None:
         self._response.send(status, body, content_type=content_type, headers=self._with(headers))

@@ -54,12 +54,15 @@ class Answer:
     chunks: list[bytes] = field(default_factory=list)
     buffered: int = 0
     complete: bool = False
-    # Transfer-Encoding or Content-Length: without either the body ends with the connection.
-    framed: bool = False
     error: BaseException | None = None
     connection: _Connection | None = None
     waiter: asyncio.Future[None] | None = None
     has_head: bool = False
+
+    def framed(self) -> bool:
+        """Transfer-Encoding or Content-Length: without either the body ends with the connection.
+        Asked only when the connection ends mid-answer, so not worked out per header line."""
+        return any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self.headers)
 
     def wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -135,7 +138,7 @@ class _Connection(asyncio.Protocol):
         self.pool.discard(self)
         answer = self.answer
         if answer is not None and not answer.complete:
-            if answer.has_head and not answer.framed:
+            if answer.has_head and not answer.framed():
                 answer.complete = True  # an unframed body ends with the connection
                 answer.wake()
             else:
@@ -144,11 +147,7 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
-        assert self.answer is not None
-        self.answer.headers.append((name, value))
-        lower = name.lower()
-        if lower in (b"content-length", b"transfer-encoding"):
-            self.answer.framed = True
+        self.answer.headers.append((name, value))  # type: ignore[union-attr] # (asked: ``data_received``)
 
     def on_headers_complete(self) -> None:
         answer = self.answer
@@ -156,7 +155,6 @@ class _Connection(asyncio.Protocol):
         status = self.parser.get_status_code()
         if 100 <= status < 200:  # interim (103 Early Hints): its headers are not the answer's
             answer.headers.clear()
-            answer.framed = False
             return
         answer.status = status
         answer.has_head = True
