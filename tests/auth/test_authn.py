@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import logging
 from typing import Any
 
@@ -260,6 +261,8 @@ def test_the_cache_is_keyed_by_an_hmac_never_the_token() -> None:
         assert key != hashlib.sha256(token.encode()).digest()
     other, _ = authenticator({token: ALICE})
     assert other.token_key(token) != auth.token_key(token)
+    # HMAC-SHA256 under the authenticator's key (RFC 2104), whichever call computes it.
+    assert auth.token_key(token) == hmac.new(auth._key, token.encode(), hashlib.sha256).digest()
 
 
 def test_tokens_never_reach_the_logs(caplog: pytest.LogCaptureFixture) -> None:

@@ -69,7 +69,9 @@ class Answer:
             self.waiter.set_result(None)
 
     async def _wait(self) -> None:
-        self.waiter = asyncio.get_running_loop().create_future()
+        # The connection's loop (this runs on it): get_running_loop() costs a getpid() system call.
+        conn = self.connection
+        self.waiter = (asyncio.get_running_loop() if conn is None else conn.loop).create_future()
         try:
             await self.waiter
         finally:
@@ -108,6 +110,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, pool: _Pool) -> None:
         self.pool = pool
+        self.loop = asyncio.get_running_loop()
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.answer: Answer | None = None
