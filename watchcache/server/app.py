@@ -15,7 +15,6 @@ requests are long-running: ``server/limits.py``.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -38,6 +37,7 @@ from watchcache.resources import ResourceType
 from watchcache.server import fairness, health, seats
 from watchcache.server.authorization import authorize, has_credentials
 from watchcache.server.context import ApiContext
+from watchcache.server.deadlines import Deadline, Deadlines
 from watchcache.server.decision import Decisions
 from watchcache.server.deprecation import warning_headers
 from watchcache.server.limits import long_running, request_timed_out
@@ -110,6 +110,9 @@ class ApiHandler:
         # Printers and Table encodings (kubectl's default output), shared by the requests that ask.
         self.tables = Tables(ctx, passes_through=self.endpoint.passes_through)
         self.passed_through: dict[str, int] = {}
+        # Every request's --request-timeout, on one timer (``server/deadlines.py``).
+        timeout = ctx.config.request_timeout
+        self.deadlines = Deadlines(timeout if timeout > 0 else None)
         # Reads of full objects in protobuf of a built-in kind, by answer: "protobuf-cache" (kube's bytes),
         # "json" (its protobuf cache syncing; the client accepts JSON), "passed-through" (it does not).
         self.full_protobuf: dict[str, int] = {}
@@ -219,7 +222,10 @@ class ApiHandler:
         # WithTimeoutForNonLongRunningRequests): a watch or a stream lifts the deadline (tunnels
         # never have one), so a client that does not read cannot keep a slot, or its answer, longer.
         timeout = self.ctx.config.request_timeout
-        deadline = asyncio.timeout(timeout if timeout > 0 and request.upgrade is None else None)
+        deadlines = self.deadlines
+        if deadlines.seconds != (timeout if timeout > 0 else None):  # (a configuration changed in place)
+            deadlines = self.deadlines = Deadlines(timeout if timeout > 0 else None)
+        deadline = deadlines.new(request.upgrade is None)
         if request.path in _EXEMPT or request.upgrade is not None:
             await self._measured(request, response, None, deadline)
             return
@@ -288,9 +294,7 @@ class ApiHandler:
         self.rejected[limit] = self.rejected.get(limit, 0) + 1
         raise apierrors.too_many_requests(message, 1)
 
-    async def _measured(
-        self, request: Request, response: Response, slot: Seat | None, deadline: asyncio.Timeout
-    ) -> None:
+    async def _measured(self, request: Request, response: Response, slot: Seat | None, deadline: Deadline) -> None:
         metrics = self.ctx.metrics
         if metrics is None:
             await self._within(request, response, slot, deadline)
@@ -309,9 +313,7 @@ class ApiHandler:
             endless = verb == "WATCH" or response.status in (0, 101)
             metrics.request(verb, resource, response.status, None if endless else time.monotonic() - started)
 
-    async def _within(
-        self, request: Request, response: Response, slot: Seat | None, deadline: asyncio.Timeout
-    ) -> Handled:
+    async def _within(self, request: Request, response: Response, slot: Seat | None, deadline: Deadline) -> Handled:
         """``_handle`` under the request's deadline: past it, kube's 504, or (answer started) the
         answer is abandoned: the stream reset or the connection closed, as a truncated answer must
         not look complete. Either way the handler is done, and its slot goes back."""
@@ -328,9 +330,7 @@ class ApiHandler:
             response.abort()
             return request.method, None, None
 
-    async def _handle(
-        self, request: Request, response: Response, slot: Seat | None, deadline: asyncio.Timeout
-    ) -> Handled:
+    async def _handle(self, request: Request, response: Response, slot: Seat | None, deadline: Deadline) -> Handled:
         """Answer; returns (verb, resource) for the request metrics, and a watch that goes on detached."""
         for admit in self.admission:
             admit(request)
