@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from watchcache.fairness.config import (
     ALL,
@@ -31,9 +32,11 @@ __all__ = ["Classification", "Classifier", "RequestDigest"]
 _SA_PREFIX = "system:serviceaccount:"
 
 
-@dataclass(frozen=True, slots=True)
-class RequestDigest:
-    """What classification reads of a request: its user and its attributes (kube's RequestInfo)."""
+class RequestDigest(NamedTuple):
+    """What classification reads of a request: its user and its attributes (kube's RequestInfo).
+
+    A named tuple, not a frozen dataclass: one is made and hashed (the classification's memo key)
+    per request, 0.6 µs against 1.7."""
 
     user: str
     groups: tuple[str, ...]
