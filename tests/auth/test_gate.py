@@ -290,3 +290,30 @@ def test_an_unauthenticated_http2_request_is_its_connections_last(
     with contextlib.suppress(StatusError):
         asyncio.run(gate.authenticate(req))
     assert req.close_connection is closes
+
+
+def test_a_token_reviewed_and_allowed_is_known_at_once_anything_else_is_awaited(client: LocalReviewClient) -> None:
+    clock = Clock()
+    gate = Gate.build(client, AuthOptions(token_allow_ttl=10, token_deny_ttl=2), clock=clock)
+    alice, bad = request("/api/v1/pods", token="alice-token"), request("/api/v1/pods", token="no-such-token")
+    assert gate.authenticated_now(alice) is None  # not reviewed yet
+    assert asyncio.run(gate.authenticate(alice)).username == "alice"
+    assert gate.tokens is not None and (gate.tokens.cache.hits, client.requests) == (0, 1)
+    assert gate.authenticated_now(alice) == UserInfo("alice", "uid-alice", ("system:authenticated",))
+    assert (gate.tokens.cache.hits, client.requests) == (1, 1)  # a hit, as authenticate's would be
+    # A refusal, even cached, is authenticate's to answer (and count): never known at once.
+    with pytest.raises(StatusError):
+        asyncio.run(gate.authenticate(bad))
+    assert gate.authenticated_now(bad) is None and gate.tokens.cache.hits == 1
+    with pytest.raises(StatusError):
+        asyncio.run(gate.authenticate(bad))
+    assert (gate.unauthenticated, gate.tokens.cache.hits, client.requests) == (2, 2, 2)
+    # Past the TTL: awaited again (a new review).
+    clock.now += 11
+    assert gate.authenticated_now(alice) is None
+    # Without a token, or with a certificate (which comes first): awaited.
+    assert gate.authenticated_now(request("/api/v1/pods")) is None
+    certified = Gate.build(client, certs=CertAuthenticator())
+    asyncio.run(certified.authenticate(alice))
+    assert certified.authenticated_now(alice, {"subject": ((("commonName", "carol"),),)}) is None
+    assert certified.authenticated_now(alice) is not None

@@ -157,6 +157,11 @@ class TokenAuthenticator:
             return None
         return await self.authenticate_token(token)
 
+    def cached(self, token: str) -> UserInfo | None:
+        """The token's user if its review allowed it within the TTL, known at once (a hit); None:
+        ``authenticate_token`` answers (a review, a cached refusal, an expired entry)."""
+        return self.cache.allowed(self.token_key(token))
+
     async def authenticate_token(self, token: str) -> UserInfo:
         try:
             user = await self.cache.get(self.token_key(token), lambda: self._review(token), lambda u: u is not None)

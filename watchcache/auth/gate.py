@@ -27,7 +27,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from watchcache.auth.authn import ANONYMOUS, CertAuthenticator, TokenAuthenticator, UserInfo, unauthorized
+from watchcache.auth.authn import (
+    ANONYMOUS,
+    CertAuthenticator,
+    TokenAuthenticator,
+    UserInfo,
+    bearer_token,
+    unauthorized,
+)
 from watchcache.auth.authz import (
     Attributes,
     NonResourceAttributes,
@@ -142,6 +149,15 @@ class Gate:
         """A gate reviewing through the upstream with the proxy's own identity (``upstream.session``)."""
         options = options or AuthOptions()
         return cls.build(UpstreamReviewClient(upstream, timeout=options.review_timeout), options, certs=certs)
+
+    def authenticated_now(self, request: Request, peercert: Mapping[str, Any] | None = None) -> UserInfo | None:
+        """``authenticate``'s user when it is known without a wait: a bearer token's, reviewed and
+        allowed within the TTL (most requests). None: await ``authenticate`` (a certificate, no
+        token, a review to make, a refusal to answer). No coroutine: every request asks."""
+        if (peercert and self.certs is not None) or self.tokens is None:
+            return None
+        token = bearer_token(request.headers)
+        return None if token is None else self.tokens.cached(token)
 
     async def authenticate(self, request: Request, peercert: Mapping[str, Any] | None = None) -> UserInfo:
         """The request's user (anonymous included); raises 401. Order as kube's: x509, then token."""

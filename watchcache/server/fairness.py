@@ -85,11 +85,13 @@ def _unverified_user(request: Request) -> UserInfo:
 async def _user(gate: Gate | None, request: Request) -> UserInfo:
     if gate is None:
         return _unverified_user(request)
-    try:
-        user = await gate.authenticate(request, request.peercert)
-    except apierrors.StatusError as e:
-        authenticated.set(e)
-        return ANONYMOUS
+    user = gate.authenticated_now(request, request.peercert)
+    if user is None:
+        try:
+            user = await gate.authenticate(request, request.peercert)
+        except apierrors.StatusError as e:
+            authenticated.set(e)
+            return ANONYMOUS
     authenticated.set(user)
     return user
 
