@@ -23,7 +23,7 @@ import asyncio
 import functools
 import re
 import ssl
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -328,11 +328,12 @@ class UpstreamClient:
             if s is not None:
                 await s.close()
 
-    async def exchange(self, route: Route, target: str, header_lines: list[tuple[str, str]]) -> Answer:
+    def exchange(self, route: Route, target: str, header_lines: list[tuple[str, str]]) -> Coroutine[Any, Any, Answer]:
         """A GET of ``target`` (escaped path and query, as sent) with ``header_lines`` on a pooled
         connection of ``route``'s TLS identity; returns once the answer's head came
-        (``upstream/exchange.py``). Raises ValueError for a header that cannot be written."""
-        return await self._exchange(route, self.passthrough_ssl.get(route), target, header_lines)
+        (``upstream/exchange.py``). Raises ValueError for a header that cannot be written. (The
+        coroutine of ``_exchange`` itself: no frame of its own, every passed-through GET awaits it.)"""
+        return self._exchange(route, self.passthrough_ssl.get(route), target, header_lines)
 
     async def _exchange(
         self,

@@ -68,14 +68,13 @@ class Answer:
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
 
-    async def _wait(self) -> None:
+    def _wait(self) -> asyncio.Future[None]:
+        """A future for ``wake`` to complete (awaited as it is: no coroutine per wait). One left done
+        or cancelled is harmless: ``wake`` skips it, the next wait replaces it."""
         # The connection's loop (this runs on it): get_running_loop() costs a getpid() system call.
         conn = self.connection
-        self.waiter = (asyncio.get_running_loop() if conn is None else conn.loop).create_future()
-        try:
-            await self.waiter
-        finally:
-            self.waiter = None
+        waiter = self.waiter = (asyncio.get_running_loop() if conn is None else conn.loop).create_future()
+        return waiter
 
     async def head(self) -> None:
         """Until the status line and headers came (raises the connection's error)."""
