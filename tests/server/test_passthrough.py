@@ -18,6 +18,7 @@ from watchcache.auth.authn import CertAuthenticator
 from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.server import passthrough
+from watchcache.server.decision import _impersonating
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.config import from_flags
 from watchcache.upstream.identity import IdentityOptions, PassthroughIdentity, Route
@@ -162,3 +163,18 @@ def test_prepare_on_the_proxys_route_adds_its_headers_then_the_client_address(cl
         ("Authorization", "Bearer proxy-token"),
         ("x-forwarded-for", f"{client_xff}, 127.0.0.1" if client_xff else "127.0.0.1"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("names", "impersonating"),
+    [
+        ((), False),
+        (("accept", "authorization"), False),
+        (("accept", "impersonate-user"), True),
+        (("impersonate-group",), True),
+        (("impersonate-extra-scopes", "accept"), True),
+        (("x-impersonate-user", "impersonate"), False),  # a prefix, not a substring
+    ],
+)
+def test_an_impersonate_header_is_found_among_the_names(names: tuple[str, ...], impersonating: bool) -> None:
+    assert _impersonating(dict.fromkeys(names, "v")) is impersonating
