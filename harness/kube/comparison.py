@@ -20,7 +20,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.kube.controlplane import PATTERNS, ControlPlane
-from harness.kube.crds import delete_crd
+from harness.kube.crds import CRDS, delete_crd
 from harness.kube.kit import DEFAULT_RESOURCES, Api, KubeEnv, Serving, start_proxy, wait_for, write_kubeconfig
 from harness.kube.kubelet import FakeKubelet
 from harness.kube.scenario import CRD_NAME, CRD_RESOURCE, STEPS, Scenario, ensure_crd
@@ -132,10 +132,12 @@ def compare(
 
 def _run(kube: KubeEnv, api: Api, kubeconfig: Path, workdir: Path, target: str, namespace: str) -> Run:
     scenario = Scenario(api, namespace)
+    crds = _crd_names(api)
     started = time.monotonic()
     with ControlPlane(kube, kubeconfig, workdir) as cp:
         cp.wait_synced()
         synced = time.monotonic() - started
+        crds |= _crd_names(api)  # the ones its garbage collector discovered as it started
         try:
             times = scenario.run()
         finally:
@@ -143,7 +145,12 @@ def _run(kube: KubeEnv, api: Api, kubeconfig: Path, workdir: Path, target: str, 
             if api.exists(scenario.ns):
                 api.delete(scenario.ns)
                 wait_for(lambda: not api.exists(scenario.ns), 120, f"{namespace} deleted after a failure")
-        return Run(target, times, cp.counts(), synced)
+        # Another test's CRD deleted meanwhile: its metadata informers' 404s are kube's (controlplane.VANISHED).
+        return Run(target, times, cp.counts(crd_vanished=bool(crds - _crd_names(api))), synced)
+
+
+def _crd_names(api: Api) -> set[str]:
+    return {item["metadata"]["name"] for item in api.get(CRDS)["items"]}
 
 
 def _scrape(proxy: Api, result: Comparison) -> None:

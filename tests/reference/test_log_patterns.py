@@ -4,15 +4,30 @@ from __future__ import annotations
 
 from harness.kube.controlplane import matches
 
-GONE_CRD = (
-    'E1129 08:30:01.1 1 reflector.go:200] "Failed to watch" err="failed to list *v1.PartialObjectMetadata: '
-    'the server could not find the requested resource (get things.gw1.diff.reference.example.com)"'
+# kube-controller-manager v1.36's lines (the resource is not named) once a CRD it discovered was deleted.
+GONE = (
+    'E1129 10:18:38.871352 11923 reflector.go:227] "Failed to watch" err="failed to list *v1.PartialObjectMetadata: '
+    'the server could not find the requested resource" logger="UnhandledError" '
+    'reflector="k8s.io/client-go@v1.36.2/tools/cache/reflector.go:343" type="*v1.PartialObjectMetadata"'
+)
+SHORT = (
+    'I1129 10:18:37.454916 11923 reflector.go:664] "Warning: watch ended with error" '
+    'reflector="k8s.io/client-go@v1.36.2/tools/cache/reflector.go:343" type="*v1.PartialObjectMetadata" '
+    'err="very short watch: k8s.io/client-go@v1.36.2/tools/cache/reflector.go:343: Unexpected watch close - '
+    'watch lasted less than a second and no items received"'
 )
 
 
-def test_a_404_on_the_tiers_own_deleted_crd_is_not_a_watch_error_but_every_other_is() -> None:
-    assert not matches("watch errors", GONE_CRD)
-    assert matches("watch errors", GONE_CRD.replace("things.gw1.diff.reference.example.com", "pods"))
-    assert matches("watch errors", GONE_CRD.replace("the server could not find the requested resource", "Unauthorized"))
-    assert matches("watch errors", "W1129 reflector.go:561] Warning: watch ended with error: EOF")
-    assert not matches("watch errors", 'I1129 reflector.go:376] "Caches populated"')
+def test_a_deleted_crds_metadata_informer_errors_count_only_when_no_crd_vanished() -> None:
+    for line in (GONE, SHORT):
+        assert matches("watch errors", line)
+        assert not matches("watch errors", line, crd_vanished=True)
+
+
+def test_other_watch_errors_count_even_when_a_crd_vanished() -> None:
+    typed = GONE.replace("*v1.PartialObjectMetadata", "*v1.Pod")
+    assert matches("watch errors", typed, crd_vanished=True)
+    unauthorized = GONE.replace("the server could not find the requested resource", "Unauthorized")
+    assert matches("watch errors", unauthorized, crd_vanished=True)
+    assert matches("watch errors", 'W1129 reflector.go:561] "Warning: watch ended with error" err="EOF"', True)
+    assert not matches("watch errors", 'I1129 reflector.go:376] "Caches populated"', True)
