@@ -117,19 +117,6 @@ def schedstat(pids: list[int]) -> tuple[float, float]:
     return ran / 1e9, waited / 1e9
 
 
-def pids_of(exe: str) -> list[int]:
-    """The processes whose executable is named ``exe`` (kube-apiserver of the kit, for its readings)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.path.basename(os.readlink(f"/proc/{entry}/exe")) == exe:
-                    out.append(int(entry))
-            except OSError:
-                continue
-    return out
-
-
 def machine_busy() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
     with open("/proc/stat") as f:

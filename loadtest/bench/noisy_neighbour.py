@@ -166,7 +166,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 closed0 = _closed_upstream_connections(up.url)
                 # The server's CPU and its wait for one (schedstat): on these shared cores, whether it
                 # was short of its own capacity or of CPU time.
-                pids = proxies[target].pids() if target in proxies else bl.pids_of("kube-apiserver")
+                pids = proxies[target].pids() if target in proxies else [up.pids[up.server]]
                 sched0, t0 = bl.schedstat(pids), time.monotonic()
                 r = await phase(url, ca, path, tokens, args.noisy, args.seconds)
                 rounds.setdefault(f"{mode}/{target}", []).append(r)

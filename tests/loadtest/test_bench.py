@@ -132,7 +132,7 @@ def test_fanout_cm_counts_the_upstreams_fanout_apart_from_its_writes(capsys) -> 
     assert "3/0 FAIL" in capsys.readouterr().out
 
 
-def test_schedstat_counts_a_processs_cpu_and_pids_of_finds_executables() -> None:
+def test_schedstat_counts_a_processs_cpu() -> None:
     ran0, waited0 = bl.schedstat([os.getpid()])
     end = time.process_time() + 0.05
     while time.process_time() < end:
@@ -140,4 +140,3 @@ def test_schedstat_counts_a_processs_cpu_and_pids_of_finds_executables() -> None
     ran1, waited1 = bl.schedstat([os.getpid()])
     assert ran1 - ran0 >= 0.04 and waited1 >= waited0 >= 0
     assert bl.schedstat([2**22 + 12345]) == (0.0, 0.0)  # gone: nothing, no error
-    assert os.getpid() in bl.pids_of(os.path.basename(os.readlink(f"/proc/{os.getpid()}/exe")))

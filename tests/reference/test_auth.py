@@ -259,6 +259,30 @@ def test_refused_reads_build_no_follower_replica(kube: Kube, tmp_path: Path) -> 
         proc.stop()
 
 
+def test_a_kind_never_cached_here_is_authorized_by_the_upstream_alone(kube: Kube, tmp_path: Path) -> None:
+    """``--cache-exclude``: its reads go upstream before any review of the proxy's (server/decision.py), so a
+    refused client gets kube's own 403, an allowed one kube's answer, and the proxy decided nothing."""
+    p = proxy(kube, tmp_path, "--cache-exclude", "serviceaccounts")
+    try:
+        path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"
+        direct, through = both(kube, p, "GET", path, token=kube.nobody)
+        assert direct[0] == through[0] == 403
+        assert through[1] == direct[1]
+        direct, through = both(kube, p, "GET", path, token=kube.admin)
+        assert direct[0] == through[0] == 200
+        assert {i["metadata"]["name"] for i in through[1]["items"]} == {
+            i["metadata"]["name"] for i in direct[1]["items"]
+        }
+        status, metrics = call(p.proc, p.ca, "GET", "/metrics", token=kube.admin)
+        assert status == 200
+        denied = [line for line in metrics["text"].splitlines() if 'decision="denied"' in line]
+        assert denied and float(denied[0].split()[-1]) == 0.0, denied  # the 403 was kube's, not a review here
+        status, cache = call(p.proc, p.ca, "GET", "/debug/cache", token=kube.admin)
+        assert status == 200 and cache["passed_through"].get("uncached-resource", 0) >= 2, cache["passed_through"]
+    finally:
+        p.proc.stop()
+
+
 NODE = "wc-authz-node"
 NODE_POD = f"/api/v1/namespaces/{NAMESPACE}/pods/on-{NODE}"
 
