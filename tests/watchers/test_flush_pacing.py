@@ -26,8 +26,10 @@ class Costly:
         self.flushed_at: list[float] = []
 
     def flush(self) -> int:
-        end = time.perf_counter() + self.cost
-        while time.perf_counter() < end:
+        # CPU, not wall time: pacing measures a pass by its thread's CPU time, which a test run beside
+        # other work (xdist) must spend in full however often it is preempted.
+        end = time.thread_time() + self.cost
+        while time.thread_time() < end:
             pass
         self.flushed_at.append(time.perf_counter())
         return 1
@@ -54,6 +56,27 @@ async def test_pacing_waits_in_proportion_to_the_last_pass():
     f.mark(cheap)
     await asyncio.sleep(0)
     assert len(cheap.flushed_at) == 2
+
+
+@arun
+async def test_a_pass_that_waited_for_a_cpu_does_not_hold_the_next_one():
+    """Pacing follows what writing costs, not how long the pass was off a CPU: a pass that took 50 ms of wall
+    time but next to no CPU (here: blocked in sleep, as a preempted process is) is followed at once."""
+    loop = asyncio.get_running_loop()
+    f = FlushScheduler(loop, pacing=4.0, max_delay=5.0)
+
+    class Preempted(Costly):
+        def flush(self) -> int:
+            time.sleep(0.05)
+            return super().flush()
+
+    preempted, cheap = Preempted(loop, 0.0), Costly(loop, 0.0)
+    f.mark(preempted)
+    await asyncio.sleep(0)
+    assert len(preempted.flushed_at) == 1
+    f.mark(cheap)
+    await asyncio.sleep(0)
+    assert len(cheap.flushed_at) == 1  # paced by wall time it would wait 4 x 50 ms
 
 
 @arun
@@ -201,7 +224,7 @@ def test_paced_delivery_loses_repeats_and_reorders_nothing_and_waits_at_most_the
     pacing: float, max_delay: float, watches: int, per_write: float, cut: int, arrivals: list[tuple[float, list[int]]]
 ) -> None:
     loop = SimLoop()
-    f = FlushScheduler(loop, pacing=pacing, max_delay=max_delay, clock=loop.clock)  # type: ignore[arg-type]
+    f = FlushScheduler(loop, pacing=pacing, max_delay=max_delay, clock=loop.clock, cpu_clock=loop.clock)  # type: ignore[arg-type]
     ws = [SimWatch(loop, f, per_write, per_write / 4, cut) for _ in range(watches)]
     sent: list[list[int]] = [[] for _ in ws]
     for seq, (at, targets) in enumerate(sorted(arrivals, key=lambda a: a[0])):

@@ -23,8 +23,14 @@ to share those writes. Flush passes then take at most 1/(1+k) of the loop's time
 binds, and an event waits at most ``max_delay`` plus two passes. The first event after a quiet
 spell (longer than the wait) is written at once, and so is a backlog (a stream marked again during
 a pass, its write cut at ``FLUSH_BYTES``): its writes are large already, and waiting would only
-slow it. A pass's duration is read from ``time.perf_counter``: uvloop's clock (``loop.time``)
-counts whole milliseconds, which would make a 20 µs pass look like 1 ms.
+slow it. A pass's cost is the CPU its thread spent (``time.thread_time``), not its wall time: on a
+busy machine a pass preempted for a scheduler slice would otherwise look milliseconds long and hold
+the next event 4x that (two CPU hogs on two cores, an event's added latency through the proxy, three
+alternating runs: p50 13–21 ms, max 55–141 ms paced by wall time; 1.8–5.3, 36–50 by CPU time;
+docs/performance.md). The CPU clock is a system call
+(~0.6 µs), read at a pass's end only when its wall time could make a wait worth a timer. Times of
+day come from ``time.perf_counter``: uvloop's clock (``loop.time``) counts whole milliseconds,
+which would make a 20 µs pass look like 1 ms.
 
 Coalescing is visible to operators: each pass counts the writes it made and the frames they
 carried (plain integers; ``watchcache_watch_writes_total``, and ``watchcache_watch_frames_per_write``
@@ -79,14 +85,16 @@ class FlushScheduler:
         pacing: float = 0.0,
         max_delay: float = 0.1,
         clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self._loop = loop
-        # Seconds, fine-grained (a test's simulated clock).
+        # Seconds, fine-grained (a test's simulated clock): the time of day, and this thread's CPU time.
         self._clock = clock
+        self._cpu_clock = cpu_clock
         self.interval = interval
         self.pacing = pacing
         self.max_delay = max_delay
-        # perf_counter() when the last pass ended, and how long it took (pacing's measure of its cost).
+        # perf_counter() when the last pass ended, and the CPU it took (pacing's measure of its cost).
         self._last = float("-inf")
         self._took = 0.0
         self._dirty: list[Flushable] = []
@@ -151,13 +159,16 @@ class FlushScheduler:
         self._timer = None
         clock = self._clock
         start = clock()
+        cpu = self._cpu_clock()
         # Still "scheduled" while the pass runs: streams marked meanwhile wait for the next pass.
         try:
             self._pass()
         finally:
             # From the end of the pass: with many watchers a pass itself can outlast the interval.
             self._last = end = clock()
-            self._took = end - start
+            took = end - start
+            # CPU time never exceeds wall time: a pass too short in wall time to pace needs no CPU reading.
+            self._took = took if took * self.pacing < MIN_WAIT else min(took, self._cpu_clock() - cpu)
             self._scheduled = False
             if (self._dirty or self._after) and not self.paused:
                 # Marked during the pass: a backlog (a write cut at FLUSH_BYTES, a lagging watcher's
