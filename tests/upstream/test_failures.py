@@ -8,7 +8,7 @@ import ssl
 import aiohttp
 import pytest
 
-from watchcache.resources import ResourceRegistry
+from watchcache.resources import ResourceRegistry, ResourceType
 from watchcache.upstream.client import UpstreamError, WatchStalled
 from watchcache.upstream.credentials import CredentialError
 from watchcache.upstream.failures import LastFailures, classify
@@ -54,6 +54,17 @@ def test_classify(error: BaseException, reason: str, hint: str) -> None:
     assert hint in failure.hint, failure.hint
     assert failure.level == (logging.ERROR if reason in ("forbidden", "unauthorized", "not-found", "not-tls",
                                                          "certificate", "credential") else logging.WARNING)  # fmt: skip
+
+
+def test_a_custom_resource_gone_from_the_upstream_is_churn_not_a_configuration_error() -> None:
+    """A CRD deleted while its kind is cached: the reflector's relist gets 404 before the CRD cache shows the
+    deletion and stops the cache. That is the cluster's life, not an operator's mistake: a warning."""
+    things = ResourceType("example.com", "v1", "things", "Thing", namespaced=True)  # a kind served by a CRD
+    gone = status(404, "NotFound", "the server could not find the requested resource")
+    failure = classify(gone, "list", things, SERVER)
+    assert failure.reason == "not-found" and failure.level == logging.WARNING
+    assert "CustomResourceDefinition was deleted" in failure.hint
+    assert classify(gone, "list", PODS, SERVER).level == logging.ERROR  # a built-in kind not served: configuration
 
 
 def test_the_same_failure_is_logged_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:

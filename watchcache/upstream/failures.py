@@ -56,10 +56,13 @@ class Failure:
     hint: str
     at: float  # wall clock
     verb: str  # the proxy's request: list, watch, discovery
+    # A failure a cluster's own life explains (a custom resource's CRD deleted while its cache ran):
+    # logged as a warning, not as a configuration error someone must act on.
+    churn: bool = False
 
     @property
     def level(self) -> int:
-        return logging.ERROR if self.reason in _ERRORS else logging.WARNING
+        return logging.ERROR if self.reason in _ERRORS and not self.churn else logging.WARNING
 
     def as_json(self, now: float | None = None) -> dict[str, Any]:
         now = time.time() if now is None else now
@@ -110,6 +113,13 @@ def classify(
                 f"(it lacks {needed}; deploy/kubernetes/base/rbac.yaml), or drop {what} from --resources"
             ), at, verb)  # fmt: skip
         if e.code == 404:
+            if resource is not None and resource.custom:
+                # Its CRD (or APIService) went away while it was cached: its cache stops when the CRD
+                # cache shows it (service/crds.py), so a relist or two in between is expected.
+                return Failure(NOT_FOUND, message, (
+                    f"the upstream no longer serves {what}: its CustomResourceDefinition was deleted or stopped "
+                    "serving this version (its cache stops with it), or drop it from --resources"), at, verb,
+                    churn=True)  # fmt: skip
             return Failure(NOT_FOUND, message, f"the upstream does not serve {what}: drop it from --resources", at,
                            verb)  # fmt: skip
         if e.code == 429:
