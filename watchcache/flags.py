@@ -115,8 +115,8 @@ def _delivery(g: Group) -> None:
                    "streams at most once per this many seconds: events closer together share one write per watcher, at "
                    "up to this much added latency (0: write on every loop pass; default %(default)s)")
     _flag(g, "--watch-flush-pacing", _NOT_NEGATIVE, s.watch_flush_pacing, "start a flush pass no sooner than this "
-          "many times the last pass's duration after it: events share writes in proportion to what writing costs, "
-          "nothing after a pass that wrote to a few watches, milliseconds after a broadcast to thousands (0: no "
+          "many times the CPU time the last pass took after it: events share writes in proportion to what writing "
+          "costs, nothing after a pass that wrote to a few watches, milliseconds after a broadcast to thousands (0: no "
           "pacing)")
     _flag(g, "--watch-flush-max-delay", _NOT_NEGATIVE, s.watch_flush_max_delay, "the longest --watch-flush-pacing "
           "waits, in seconds: an event waits at most this plus two passes")
