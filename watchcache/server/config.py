@@ -30,7 +30,7 @@ class ServeConfig:
     watch_flush_interval: float = 0.0
     # Start a flush pass no sooner than this many times the last pass's duration after it ended,
     # and at most watch_flush_max_delay later (0: no pacing). watchers/flush.py; docs/performance.md.
-    watch_flush_pacing: float = 4.0
+    watch_flush_pacing: float = 6.0
     watch_flush_max_delay: float = 0.1
     # Observe delivery latency on one flush in N (0: never).
     delivery_sample: int = 16
