@@ -28,7 +28,7 @@ class ServeConfig:
     max_limit: int = 0
     # Flush watch streams at most once per this many seconds (0: every loop pass).
     watch_flush_interval: float = 0.0
-    # Start a flush pass no sooner than this many times the last pass's duration after it ended,
+    # Start a flush pass no sooner than this many times the CPU time the last pass took after it ended,
     # and at most watch_flush_max_delay later (0: no pacing). watchers/flush.py; docs/performance.md.
     watch_flush_pacing: float = 6.0
     watch_flush_max_delay: float = 0.1

@@ -13,7 +13,7 @@ events closer together share a write. Writes are the cost at moderate rates (~12
 for fewer writes; 0 (the default) flushes on every loop pass.
 
 Pacing (``pacing`` k > 0; ``serve`` sets k = 6, ``max_delay`` 100 ms): a pass also starts no
-sooner than k times the previous pass's own duration after that pass ended, and never more than
+sooner than k times the CPU time the previous pass took after that pass ended, and never more than
 ``max_delay`` after it. The wait follows what writing costs, so only costly passes make the next
 one wait: a pass that wrote one kubelet's watch took tens of microseconds and the next follows at
 once (waits under a millisecond are not taken: a timer costs more than they save), while a
@@ -25,10 +25,10 @@ spell (longer than the wait) is written at once, and so is a backlog (a stream m
 a pass, its write cut at ``FLUSH_BYTES``): its writes are large already, and waiting would only
 slow it. A pass's cost is the CPU its thread spent (``time.thread_time``), not its wall time: on a
 busy machine a pass preempted for a scheduler slice would otherwise look milliseconds long and hold
-the next event k times that (two CPU hogs on two cores, an event's added latency through the proxy, three
-alternating runs: p50 13–21 ms, max 55–141 ms paced by wall time; 1.8–5.3, 36–50 by CPU time;
-docs/performance.md). The CPU clock is a system call
-(~0.6 µs), read at a pass's end only when its wall time could make a wait worth a timer. Times of
+the next event k times that (two CPU hogs on two cores, an event's added latency through the proxy,
+three alternating runs: p50 13–21 ms, max 55–141 ms paced by wall time; 1.8–5.3, 36–50 by CPU
+time; docs/performance.md). The CPU clock is a system call (~0.6 µs): read as a pass starts, and
+as it ends only when its wall time could make a wait worth a timer; never without pacing. Times of
 day come from ``time.perf_counter``: uvloop's clock (``loop.time``) counts whole milliseconds,
 which would make a 20 µs pass look like 1 ms.
 
@@ -159,7 +159,7 @@ class FlushScheduler:
         self._timer = None
         clock = self._clock
         start = clock()
-        cpu = self._cpu_clock()
+        cpu = self._cpu_clock() if self.pacing > 0 else 0.0
         # Still "scheduled" while the pass runs: streams marked meanwhile wait for the next pass.
         try:
             self._pass()
