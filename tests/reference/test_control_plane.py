@@ -6,8 +6,9 @@ authentication, default workers, the default resources plus a CRD's). Each runs 
 ``scenario.py`` — namespace creation (ServiceAccount, root CA ConfigMap), pod scheduling on fake
 nodes, a Deployment rollout and a new revision, a scale-down, garbage collection of a ReplicaSet
 and its pods and of a custom resource's dependents (metadata informers), namespace deletion —
-and every step must complete through the proxy as direct (each step waits up to its scenario
-timeout, as envtest's ``Eventually``). The components' logs must show no watch decode error, no
+and every step must complete through the proxy as direct: each waits up to its scenario timeout
+(as envtest's ``Eventually``) and raises past it, which fails the module's fixture and so every
+test below. The components' logs must show no watch decode error, no
 Unauthorized/Forbidden, and no more (re)lists through the proxy than direct. How long each step
 takes through the proxy against direct is a performance figure, not a verdict here: the table is
 printed, and the allowance (``RATIO`` x direct, or ``FLOOR`` s) is the benchmark's
@@ -32,7 +33,6 @@ import pytest
 from harness.kube.comparison import Comparison, compare, table
 from harness.kube.controlplane import other_controller_manager
 from harness.kube.kit import KubeEnv, needs_kube
-from harness.kube.scenario import STEPS
 
 pytestmark = [pytest.mark.reference, needs_kube]
 
@@ -50,13 +50,6 @@ def comparison(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     result = compare(kube, Path(workdir), rounds=1, suffix=suffix, identity=request.param)
     print(f"\n[{request.param}]\n{table(result)}\n(components' logs: {workdir})")
     return result
-
-
-@pytest.mark.timeout(900)
-def test_every_step_completed_through_the_proxy_as_direct(comparison: Comparison) -> None:
-    for target in ("direct", "proxy"):
-        for run in comparison.of(target):
-            assert set(run.times) == set(STEPS), (target, sorted(run.times), table(comparison))
 
 
 @pytest.mark.timeout(900)
