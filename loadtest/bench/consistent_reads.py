@@ -9,7 +9,9 @@ read costs a client through the proxy against the same read sent to the upstream
   simulated cluster (``--upstream sim``);
 * ``--configmaps`` ConfigMaps (~1 KB) in a namespace of their own: the quiet resource read;
 * a writer renewing ``--leases`` Leases of another namespace at each rate of ``--rates`` writes/s
-  (500 nodes renew theirs at 50/s), so the upstream's rv moves and the ConfigMaps get no event;
+  (500 nodes renew theirs at 50/s), so the upstream's rv moves and the ConfigMaps get no event; it
+  runs in a process of its own on the lean client (``busy_writer``), as the writes of a busy cluster
+  come from elsewhere;
 * the proxy in the production configuration (TLS, delegated authentication, default workers),
   caching ConfigMaps only;
 * at each rate, ``--reads`` sequential rounds on one keep-alive connection per target, each a
@@ -27,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import itertools
 import os
 import random
 import re
@@ -94,9 +94,6 @@ class Client:
         await self.session.close()
 
 
-# When the writer of the current rate started (its writes/s are counted from there).
-WRITER = {"started": 0.0}
-
 # What the writer renews: node Leases on kube-apiserver; Secrets on the simulated cluster, which
 # serves no Leases. Either moves the upstream's rv without an event for the ConfigMaps' cache.
 BUSY = {"resource": "leases"}
@@ -112,12 +109,6 @@ def _busy_object(name: str) -> dict[str, Any]:
     if BUSY["resource"] == "leases":
         return {"metadata": {"name": name}, "spec": {"holderIdentity": name}}
     return {"metadata": {"name": name}, "stringData": {"renewed": ""}}
-
-
-def _busy_patch(now: str) -> dict[str, Any]:
-    if BUSY["resource"] == "leases":
-        return {"spec": {"renewTime": now}}
-    return {"stringData": {"renewed": now}}
 
 
 async def seed(up: Client, configmaps: int, leases: int, large: int) -> None:
@@ -142,44 +133,6 @@ async def seed(up: Client, configmaps: int, leases: int, large: int) -> None:
         for i in range(large)
     )
     await asyncio.gather(*cms, *ls, *big)
-
-
-async def write_leases(up: Client, rate: float, leases: int, stop: asyncio.Event) -> int:
-    """Renew Leases round-robin at ``rate`` writes/s until ``stop``: the cluster's rv moves."""
-    if rate <= 0:
-        await stop.wait()
-        return 0
-    written = 0
-    names = itertools.cycle(range(leases))
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    WRITER["started"] = time.monotonic()
-    sem = asyncio.Semaphore(32)
-
-    async def renew(i: int) -> None:
-        nonlocal written
-        async with sem:
-            now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-            path = f"{_busy_path()}/node-{i:04d}"
-            if await up.send("PATCH", path, _busy_patch(now), "application/merge-patch+json") == 200:
-                written += 1
-
-    tasks: set[asyncio.Task[None]] = set()
-    for n in itertools.count():
-        if stop.is_set():
-            break
-        due = start + n / rate
-        delay = due - loop.time()
-        if delay > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            if stop.is_set():
-                break
-        task = asyncio.ensure_future(renew(next(names)))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
-    return written
 
 
 async def scrape(proxy: Client) -> dict[str, float]:
@@ -244,15 +197,19 @@ async def run(args: argparse.Namespace, up: Upstream, proxy_url: str) -> dict[st
     direct = Client(up.url, up.token, up.ca)
     proxy = Client(proxy_url, up.token, "")
     pool = Client(proxy_url, up.token, "", connections=args.concurrent)
-    writer = Client(up.url, up.token, up.ca, connections=32)
+    writer: bl.Helper | None = None
     results: dict[str, Any] = {"rates": {}}
     try:
+        writer = await bl.Helper.start(
+            "busy-writer", "--target", up.url, "--token", up.token, "--ca", up.ca, "--kind", BUSY["resource"],
+            "--namespace", LEASE_NS, "--objects", str(args.leases),
+        )  # fmt: skip
+        await writer.recv(60)  # ready
         for _ in range(20):  # the first reads warm connections, reviews and caches
             await direct.timed(f"/api/v1/namespaces/{NS}/configmaps")
             await proxy.timed(f"/api/v1/namespaces/{NS}/configmaps")
         for rate in args.rates:
-            stop = asyncio.Event()
-            writing = asyncio.ensure_future(write_leases(writer, rate, args.leases, stop))
+            await writer.ask("start", rate=rate)
             await asyncio.sleep(1.0)
             before = await scrape(proxy)
             seq = await sequential(direct, proxy, args.reads)
@@ -263,18 +220,21 @@ async def run(args: argparse.Namespace, up: Upstream, proxy_url: str) -> dict[st
                 for name, client in pairs if i % 2 else reversed(pairs):
                     large[f"large-{name}"].append(await client.timed(f"/api/v1/namespaces/{LARGE_NS}/configmaps"))
             conc_times, conc_counts = await concurrent(pool, args.concurrent, args.concurrent_seconds)
-            stop.set()
-            written = await writing
-            elapsed = time.monotonic() - WRITER["started"]
+            wrote = await writer.ask("stop")
+            if wrote["errors"]:
+                bl.log(f"rate {rate}: the writer's errors: {wrote['errors']}")
             row: dict[str, Any] = {k: bl.summarize(v) for k, v in {**seq, **large}.items() if v}
-            row["writes_per_s"] = round(written / elapsed, 1)
+            row["writes_per_s"] = wrote["rate"]
+            row["writer_cpu_us_per_write"] = wrote["cpu_us_per_write"]
             row["sequential"] = seq_counts
             row["concurrent"] = {"lists": bl.summarize(conc_times), **conc_counts}
             results["rates"][str(rate)] = row
             bl.log(f"rate {rate}: {row}")
     finally:
-        for c in (direct, proxy, pool, writer):
+        for c in (direct, proxy, pool):
             await c.close()
+        if writer is not None:
+            await writer.close()
     return results
 
 

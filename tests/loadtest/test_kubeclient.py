@@ -173,3 +173,21 @@ def test_the_relist_storm_lists_and_watches_from_the_warm_proxy_without_the_upst
     assert rows["proxy"]["listed"] == rows["upstream"]["listed"] == 8
     assert rows["proxy"]["watching"] == 8
     assert rows["proxy"]["upstream_lists"] == 0
+
+
+def test_the_consistent_reads_benchmark_writes_elsewhere_at_the_rate_from_its_own_process() -> None:
+    """The writer (``busy_writer``) moves the upstream's rv at the rate asked, and the proxy still
+    serves the quiet namespace's consistent LISTs from its cache: every sequential one, none passed."""
+    result = run_bench(
+        "loadtest.bench.consistent_reads",
+        *("--configmaps", "5", "--leases", "10", "--rates", "0,40", "--reads", "20"),
+        *("--concurrent", "4", "--concurrent-seconds", "0.5"),
+    )
+    quiet, busy = result["rates"]["0.0"], result["rates"]["40.0"]
+    assert quiet["writes_per_s"] == 0
+    assert 30 <= busy["writes_per_s"] <= 41, busy["writes_per_s"]
+    assert busy["writer_cpu_us_per_write"] > 0
+    for row in (quiet, busy):
+        assert row["get-proxy"]["n"] == row["list-proxy"]["n"] == 20
+        assert row["sequential"]["served"] == 20
+        assert row["sequential"]["consistent-read"] == 0
