@@ -54,22 +54,27 @@ class Writer:
         pending: set[asyncio.Task[None]] = set()
 
         async def one(conn: H1Conn, i: int) -> None:
-            sink = Collect(keep=0)
-            conn.request(
-                "PATCH", f"{self.prefix}{i:04d}", sink, body=self._body(), content_type="application/merge-patch+json"
-            )
-            await sink.done
-            if sink.error is not None:
-                self.errors[sink.error] += 1
+            path = f"{self.prefix}{i:04d}"
+            for attempt in (0, 1):
+                sink = Collect(keep=0)
+                conn.request("PATCH", path, sink, body=self._body(), content_type="application/merge-patch+json")
+                await sink.done
+                if sink.error is None:
+                    break
+                # The upstream closes a connection idle too long (a phase at 0 writes/s): the write is
+                # sent once more on a new one, so the rate does not dip as a phase starts.
                 self.conns.remove(conn)
                 new = await self.target.connect()
                 assert isinstance(new, H1Conn)
                 self.conns.append(new)
                 conn = new
-            elif sink.status == 200:
-                self.written += 1
-            else:
-                self.errors[str(sink.status)] += 1
+                if attempt:
+                    self.errors[sink.error] += 1
+            if sink.error is None:
+                if sink.status == 200:
+                    self.written += 1
+                else:
+                    self.errors[str(sink.status)] += 1
             free.put_nowait(conn)
 
         t0 = time.monotonic()

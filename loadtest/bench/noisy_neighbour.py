@@ -6,7 +6,9 @@ Against kube-apiserver of the reference kit (``eval "$(/work/shared/tools/kube-r
   TokenRequest, ``view`` bound in the namespace): each is a flow of its own in kube's
   ``service-accounts`` FlowSchema (priority level ``workload-low``);
 * ``noisy`` runs ``--noisy`` concurrent LIST loops while ``quiet`` makes one LIST at a time, for
-  ``--seconds`` per phase, in three read modes: ``consistent`` (no resourceVersion), ``rv0``
+  ``--seconds`` per phase (the flood from a process of its own, ``flood``, on the load side's lean
+  client, as a neighbour is another client: the quiet flow's answers are not parsed behind the
+  flood's in one event loop), in three read modes: ``consistent`` (no resourceVersion), ``rv0``
   (``resourceVersion=0``), ``passthrough`` (ServiceAccounts, which the proxies do not cache:
   ``--cache-exclude serviceaccounts``, or the first LIST would cache them on demand);
 * targets, one after another in each mode (the order rotating, a pause before each):
@@ -92,29 +94,29 @@ async def setup(up: Upstream, configmaps: int) -> dict[str, str]:
     return tokens
 
 
-async def phase(url: str, ca: str, path: str, tokens: dict[str, str], noisy: int, seconds: float) -> dict[str, Any]:
-    """``noisy`` loops of the noisy flow and one of the quiet flow for ``seconds``."""
-    statuses: dict[str, dict[int, int]] = {"noisy": {}, "quiet": {}}
+async def phase(
+    flood: bl.Helper, url: str, ca: str, path: str, tokens: dict[str, str], seconds: float
+) -> dict[str, Any]:
+    """The noisy flow's flood (``flood``, a process of its own) and one loop of the quiet flow, for ``seconds``."""
+    statuses: dict[int, int] = {}
     latencies: list[float] = []
+    await flood.send("run", url=url, ca=ca, token=tokens["noisy"], path=path, seconds=seconds)
     end = time.monotonic() + seconds
+    headers = {"Authorization": f"Bearer {tokens['quiet']}", "Accept": "application/json"}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=_ssl(ca), limit=0)) as s:
-
-        async def loop(who: str) -> None:
-            headers = {"Authorization": f"Bearer {tokens[who]}", "Accept": "application/json"}
-            while time.monotonic() < end:
-                started = time.perf_counter()
-                try:
-                    async with s.get(url + path, headers=headers) as resp:
-                        await resp.read()
-                        status = resp.status
-                except aiohttp.ClientError:
-                    status = 0
-                if who == "quiet":
-                    latencies.append(time.perf_counter() - started)
-                statuses[who][status] = statuses[who].get(status, 0) + 1
-
-        await asyncio.gather(*(loop("noisy") for _ in range(noisy)), loop("quiet"))
-    return {"noisy": statuses["noisy"], "quiet": statuses["quiet"], "quiet_s": latencies,
+        while time.monotonic() < end:
+            started = time.perf_counter()
+            try:
+                async with s.get(url + path, headers=headers) as resp:
+                    await resp.read()
+                    status = resp.status
+            except aiohttp.ClientError:
+                status = 0
+            latencies.append(time.perf_counter() - started)
+            statuses[status] = statuses.get(status, 0) + 1
+    noisy = await flood.recv(seconds + 60)
+    return {"noisy": {int(k): v for k, v in noisy["statuses"].items()}, "quiet": statuses, "quiet_s": latencies,
+            "noisy_client_cpu_s_per_s": round(noisy["cpu"] / noisy["seconds"], 2),
             "load1": round(os.getloadavg()[0], 2)}  # fmt: skip
 
 
@@ -131,7 +133,7 @@ def pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         latencies += r["quiet_s"]
     out["quiet_ms"] = bl.summarize(latencies)
     out["round_p99_ms"] = [bl.summarize(r["quiet_s"])["p99"] for r in rounds]
-    for key in ("cpu_s_per_s", "runqueue_s_per_s", "load1"):
+    for key in ("cpu_s_per_s", "runqueue_s_per_s", "noisy_client_cpu_s_per_s", "load1"):
         out[key] = round(sum(r[key] for r in rounds) / len(rounds), 2)
     out["upstream_connections_closed"] = sum(r["upstream_connections_closed"] for r in rounds)
     return out
@@ -147,7 +149,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rounds: dict[str, list[dict[str, Any]]] = {}
     proxies = {}
     wanted = args.targets.split(",")
+    flood: bl.Helper | None = None
     try:
+        flood = await bl.Helper.start("flood", "--connections", str(args.noisy))
+        await flood.recv(60)  # ready
         if "proxy-no-apf" in wanted:
             proxies["proxy-no-apf"] = start_proxy(up, files, prod, [*common, "--no-enable-priority-and-fairness"])
         if "proxy" in wanted:
@@ -168,7 +173,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 # was short of its own capacity or of CPU time.
                 pids = proxies[target].pids() if target in proxies else [up.pids[up.server]]
                 sched0, t0 = bl.schedstat(pids), time.monotonic()
-                r = await phase(url, ca, path, tokens, args.noisy, args.seconds)
+                r = await phase(flood, url, ca, path, tokens, args.seconds)
                 rounds.setdefault(f"{mode}/{target}", []).append(r)
                 (ran, waited), elapsed = bl.schedstat(pids), time.monotonic() - t0
                 r["cpu_s_per_s"] = round((ran - sched0[0]) / elapsed, 2)
@@ -177,6 +182,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 # proxy whose pool churns pays a TLS handshake per new one.
                 r["upstream_connections_closed"] = _closed_upstream_connections(up.url) - closed0
     finally:
+        if flood is not None:
+            await flood.close()
         bl.stop_all(proxies.values())
         files.cleanup()
     return {key: pooled(rs) for key, rs in rounds.items()}
@@ -220,7 +227,7 @@ def main() -> None:
             mode, target, r["noisy"].get(200, 0), r["noisy"].get(429, 0), r["quiet"].get(200, 0),
             r["quiet"].get(429, 0), r["quiet_ms"]["p50"], r["quiet_ms"]["p99"],
             "/".join(f"{p:.0f}" for p in r["round_p99_ms"]), r["upstream_connections_closed"],
-            r["cpu_s_per_s"], r["runqueue_s_per_s"], r["load1"],
+            r["cpu_s_per_s"], r["runqueue_s_per_s"], r["noisy_client_cpu_s_per_s"], r["load1"],
         ])  # fmt: skip
     bl.print_table(
         [
@@ -236,6 +243,7 @@ def main() -> None:
             "upstream conns closed",
             "server CPU s/s",
             "waiting for a CPU s/s",
+            "flood's client CPU s/s",
             "load1",
         ],
         rows,
