@@ -191,3 +191,35 @@ def test_the_consistent_reads_benchmark_writes_elsewhere_at_the_rate_from_its_ow
         assert row["get-proxy"]["n"] == row["list-proxy"]["n"] == 20
         assert row["sequential"]["served"] == 20
         assert row["sequential"]["consistent-read"] == 0
+
+
+def test_the_flood_helper_keeps_every_connection_busy_and_counts_answers_by_status() -> None:
+    """The noisy neighbour's flood (``flood``) against the simulated cluster: 200s for a namespace's
+    ConfigMaps, 401s for a token nobody knows; and a run after a run (a phase after a phase)."""
+    import asyncio
+
+    from loadtest.bench import lib as bl
+    from loadtest.bench.kubecluster import sim_upstream
+
+    files = bl.ProductionFiles(any_delegated=False, any_tls=True)
+    up = sim_upstream(files)
+
+    async def main() -> list[dict[str, Any]]:
+        flood = await bl.Helper.start("flood", "--connections", "4")
+        try:
+            await flood.recv(60)
+            out = []
+            for token in (up.token, "nobody-knows-this-token"):
+                out.append(await flood.ask("run", url=up.url, ca="", token=token, path="/api/v1/configmaps", seconds=0.5))
+            return out
+        finally:
+            await flood.close()
+
+    try:
+        known, unknown = asyncio.run(main())
+    finally:
+        up.stop()
+        files.cleanup()
+    assert set(known["statuses"]) == {"200"} and known["statuses"]["200"] >= 4, known
+    assert set(unknown["statuses"]) == {"401"} and unknown["statuses"]["401"] >= 4, unknown
+    assert known["cpu"] > 0
