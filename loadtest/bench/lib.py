@@ -11,7 +11,9 @@
   - ``watch_reader``: N watch connections on raw sockets, counting frames, timing stamps;
   - ``raw_fanout``: the fan-out ceiling, a bare uvloop server writing pre-built watch frames;
   - ``raw_list``: the LIST ceiling, a bare uvloop server answering with pre-encoded bytes;
-  - ``list_client``: C keep-alive connections issuing LISTs (full or paged) back to back.
+  - ``list_client``: C keep-alive connections issuing LISTs (full or paged) back to back;
+  - ``busy_writer``: writes elsewhere at a rate, moving the upstream's rv (``consistent_reads``);
+  - ``flood``: one flow's back-to-back reads, counted by status (``noisy_neighbour``).
 
   The driven ones talk to the orchestrator (:class:`Helper`) with one JSON object per line on
   stdin/stdout (their side: ``helperio``).

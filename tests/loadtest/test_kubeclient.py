@@ -210,7 +210,8 @@ def test_the_flood_helper_keeps_every_connection_busy_and_counts_answers_by_stat
             await flood.recv(60)
             out = []
             for token in (up.token, "nobody-knows-this-token"):
-                out.append(await flood.ask("run", url=up.url, ca="", token=token, path="/api/v1/configmaps", seconds=0.5))
+                run = {"url": up.url, "ca": "", "token": token, "path": "/api/v1/configmaps", "seconds": 0.5}
+                out.append(await flood.ask("run", **run))
             return out
         finally:
             await flood.close()
