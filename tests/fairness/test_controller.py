@@ -177,3 +177,36 @@ async def _max_seats_per_level_is_kubes_and_the_estimate_is_counted() -> None:
     exempt = await fc.admit(admin, None, 3)  # exempt: never waits, its seats counted all the same
     assert exempt.seats == 3 and fc.stats[("exempt", "exempt")].seats == 3
     exempt.release()
+
+
+def test_a_flows_waits_for_the_upstream_without_a_seat_are_as_many_as_its_levels_seats() -> None:
+    asyncio.run(_a_flows_waits_for_the_upstream_without_a_seat_are_as_many_as_its_levels_seats())
+
+
+async def _a_flows_waits_for_the_upstream_without_a_seat_are_as_many_as_its_levels_seats() -> None:
+    fc = control(8)
+    queueset = fc.levels["workload-low"].queueset
+    assert queueset is not None
+    queueset.set_limit(2)
+    c_noisy, c_quiet = fc.classify(sa("noisy")), fc.classify(sa("quiet"))
+    first, second = await fc.admit(c_noisy, None), await fc.admit(c_noisy, None)
+    assert first.vacate(per_flow=True) and second.vacate(per_flow=True)  # two pass-throughs at the upstream
+    third, fourth = await fc.admit(c_noisy, None), await fc.admit(c_noisy, None)
+    assert not third.vacate(per_flow=True), "a flow waited seatless past its level's seats"
+    assert not fourth.vacate(per_flow=True)  # both hold the level's seats while the upstream answers
+    # Another flow's request queues for a seat, then waits without it: the bound is per flow.
+    quiet = asyncio.create_task(fc.admit(c_quiet, None))
+    await asyncio.sleep(0)
+    assert not quiet.done() and queueset.executing == 2
+    first.reoccupy()  # an answer came: the noisy flow may send one more without its seat
+    first.release()
+    assert fc.unseated == {first.flow: 1}
+    fourth.release()
+    g = await asyncio.wait_for(quiet, 1)
+    assert g.vacate(per_flow=True)
+    assert fc.unseated == {first.flow: 1, g.flow: 1} and first.flow != g.flow
+    assert third.vacate(), "the bound is for pass-throughs' waits, not for a proof's or a review's"
+    for grant in (second, third, g):
+        grant.reoccupy()
+        grant.release()
+    assert fc.unseated == {} and queueset.executing == 0

@@ -140,3 +140,42 @@ async def test_a_request_refused_before_its_body_gets_kubes_429_from_admit() -> 
     assert e.value.code == 429
     h.cacher.progress(20)
     await finish(*waiting)
+
+
+@arun
+async def test_a_flows_pass_throughs_past_its_levels_seats_wait_for_the_upstream_holding_a_seat() -> None:
+    """A pass-through waits for the upstream without its seat only while its flow has fewer such waits
+    than its level has seats; the next holds its seat meanwhile, as kube's requests do while etcd
+    answers, so the flow's further requests queue (where fair queuing orders them with other flows')
+    instead of all reaching the upstream, and this worker's loop, at once."""
+    h = Harness(max_requests_inflight=1, priority_and_fairness=True)
+    control = h.handler.flow_control
+    assert control is not None
+    level = control.levels["global-default"]
+    assert level.queueset is not None
+    level.queueset.set_limit(1)
+    h.upstream.hold = asyncio.Event()
+
+    async def send(token: str) -> FakeResponse:
+        path = "/api/v1/namespaces/a/configmaps"  # not cached: passed through
+        req = Request("GET", path.encode(), path, {}, {"authorization": f"Bearer {token}"}, b"", "1.1", "t")
+        resp = FakeResponse()
+        await h.handler(req, resp)
+        return resp
+
+    first = asyncio.create_task(send("noisy"))
+    await until(lambda: len(h.upstream.forwarded) == 1)
+    assert level.queueset.executing == 0, "the flow's first pass-through held its seat at the upstream"
+    second = asyncio.create_task(send("noisy"))
+    await until(lambda: len(h.upstream.forwarded) == 2)
+    assert level.queueset.executing == 1, "past its level's seats, a flow's pass-through waited seatless"
+    third = asyncio.create_task(send("noisy"))
+    stats = control.stats[("global-default", "global-default")]
+    await until(lambda: stats.inqueue == 1)
+    quiet = asyncio.create_task(send("quiet"))  # queues for the seat the noisy flow holds
+    await until(lambda: stats.inqueue == 2)
+    assert len(h.upstream.forwarded) == 2
+    h.upstream.hold.set()
+    responses = await asyncio.gather(first, second, third, quiet)
+    assert [r.status for r in responses] == [404] * 4 and len(h.upstream.forwarded) == 4
+    assert control.unseated == {} and stats.executing == 0 and h.handler.seats.waiting == 0

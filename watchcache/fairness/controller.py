@@ -105,7 +105,10 @@ class Level:
 class Grant:
     """A dispatched request's seat (none for an exempt level)."""
 
-    __slots__ = ("_control", "_level", "_queueset", "_released", "classification", "entry", "seats", "stats")
+    __slots__ = (
+        "_control", "_level", "_queueset", "_released", "_unseated", "classification", "entry", "flow", "seats",
+        "stats",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -116,6 +119,7 @@ class Grant:
         stats: FlowStats,
         seats: int = 1,
         level: Level | None = None,
+        flow: int = 0,
     ) -> None:
         self._control = control
         self._queueset = queueset
@@ -123,7 +127,9 @@ class Grant:
         self.classification = classification
         self.entry = entry
         self.stats = stats
+        self.flow = flow  # its flow's hash (flow schema and distinguisher), as the queues shard by
         self._released = False
+        self._unseated = False  # counted in its flow's upstream waits (``vacate(per_flow=True)``)
         self.seats = seats if entry is None else entry.seats
         stats.executing += 1
         stats.seats += self.seats
@@ -142,17 +148,42 @@ class Grant:
         if self.entry is not None and self._queueset is not None:
             self._control.wake(self._queueset.finish(self.entry))
 
-    def vacate(self) -> None:
+    def vacate(self, per_flow: bool = False) -> bool:
         """The request waits (a review, a proof, the upstream): its seat goes back for good, as a
         watch's once its initial events are sent. Were it taken again after the wait without
         queueing (the request was admitted once), a flood's vacated requests, all back at work at
         once, would keep the level over its limit and every newcomer, a quiet flow's included,
-        queued behind them: fairness only orders the queue."""
+        queued behind them: fairness only orders the queue.
+
+        ``per_flow`` (a pass-through's wait for the upstream): only while its flow has fewer such waits
+        than its level has seats; past that it keeps its seat while it waits (False), as kube-apiserver's
+        own requests hold theirs while etcd answers. A pass-through's answer is relayed by this worker,
+        so without that bound one flow's flood of them had every answer of its own in the worker's event
+        loop at once, ahead of a quiet flow's (issue 31: the quiet flow's p99 1.5x kube-apiserver's);
+        with it a flood of pass-throughs waits its turn in its queues, and a flow of a few requests, a
+        kubelet's, never holds a seat while the upstream answers."""
+        if per_flow and self._queueset is not None:  # (an exempt level's requests hold no seat anyway)
+            unseated = self._control.unseated
+            waiting = unseated.get(self.flow, 0)
+            if waiting >= self._queueset.limit:
+                return False
+            unseated[self.flow] = waiting + 1
+            self._unseated = True
         self.release()
+        return True
 
     def reoccupy(self) -> None:
         """After its wait the request's remaining work (its answer, from the cache) takes no level seat;
-        the waits themselves are bounded by --max-requests-waiting and their deadlines."""
+        the waits themselves are bounded by --max-requests-waiting, per flow for the upstream's, and by
+        their deadlines."""
+        if self._unseated:
+            self._unseated = False
+            unseated = self._control.unseated
+            waiting = unseated[self.flow] - 1
+            if waiting:
+                unseated[self.flow] = waiting
+            else:
+                del unseated[self.flow]
 
 
 class FlowControl:
@@ -171,6 +202,8 @@ class FlowControl:
         self.skipped: dict[str, int] = {}
         # Refusals per level: the Retry-After of the next 429 (kube's droppedRequestsTracker).
         self.dropped = DroppedRequests()
+        # Pass-throughs waiting for the upstream without their seat, per flow (``Grant.vacate``).
+        self.unseated: dict[int, int] = {}
         # The objects stored of a (group, version, resource), for a LIST's work estimate: the
         # cache's, where one is (set by the handler); None: not known here (one seat).
         self.object_stats: Callable[[str, str, str], ObjectStats | None] = lambda group, version, resource: None
@@ -269,11 +302,12 @@ class FlowControl:
             stats.dispatched += 1
             return Grant(self, c, None, None, stats, seats, level)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = queueset.offer(flow_hash(c.flow_schema.name, c.distinguisher), future, seats)
+        flow = flow_hash(c.flow_schema.name, c.distinguisher)
+        entry = queueset.offer(flow, future, seats)
         if entry.state == EXECUTING:
             stats.dispatched += 1
             stats.observe_wait(True, 0.0)
-            return Grant(self, c, queueset, entry, stats)
+            return Grant(self, c, queueset, entry, stats, flow=flow)
         if entry.reason:  # rejected at once
             self._reject(stats, entry.reason, 0.0)
             self.dropped.record(c.priority_level.name, self.clock())
@@ -300,7 +334,7 @@ class FlowControl:
             stats.inqueue -= 1
         stats.dispatched += 1
         stats.observe_wait(True, self.clock() - started)
-        return Grant(self, c, queueset, entry, stats)
+        return Grant(self, c, queueset, entry, stats, flow=flow)
 
     def retry_after(self, c: Classification) -> int:
         """The Retry-After of a 429 for ``c``'s level, in seconds (1 to 32)."""

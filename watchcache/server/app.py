@@ -426,7 +426,9 @@ class ApiHandler:
             request.close_connection = True
         forwarded = info if info.is_resource_request else None
         if request.upgrade is not None or not long_running(info):
-            with seats.waiting():  # the upstream's work, under the upstream's own flow control
+            # The upstream's work, under the upstream's own flow control; a flow's flood of them waits
+            # for seats past as many as its level has (``Grant.vacate``), as kube's requests do.
+            with seats.waiting(per_flow=True):
                 await self.ctx.upstream.forward(request, response, forwarded)
             return verb, resource, None
         # A watch or stream passed through: open as long as the upstream keeps it, so it counts as

@@ -6,7 +6,9 @@ only turns other clients' requests into 429s (issue: a quiet client got 68 of 18
 refused while a noisy one's consistent LISTs waited). So a waiting request gives its seat back
 and is counted as waiting instead, and takes a seat again, without a limit check, when it has
 work to do: it was admitted once. What bounds the waiting is ``max_waiting`` (a request that
-finds it full keeps its seat while it waits, as before) and each wait's own deadline (invariant 14).
+finds it full keeps its seat while it waits, as before), each wait's own deadline (invariant 14),
+and for a pass-through's wait for the upstream its flow's share (``waiting(per_flow=True)``: as many
+as its priority level has seats; ``fairness.controller.Grant.vacate``).
 
 The seat of the request being handled is found through a context variable, so that the read
 path (``dispatch/reads.py``, through ``ApiContext.waiting``) marks its waits without a seat threaded
@@ -37,7 +39,7 @@ class Lent(Protocol):
     """The seat of a priority level behind this one (``fairness.controller.Grant``): lent and given back alike."""
 
     def release(self) -> None: ...
-    def vacate(self) -> None: ...
+    def vacate(self, per_flow: bool = False) -> bool: ...
     def reoccupy(self) -> None: ...
 
 
@@ -68,17 +70,18 @@ class Seat:
             if self.grant is not None:
                 self.grant.release()
 
-    def vacate(self) -> bool:
-        """Give the seat up while waiting; False if it is kept (not held, or too many waiting)."""
+    def vacate(self, per_flow: bool = False) -> bool:
+        """Give the seat up while waiting; False if it is kept (not held, too many waiting, or with
+        ``per_flow`` its flow's upstream waits as many as its level's seats: ``Grant.vacate``)."""
         seats = self.seats
         if not self.held or self.vacated or seats.waiting >= seats.max_waiting:
+            return False
+        if self.grant is not None and not self.grant.vacate(per_flow):
             return False
         self.vacated = True
         seats.active -= 1
         seats.active_by_kind[self.kind] -= 1
         seats.waiting += 1
-        if self.grant is not None:
-            self.grant.vacate()
         return True
 
     def _return(self) -> None:
@@ -100,10 +103,11 @@ current: contextvars.ContextVar[Seat | None] = contextvars.ContextVar("watchcach
 
 
 @contextlib.contextmanager
-def waiting() -> Iterator[None]:
-    """While entered, the current request (if it holds a seat) waits without it."""
+def waiting(per_flow: bool = False) -> Iterator[None]:
+    """While entered, the current request (if it holds a seat) waits without it; ``per_flow``: a
+    pass-through's wait for the upstream, bounded per flow (``Seat.vacate``)."""
     seat = current.get()
-    if seat is None or not seat.vacate():
+    if seat is None or not seat.vacate(per_flow):
         yield
         return
     try:
