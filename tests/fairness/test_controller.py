@@ -206,6 +206,7 @@ async def _a_flows_waits_for_the_upstream_without_a_seat_are_as_many_as_its_leve
     assert g.vacate(per_flow=True)
     assert fc.unseated == {first.flow: 1, g.flow: 1} and first.flow != g.flow
     assert third.vacate(), "the bound is for pass-throughs' waits, not for a proof's or a review's"
+    assert third.vacate(per_flow=True) and fc.unseated == {first.flow: 1, g.flow: 1}, "no seat left to keep"
     for grant in (second, third, g):
         grant.reoccupy()
         grant.release()

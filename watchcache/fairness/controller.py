@@ -162,6 +162,8 @@ class Grant:
         loop at once, ahead of a quiet flow's (issue 31: the quiet flow's p99 1.5x kube-apiserver's);
         with it a flood of pass-throughs waits its turn in its queues, and a flow of a few requests, a
         kubelet's, never holds a seat while the upstream answers."""
+        if self._released:  # its seat went back in an earlier wait (a review's): nothing to keep
+            return True
         if per_flow and self._queueset is not None:  # (an exempt level's requests hold no seat anyway)
             unseated = self._control.unseated
             waiting = unseated.get(self.flow, 0)
