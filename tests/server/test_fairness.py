@@ -156,26 +156,34 @@ async def test_a_flows_pass_throughs_past_its_levels_seats_wait_for_the_upstream
     level.queueset.set_limit(1)
     h.upstream.hold = asyncio.Event()
 
-    async def send(token: str) -> FakeResponse:
+    async def send(token: str, upgrade: str | None = None) -> FakeResponse:
         path = "/api/v1/namespaces/a/configmaps"  # not cached: passed through
         req = Request("GET", path.encode(), path, {}, {"authorization": f"Bearer {token}"}, b"", "1.1", "t")
+        req.upgrade = upgrade
         resp = FakeResponse()
-        await h.handler(req, resp)
+        try:
+            await h.handler(req, resp)
+        except apierrors.StatusError as e:  # as the server renders it
+            resp.send(e.code, e.body())
         return resp
 
     first = asyncio.create_task(send("noisy"))
     await until(lambda: len(h.upstream.forwarded) == 1)
     assert level.queueset.executing == 0, "the flow's first pass-through held its seat at the upstream"
-    second = asyncio.create_task(send("noisy"))
+    # A tunnel (exec) holds no seat at all, for as long as its user keeps it (its own cap: --max-tunnels).
+    tunnel = asyncio.create_task(send("noisy", upgrade="websocket"))
     await until(lambda: len(h.upstream.forwarded) == 2)
+    assert level.queueset.executing == 0, "a tunnel past its flow's share held a seat for its lifetime"
+    second = asyncio.create_task(send("noisy"))
+    await until(lambda: len(h.upstream.forwarded) == 3)
     assert level.queueset.executing == 1, "past its level's seats, a flow's pass-through waited seatless"
     third = asyncio.create_task(send("noisy"))
     stats = control.stats[("global-default", "global-default")]
     await until(lambda: stats.inqueue == 1)
     quiet = asyncio.create_task(send("quiet"))  # queues for the seat the noisy flow holds
     await until(lambda: stats.inqueue == 2)
-    assert len(h.upstream.forwarded) == 2
+    assert len(h.upstream.forwarded) == 3
     h.upstream.hold.set()
-    responses = await asyncio.gather(first, second, third, quiet)
-    assert [r.status for r in responses] == [404] * 4 and len(h.upstream.forwarded) == 4
+    responses = await asyncio.gather(first, tunnel, second, third, quiet)
+    assert [r.status for r in responses] == [404] * 5 and len(h.upstream.forwarded) == 5
     assert control.unseated == {} and stats.executing == 0 and h.handler.seats.waiting == 0
