@@ -106,15 +106,10 @@ async def main_async(args: argparse.Namespace) -> None:
         conns.append(c)
     writer = Writer(target, conns, args.kind, args.namespace, args.objects)
     helperio.emit({"event": "ready", "connections": len(conns)})
-    cmds = await helperio.command_reader()
     running: asyncio.Task[float] | None = None
     stop = asyncio.Event()
     cpu0 = 0.0
-    while True:
-        line = await cmds.readline()
-        if not line:
-            break
-        cmd = json.loads(line)
+    async for cmd in helperio.commands():
         if cmd["cmd"] == "start" and running is None:
             writer.written, writer.errors = 0, collections.Counter()
             stop = asyncio.Event()
@@ -133,8 +128,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 "rate": round(writer.written / seconds, 1) if seconds else 0.0,
                 "cpu_us_per_write": round(cpu / writer.written * 1e6) if writer.written else None,
             })  # fmt: skip
-        elif cmd["cmd"] == "quit":
-            break
+        else:  # every command gets an answer: the orchestrator waits for one
+            helperio.emit({"error": f"{cmd['cmd']!r} while {'writing' if running else 'idle'}"})
     for c in conns:
         c.close()
 

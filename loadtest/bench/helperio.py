@@ -8,6 +8,7 @@ import asyncio
 import json
 import resource
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 
@@ -21,6 +22,17 @@ async def command_reader() -> asyncio.StreamReader:
     reader = asyncio.StreamReader(limit=1 << 20)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     return reader
+
+
+async def commands() -> AsyncIterator[dict[str, Any]]:
+    """The orchestrator's commands, one JSON object per line, until it sends ``quit`` or closes stdin
+    (lines it sends meanwhile wait in the pipe: reading may start after the helper says it is ready)."""
+    reader = await command_reader()
+    while line := await reader.readline():
+        cmd = json.loads(line)
+        if cmd["cmd"] == "quit":
+            return
+        yield cmd
 
 
 def rusage_cpu() -> float:

@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import json
 import random
 import time
 
@@ -315,12 +314,7 @@ class _Retry(Exception):
 async def main_async(args: argparse.Namespace) -> None:
     runner = Kubelets(args)
     st = runner.st
-    cmds = await helperio.command_reader()
-    while True:
-        line = await cmds.readline()
-        if not line:
-            break
-        cmd = json.loads(line)
+    async for cmd in helperio.commands():
         what = cmd["cmd"]
         if what == "connect":
             t0 = time.monotonic()
@@ -379,8 +373,6 @@ async def main_async(args: argparse.Namespace) -> None:
             helperio.emit({"lat": st.lat, "stamps": {str(k): v for k, v in st.stamps.items()}})
             st.lat = []
             st.stamps = collections.defaultdict(list)
-        elif what == "quit":
-            break
     st.stopping = True
     for kl in runner.kubelets:
         if kl.conn is not None:

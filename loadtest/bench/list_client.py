@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import time
 from typing import Any
 
 import uvloop
 
-from loadtest.bench.helperio import command_reader, emit, rusage_cpu
+from loadtest.bench.helperio import commands, emit, rusage_cpu
 from loadtest.bench.lib import auth_header, client_tls, raise_nofile
 
 
@@ -144,14 +143,7 @@ async def _list_client(args: argparse.Namespace) -> None:
         )
         conns.append(proto)
     emit({"event": "connected", "connections": len(conns)})
-    commands = await command_reader()
-    while True:
-        line = await commands.readline()
-        if not line:
-            break
-        cmd = json.loads(line)
-        if cmd["cmd"] == "quit":
-            break
+    async for cmd in commands():
         emit(await _list_run(conns, cmd))
     for c in conns:
         c.transport.close()

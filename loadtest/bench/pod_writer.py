@@ -120,16 +120,9 @@ async def main_async(args: argparse.Namespace) -> None:
         assert isinstance(c, H1Conn)
         conns.append(c)
     helperio.emit({"event": "ready", "pods": len(pods), "connections": len(conns)})
-    cmds = await helperio.command_reader()
-    while True:
-        line = await cmds.readline()
-        if not line:
-            break
-        cmd = json.loads(line)
+    async for cmd in helperio.commands():
         if cmd["cmd"] == "run":
             helperio.emit(await run(target, conns, pods, cmd))
-        elif cmd["cmd"] == "quit":
-            break
     for c in conns:
         c.close()
 

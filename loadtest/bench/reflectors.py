@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import random
 import time
 from typing import Any
@@ -128,14 +127,9 @@ async def main_async(args: argparse.Namespace) -> None:
     target = Target(args.target, args.token, args.ca, h2=args.h2)
     accept = ACCEPT_PROTOBUF if args.accept == "protobuf" else ACCEPT_JSON
     reflectors = [Reflector(i) for i in range(args.count)]
-    cmds = await helperio.command_reader()
     helperio.emit({"event": "ready", "reflectors": len(reflectors)})
     tasks: list[asyncio.Task[None]] = []
-    while True:
-        line = await cmds.readline()
-        if not line:
-            break
-        cmd = json.loads(line)
+    async for cmd in helperio.commands():
         what = cmd["cmd"]
         if what == "go":
             at = float(cmd["at"])
@@ -164,8 +158,6 @@ async def main_async(args: argparse.Namespace) -> None:
                     "watch_bytes": sum(r.watch.bytes for r in reflectors if r.watch is not None),
                 }
             )
-        elif what == "quit":
-            break
     for task in tasks:
         task.cancel()
     for r in reflectors:

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import json
 import re
 import ssl
 from urllib.parse import parse_qs, urlsplit
@@ -101,16 +100,9 @@ async def main_async(args: argparse.Namespace) -> None:
     server = await asyncio.start_server(handle, "127.0.0.1", 0, limit=1 << 20)
     port = server.sockets[0].getsockname()[1]
     helperio.emit({"event": "ready", "url": f"http://127.0.0.1:{port}"})
-    cmds = await helperio.command_reader()
-    while True:
-        line = await cmds.readline()
-        if not line:
-            break
-        cmd = json.loads(line)
+    async for cmd in helperio.commands():
         if cmd["cmd"] == "counts":
             helperio.emit(dict(counts))
-        elif cmd["cmd"] == "quit":
-            break
     server.close()
 
 

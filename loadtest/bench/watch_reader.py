@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import re
 import time
 
 import uvloop
 
-from loadtest.bench.helperio import command_reader, emit, rusage_cpu
+from loadtest.bench.helperio import commands, emit, rusage_cpu
 from loadtest.bench.lib import STAMP_MARK, auth_header, client_tls, raise_nofile
 
 
@@ -234,12 +233,7 @@ async def _watch_reader(args: argparse.Namespace) -> None:
             "errors": st.bad_status[:5],
         }
     )
-    commands = await command_reader()
-    while True:
-        line = await commands.readline()
-        if not line:
-            break
-        cmd = json.loads(line)
+    async for cmd in commands():
         what = cmd["cmd"]
         if what == "snap":
             # Per watch: the fewest and most frames any established connection has read (the benchmarks'
@@ -268,8 +262,6 @@ async def _watch_reader(args: argparse.Namespace) -> None:
             emit({"latencies": st.latencies, "by_label": st.by_label})
             st.latencies = []
             st.by_label = {}
-        elif what == "quit":
-            break
     for c in conns:
         with contextlib.suppress(Exception):
             c.transport.abort()  # type: ignore[attr-defined]
