@@ -149,7 +149,7 @@ async def _a_waiting_request_gives_its_seat_back_for_good() -> None:
     await asyncio.sleep(0)
     first.vacate()  # waits for a proof: the next request goes
     g = await asyncio.wait_for(second, 1)
-    first.reoccupy()  # back at work, outside the level's seats: newcomers are not held behind it
+    # back at work (its remaining work outside the level's seats): newcomers are not held behind it
     level = fc.levels["workload-low"].queueset
     assert level is not None and level.executing == 1
     first.release()
@@ -179,35 +179,87 @@ async def _max_seats_per_level_is_kubes_and_the_estimate_is_counted() -> None:
     exempt.release()
 
 
-def test_a_flows_waits_for_the_upstream_without_a_seat_are_as_many_as_its_levels_seats() -> None:
-    asyncio.run(_a_flows_waits_for_the_upstream_without_a_seat_are_as_many_as_its_levels_seats())
+def test_a_flows_pass_throughs_take_turns_at_the_upstream_as_many_as_its_levels_seats_holding_none() -> None:
+    asyncio.run(_a_flows_pass_throughs_take_turns_at_the_upstream())
 
 
-async def _a_flows_waits_for_the_upstream_without_a_seat_are_as_many_as_its_levels_seats() -> None:
+async def _a_flows_pass_throughs_take_turns_at_the_upstream() -> None:
     fc = control(8)
     queueset = fc.levels["workload-low"].queueset
     assert queueset is not None
     queueset.set_limit(2)
     c_noisy, c_quiet = fc.classify(sa("noisy")), fc.classify(sa("quiet"))
-    first, second = await fc.admit(c_noisy, None), await fc.admit(c_noisy, None)
-    assert first.vacate(per_flow=True) and second.vacate(per_flow=True)  # two pass-throughs at the upstream
+    grants = [await fc.admit(c_noisy, None) for _ in range(2)]
+    for g in grants:  # two pass-throughs at the upstream: their seats back
+        g.vacate()
+        await g.upstream_turn(1.0)
+    assert queueset.executing == 0 and fc.upstream_turns == {grants[0].flow: 2}
     third, fourth = await fc.admit(c_noisy, None), await fc.admit(c_noisy, None)
-    assert not third.vacate(per_flow=True), "a flow waited seatless past its level's seats"
-    assert not fourth.vacate(per_flow=True)  # both hold the level's seats while the upstream answers
-    # Another flow's request queues for a seat, then waits without it: the bound is per flow.
-    quiet = asyncio.create_task(fc.admit(c_quiet, None))
+    third.vacate()
+    fourth.vacate()
+    waits = [asyncio.create_task(third.upstream_turn(1.0)), asyncio.create_task(fourth.upstream_turn(1.0))]
     await asyncio.sleep(0)
-    assert not quiet.done() and queueset.executing == 2
-    first.reoccupy()  # an answer came: the noisy flow may send one more without its seat
-    first.release()
-    assert fc.unseated == {first.flow: 1}
-    fourth.release()
-    g = await asyncio.wait_for(quiet, 1)
-    assert g.vacate(per_flow=True)
-    assert fc.unseated == {first.flow: 1, g.flow: 1} and first.flow != g.flow
-    assert third.vacate(), "the bound is for pass-throughs' waits, not for a proof's or a review's"
-    assert third.vacate(per_flow=True) and fc.unseated == {first.flow: 1, g.flow: 1}, "no seat left to keep"
-    for grant in (second, third, g):
-        grant.reoccupy()
-        grant.release()
-    assert fc.unseated == {} and queueset.executing == 0
+    assert not any(w.done() for w in waits), "a flow had more pass-throughs at the upstream than its level's seats"
+    assert queueset.executing == 0, "a pass-through waiting for its flow's turn held a seat"
+    # Another flow is neither queued for a seat nor in the noisy flow's line: the turns are per flow.
+    quiet = await asyncio.wait_for(fc.admit(c_quiet, None), 1)
+    quiet.vacate()
+    await asyncio.wait_for(quiet.upstream_turn(1.0), 1)
+    assert fc.upstream_turns == {grants[0].flow: 2, quiet.flow: 1} and quiet.flow != grants[0].flow
+    grants[0].end_upstream_turn()  # an answer came: the turn goes to the first in line, and only to it
+    await asyncio.wait_for(waits[0], 1)
+    await asyncio.sleep(0)
+    assert not waits[1].done() and fc.upstream_turns[grants[0].flow] == 2
+    grants[0].end_upstream_turn()  # idempotent: its turn was given once
+    assert not waits[1].done()
+    for g in (grants[1], third, quiet):
+        g.end_upstream_turn()
+    await asyncio.wait_for(waits[1], 1)
+    fourth.end_upstream_turn()
+    assert fc.upstream_turns == {} and fc.upstream_line == {} and queueset.executing == 0
+
+
+def test_a_wait_for_a_flows_turn_at_the_upstream_ends_in_kubes_time_out_or_with_its_caller() -> None:
+    asyncio.run(_a_wait_for_a_flows_turn_ends())
+
+
+async def _a_wait_for_a_flows_turn_ends() -> None:
+    fc = control(8)
+    queueset = fc.levels["workload-low"].queueset
+    assert queueset is not None
+    queueset.set_limit(1)
+    c = fc.classify(sa("noisy"))
+    grants = []
+    for _ in range(4):  # each gives its seat back as it waits for the upstream
+        grants.append(await asyncio.wait_for(fc.admit(c, None), 1))
+        grants[-1].vacate()
+    first, late, gone, next_ = grants
+    await first.upstream_turn(1.0)
+    with pytest.raises(Rejected) as refused:
+        await late.upstream_turn(0.01)
+    assert refused.value.reason == "time-out"
+    assert fc.stats[("workload-low", "service-accounts")].rejected == {"time-out": 1}
+    assert fc.upstream_line == {}, "a request that timed out stayed in its flow's line"
+    cancelled = asyncio.create_task(gone.upstream_turn(1.0))
+    waiting = asyncio.create_task(next_.upstream_turn(1.0))
+    await asyncio.sleep(0)
+    cancelled.cancel()  # its client went
+    first.end_upstream_turn()  # the turn skips it
+    await asyncio.wait_for(waiting, 1)
+    assert cancelled.cancelled() and fc.upstream_turns == {first.flow: 1}
+    # Handed its turn just as it was cancelled: it passes the turn on.
+    third = await asyncio.wait_for(fc.admit(c, None), 1)
+    third.vacate()
+    handed = asyncio.create_task(third.upstream_turn(1.0))
+    await asyncio.sleep(0)
+    next_.end_upstream_turn()
+    handed.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await handed
+    assert fc.upstream_turns == {} and fc.upstream_line == {}
+    # An exempt level's requests take no turn.
+    admin = await fc.admit(fc.classify(RequestDigest("admin", ("system:masters",), "get", True)), None)
+    await admin.upstream_turn(0.0)
+    assert fc.upstream_turns == {}
+    for g in (first, late, gone, next_, third, admin):
+        g.release()

@@ -143,12 +143,12 @@ async def test_a_request_refused_before_its_body_gets_kubes_429_from_admit() -> 
 
 
 @arun
-async def test_a_flows_pass_throughs_past_its_levels_seats_wait_for_the_upstream_holding_a_seat() -> None:
-    """A pass-through waits for the upstream without its seat only while its flow has fewer such waits
-    than its level has seats; the next holds its seat meanwhile, as kube's requests do while etcd
-    answers, so the flow's further requests queue (where fair queuing orders them with other flows')
-    instead of all reaching the upstream, and this worker's loop, at once."""
-    h = Harness(max_requests_inflight=1, priority_and_fairness=True)
+async def test_a_flows_pass_throughs_past_its_levels_seats_wait_their_turn_without_a_seat() -> None:
+    """A flow has as many pass-throughs at the upstream as its level has seats; the next waits in its
+    flow's line for one of them to be answered, holding no seat, so another flow's request neither
+    queues for a seat nor waits behind the flood (which reaches the upstream, and this worker's loop,
+    a level's seats at a time); a wait past a queue's is kube's 429."""
+    h = Harness(max_requests_inflight=1, priority_and_fairness=True, request_timeout=1.0)
     control = h.handler.flow_control
     assert control is not None
     level = control.levels["global-default"]
@@ -170,20 +170,26 @@ async def test_a_flows_pass_throughs_past_its_levels_seats_wait_for_the_upstream
     first = asyncio.create_task(send("noisy"))
     await until(lambda: len(h.upstream.forwarded) == 1)
     assert level.queueset.executing == 0, "the flow's first pass-through held its seat at the upstream"
-    # A tunnel (exec) holds no seat at all, for as long as its user keeps it (its own cap: --max-tunnels).
+    # A tunnel (exec) holds no seat and takes no turn, for as long as its user keeps it (--max-tunnels).
     tunnel = asyncio.create_task(send("noisy", upgrade="websocket"))
     await until(lambda: len(h.upstream.forwarded) == 2)
-    assert level.queueset.executing == 0, "a tunnel past its flow's share held a seat for its lifetime"
     second = asyncio.create_task(send("noisy"))
-    await until(lambda: len(h.upstream.forwarded) == 3)
-    assert level.queueset.executing == 1, "past its level's seats, a flow's pass-through waited seatless"
     third = asyncio.create_task(send("noisy"))
+    await until(lambda: len(control.upstream_line.get(next(iter(control.upstream_turns)), ())) == 2)
+    assert len(h.upstream.forwarded) == 2, "a flow had more pass-throughs at the upstream than its level's seats"
+    assert level.queueset.executing == 0, "a pass-through waiting for its flow's turn held a seat"
+    quiet = asyncio.create_task(send("quiet"))  # another flow: its own turns, at once
+    await until(lambda: len(h.upstream.forwarded) == 3)
     stats = control.stats[("global-default", "global-default")]
-    await until(lambda: stats.inqueue == 1)
-    quiet = asyncio.create_task(send("quiet"))  # queues for the seat the noisy flow holds
-    await until(lambda: stats.inqueue == 2)
-    assert len(h.upstream.forwarded) == 3
-    h.upstream.hold.set()
-    responses = await asyncio.gather(first, tunnel, second, third, quiet)
-    assert [r.status for r in responses] == [404] * 5 and len(h.upstream.forwarded) == 5
-    assert control.unseated == {} and stats.executing == 0 and h.handler.seats.waiting == 0
+    assert stats.inqueue == 0
+    responses = await asyncio.gather(second, third)  # their turn did not come within a queue's wait
+    assert [r.status for r in responses] == [429, 429]
+    assert responses[0].body == fairness.REJECTED_BODY and pf(responses[0].headers) == (GLOBAL_DEFAULT, GLOBAL_LEVEL)
+    assert stats.rejected == {"time-out": 2}
+    fourth = asyncio.create_task(send("noisy"))
+    await until(lambda: sum(len(line) for line in control.upstream_line.values()) == 1)
+    h.upstream.hold.set()  # the first's answer came: the fourth's turn
+    responses = await asyncio.gather(first, tunnel, quiet, fourth)
+    assert [r.status for r in responses] == [404] * 4 and len(h.upstream.forwarded) == 4
+    assert control.upstream_turns == {} and control.upstream_line == {}
+    assert stats.executing == 0 and h.handler.seats.waiting == 0

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -106,7 +108,7 @@ class Grant:
     """A dispatched request's seat (none for an exempt level)."""
 
     __slots__ = (
-        "_control", "_level", "_queueset", "_released", "_unseated", "classification", "entry", "flow", "seats",
+        "_control", "_level", "_queueset", "_released", "_turn", "classification", "entry", "flow", "seats",
         "stats",
     )  # fmt: skip
 
@@ -129,7 +131,7 @@ class Grant:
         self.stats = stats
         self.flow = flow  # its flow's hash (flow schema and distinguisher), as the queues shard by
         self._released = False
-        self._unseated = False  # counted in its flow's upstream waits (``vacate(per_flow=True)``)
+        self._turn = False  # holds one of its flow's upstream turns (``upstream_turn``)
         self.seats = seats if entry is None else entry.seats
         stats.executing += 1
         stats.seats += self.seats
@@ -148,44 +150,82 @@ class Grant:
         if self.entry is not None and self._queueset is not None:
             self._control.wake(self._queueset.finish(self.entry))
 
-    def vacate(self, per_flow: bool = False) -> bool:
+    def vacate(self) -> None:
         """The request waits (a review, a proof, the upstream): its seat goes back for good, as a
         watch's once its initial events are sent. Were it taken again after the wait without
         queueing (the request was admitted once), a flood's vacated requests, all back at work at
         once, would keep the level over its limit and every newcomer, a quiet flow's included,
-        queued behind them: fairness only orders the queue.
-
-        ``per_flow`` (a pass-through's wait for the upstream): only while its flow has fewer such waits
-        than its level has seats; past that it keeps its seat while it waits (False), as kube-apiserver's
-        own requests hold theirs while etcd answers. A pass-through's answer is relayed by this worker,
-        so without that bound one flow's flood of them had every answer of its own in the worker's event
-        loop at once, ahead of a quiet flow's (issue 31: the quiet flow's p99 1.5x kube-apiserver's);
-        with it a flood of pass-throughs waits its turn in its queues, and a flow of a few requests, a
-        kubelet's, never holds a seat while the upstream answers."""
-        if self._released:  # its seat went back in an earlier wait (a review's): nothing to keep
-            return True
-        if per_flow and self._queueset is not None:  # (an exempt level's requests hold no seat anyway)
-            unseated = self._control.unseated
-            waiting = unseated.get(self.flow, 0)
-            if waiting >= self._queueset.limit:
-                return False
-            unseated[self.flow] = waiting + 1
-            self._unseated = True
+        queued behind them: fairness only orders the queue."""
         self.release()
-        return True
 
-    def reoccupy(self) -> None:
-        """After its wait the request's remaining work (its answer, from the cache) takes no level seat;
-        the waits themselves are bounded by --max-requests-waiting, per flow for the upstream's, and by
-        their deadlines."""
-        if self._unseated:
-            self._unseated = False
-            unseated = self._control.unseated
-            waiting = unseated[self.flow] - 1
-            if waiting:
-                unseated[self.flow] = waiting
+    async def upstream_turn(self, wait: float | None) -> None:
+        """Before a pass-through goes to the upstream: its flow's turn, of as many as its level has
+        seats (its current limit), waited for at most ``wait`` s (then ``Rejected``, kube's time-out),
+        without a seat; ``end_upstream_turn`` when the upstream has answered.
+
+        A pass-through's answer is relayed by this worker, so without a bound one flow's flood of them
+        had every answer of its own in the worker's event loop at once, ahead of a quiet flow's (issue
+        31: the quiet flow's p99 1.5x kube-apiserver's). kube-apiserver has at most its level's seats
+        of a level's requests waiting on etcd, each holding its seat; here the flow's extra requests
+        wait in their flow's line instead, holding nothing another flow could use (a flow of a few
+        requests, a kubelet's, never waits in it). First come, first served within the flow."""
+        queueset = self._queueset
+        if queueset is None or self._turn:  # exempt: its requests never wait
+            return
+        control = self._control
+        flow = self.flow
+        line = control.upstream_line.get(flow)
+        turns = control.upstream_turns.get(flow, 0)
+        if turns < queueset.limit and not line:
+            control.upstream_turns[flow] = turns + 1
+            self._turn = True
+            return
+        if line is None:
+            line = control.upstream_line[flow] = collections.deque()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        line.append(future)
+        started = control.clock()
+        try:
+            async with asyncio.timeout(wait):
+                await future
+        except TimeoutError:
+            if not future.done() or future.cancelled():
+                control.leave_line(flow, future)
+                control.count_rejected(self.stats, "time-out", control.clock() - started)
+                control.dropped.record(self.classification.priority_level.name, control.clock())
+                raise Rejected(self.classification, "time-out") from None
+            # Handed the turn just as the wait ended: it is this request's.
+        except BaseException:
+            if future.done() and not future.cancelled():  # handed the turn, gone: the next one's
+                self._turn = True
+                self.end_upstream_turn()
             else:
-                del unseated[self.flow]
+                control.leave_line(flow, future)
+            raise
+        self._turn = True
+
+    def end_upstream_turn(self) -> None:
+        """The upstream answered (or the pass-through failed): the turn goes to the flow's next in line."""
+        if not self._turn:
+            return
+        self._turn = False
+        queueset = self._queueset
+        assert queueset is not None
+        control = self._control
+        flow = self.flow
+        turns = control.upstream_turns[flow] - 1
+        line = control.upstream_line.get(flow)
+        while line and turns < queueset.limit:
+            future = line.popleft()
+            if not future.done():
+                future.set_result(None)
+                turns += 1
+        if not line:
+            control.upstream_line.pop(flow, None)
+        if turns:
+            control.upstream_turns[flow] = turns
+        else:
+            del control.upstream_turns[flow]
 
 
 class FlowControl:
@@ -204,8 +244,10 @@ class FlowControl:
         self.skipped: dict[str, int] = {}
         # Refusals per level: the Retry-After of the next 429 (kube's droppedRequestsTracker).
         self.dropped = DroppedRequests()
-        # Pass-throughs waiting for the upstream without their seat, per flow (``Grant.vacate``).
-        self.unseated: dict[int, int] = {}
+        # Per flow: its pass-throughs at the upstream, and those waiting for their turn
+        # (``Grant.upstream_turn``).
+        self.upstream_turns: dict[int, int] = {}
+        self.upstream_line: dict[int, collections.deque[asyncio.Future[None]]] = {}
         # The objects stored of a (group, version, resource), for a LIST's work estimate: the
         # cache's, where one is (set by the handler); None: not known here (one seat).
         self.object_stats: Callable[[str, str, str], ObjectStats | None] = lambda group, version, resource: None
@@ -311,7 +353,7 @@ class FlowControl:
             stats.observe_wait(True, 0.0)
             return Grant(self, c, queueset, entry, stats, flow=flow)
         if entry.reason:  # rejected at once
-            self._reject(stats, entry.reason, 0.0)
+            self.count_rejected(stats, entry.reason, 0.0)
             self.dropped.record(c.priority_level.name, self.clock())
             raise Rejected(c, entry.reason)
         started = self.clock()
@@ -321,7 +363,7 @@ class FlowControl:
                 await future
         except TimeoutError:
             if queueset.cancel(entry, "time-out"):
-                self._reject(stats, "time-out", self.clock() - started)
+                self.count_rejected(stats, "time-out", self.clock() - started)
                 self.dropped.record(c.priority_level.name, self.clock())
                 raise Rejected(c, "time-out") from None
             # Dispatched just as the wait ended: the seat is this request's.
@@ -330,7 +372,7 @@ class FlowControl:
             if not queueset.cancel(entry, "cancelled"):
                 self.wake(queueset.finish(entry))
             else:
-                self._reject(stats, "cancelled", self.clock() - started)
+                self.count_rejected(stats, "cancelled", self.clock() - started)
             raise
         finally:
             stats.inqueue -= 1
@@ -338,11 +380,20 @@ class FlowControl:
         stats.observe_wait(True, self.clock() - started)
         return Grant(self, c, queueset, entry, stats, flow=flow)
 
+    def leave_line(self, flow: int, future: asyncio.Future[None]) -> None:
+        """A request waiting for its flow's upstream turn went (its wait's end, cancelled)."""
+        line = self.upstream_line.get(flow)
+        if line is not None:
+            with contextlib.suppress(ValueError):
+                line.remove(future)
+            if not line:
+                del self.upstream_line[flow]
+
     def retry_after(self, c: Classification) -> int:
         """The Retry-After of a 429 for ``c``'s level, in seconds (1 to 32)."""
         return self.dropped.retry_after(c.priority_level.name)
 
-    def _reject(self, stats: FlowStats, reason: str, waited: float) -> None:
+    def count_rejected(self, stats: FlowStats, reason: str, waited: float) -> None:
         stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
         stats.observe_wait(False, waited)
 

@@ -28,7 +28,7 @@ from watchcache.cache.encoding import Encoding
 from watchcache.cache.protobuf import FULL_PROTOBUF
 from watchcache.dispatch.cacher import Cacher
 from watchcache.fairness.classify import Classification
-from watchcache.fairness.controller import FlowControl, Grant
+from watchcache.fairness.controller import FlowControl, Grant, Rejected
 from watchcache.fairness.width import ObjectStats
 from watchcache.http.request import Admit, Admitted, Request
 from watchcache.http.response import Response
@@ -284,11 +284,15 @@ class ApiHandler:
         if isinstance(grant, int):  # refused: kube's 429, with its Retry-After in seconds
             if classification is not None:
                 response = cast(Response, fairness.ClassifiedResponse(response, classification))
-            self.rejected["priority_and_fairness"] = self.rejected.get("priority_and_fairness", 0) + 1
-            headers = fairness.rejected_headers(grant)
-            response.send(429, fairness.REJECTED_BODY, content_type=fairness.REJECTED_TYPE, headers=headers)
+            self._refuse(response, grant)
             return None
         return grant, classification
+
+    def _refuse(self, response: Response, retry_after: int) -> None:
+        """Flow control's refusal: kube's 429 (plain text, its Retry-After in seconds)."""
+        self.rejected["priority_and_fairness"] = self.rejected.get("priority_and_fairness", 0) + 1
+        headers = fairness.rejected_headers(retry_after)
+        response.send(429, fairness.REJECTED_BODY, content_type=fairness.REJECTED_TYPE, headers=headers)
 
     def _reject(self, limit: str, message: str) -> NoReturn:
         self.rejected[limit] = self.rejected.get(limit, 0) + 1
@@ -426,10 +430,15 @@ class ApiHandler:
             request.close_connection = True
         forwarded = info if info.is_resource_request else None
         if request.upgrade is not None or not long_running(info):
-            # The upstream's work, under the upstream's own flow control; a flow's flood of them waits
-            # for seats past as many as its level has (``Grant.vacate``), as kube's requests do.
-            with seats.waiting(per_flow=True):
-                await self.ctx.upstream.forward(request, response, forwarded)
+            # The upstream's work, under the upstream's own flow control; waited for without a seat,
+            # past as many of its flow's as its level has seats in its flow's line (``Grant.upstream_turn``).
+            wait = fairness.wait_budget(self.ctx.config.request_timeout, False)
+            try:
+                async with seats.waiting_for_upstream(wait):
+                    await self.ctx.upstream.forward(request, response, forwarded)
+            except Rejected as e:  # its turn did not come within a queue's wait: kube's 429 (time-out)
+                assert self.flow_control is not None
+                self._refuse(response, self.flow_control.retry_after(e.classification))
             return verb, resource, None
         # A watch or stream passed through: open as long as the upstream keeps it, so it counts as
         # a watch (--max-watchers), not as a request in flight, and has no request deadline.

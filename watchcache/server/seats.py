@@ -6,9 +6,9 @@ only turns other clients' requests into 429s (issue: a quiet client got 68 of 18
 refused while a noisy one's consistent LISTs waited). So a waiting request gives its seat back
 and is counted as waiting instead, and takes a seat again, without a limit check, when it has
 work to do: it was admitted once. What bounds the waiting is ``max_waiting`` (a request that
-finds it full keeps its seat while it waits, as before), each wait's own deadline (invariant 14),
-and for a pass-through's wait for the upstream its flow's share (``waiting(per_flow=True)``: as many
-as its priority level has seats; ``fairness.controller.Grant.vacate``).
+finds it full keeps its seat while it waits, as before) and each wait's own deadline (invariant 14);
+a pass-through also waits for its flow's turn at the upstream, of as many as its priority level has
+seats (``waiting_for_upstream``; ``fairness.controller.Grant.upstream_turn``), without a seat too.
 
 The seat of the request being handled is found through a context variable, so that the read
 path (``dispatch/reads.py``, through ``ApiContext.waiting``) marks its waits without a seat threaded
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
 
@@ -39,8 +39,9 @@ class Lent(Protocol):
     """The seat of a priority level behind this one (``fairness.controller.Grant``): lent and given back alike."""
 
     def release(self) -> None: ...
-    def vacate(self, per_flow: bool = False) -> bool: ...
-    def reoccupy(self) -> None: ...
+    def vacate(self) -> None: ...
+    async def upstream_turn(self, wait: float | None) -> None: ...
+    def end_upstream_turn(self) -> None: ...
 
 
 class Seat:
@@ -70,14 +71,13 @@ class Seat:
             if self.grant is not None:
                 self.grant.release()
 
-    def vacate(self, per_flow: bool = False) -> bool:
-        """Give the seat up while waiting; False if it is kept (not held, too many waiting, or with
-        ``per_flow`` its flow's upstream waits as many as its level's seats: ``Grant.vacate``)."""
+    def vacate(self) -> bool:
+        """Give the seat up while waiting; False if it is kept (not held, or too many waiting)."""
         seats = self.seats
         if not self.held or self.vacated or seats.waiting >= seats.max_waiting:
             return False
-        if self.grant is not None and not self.grant.vacate(per_flow):
-            return False
+        if self.grant is not None:
+            self.grant.vacate()
         self.vacated = True
         seats.active -= 1
         seats.active_by_kind[self.kind] -= 1
@@ -86,8 +86,6 @@ class Seat:
 
     def _return(self) -> None:
         self.vacated = False
-        if self.grant is not None:
-            self.grant.reoccupy()
         seats = self.seats
         seats.waiting -= 1
         seats.active += 1
@@ -103,14 +101,36 @@ current: contextvars.ContextVar[Seat | None] = contextvars.ContextVar("watchcach
 
 
 @contextlib.contextmanager
-def waiting(per_flow: bool = False) -> Iterator[None]:
-    """While entered, the current request (if it holds a seat) waits without it; ``per_flow``: a
-    pass-through's wait for the upstream, bounded per flow (``Seat.vacate``)."""
+def waiting() -> Iterator[None]:
+    """While entered, the current request (if it holds a seat) waits without it (``Seat.vacate``)."""
     seat = current.get()
-    if seat is None or not seat.vacate(per_flow):
+    if seat is None or not seat.vacate():
         yield
         return
     try:
         yield
     finally:
         seat.reoccupy()
+
+
+@contextlib.asynccontextmanager
+async def waiting_for_upstream(wait: float | None) -> AsyncIterator[None]:
+    """``waiting``, for a pass-through's answer, after its flow's turn at the upstream (waited for at
+    most ``wait`` s, without the seat: ``fairness.controller.Rejected`` past it)."""
+    seat = current.get()
+    if seat is None:
+        yield
+        return
+    vacated = seat.vacate()
+    grant = seat.grant
+    try:
+        if grant is not None:
+            await grant.upstream_turn(wait)
+        try:
+            yield
+        finally:
+            if grant is not None:
+                grant.end_upstream_turn()
+    finally:
+        if vacated:
+            seat.reoccupy()
