@@ -128,8 +128,8 @@ def _limits(g: Group) -> None:
     s, h = _SERVE, _HTTP
     _flag(g, "--max-requests-inflight", _AT_LEAST_1, s.max_requests_inflight, "requests handled at once per worker (a "
           "watch until it is registered); more get 429 with Retry-After. A request waiting (for a review, a proof of "
-          "freshness, the upstream) holds no seat (the upstream: with priority and fairness, up to as many of a flow's "
-          "as its priority level has seats)")
+          "freshness, the upstream) holds no seat (with priority and fairness a flow's pass-throughs past its priority "
+          "level's seats wait, seatless, for a turn at the upstream)")
     _flag(g, "--max-requests-waiting", _AT_LEAST_0, s.max_requests_waiting, "requests waiting without a seat at once "
           "per worker (for a review, a proof of freshness, the upstream); past it a waiting request keeps its seat")
     g.add_argument("--enable-priority-and-fairness", action=argparse.BooleanOptionalAction, default=True, help="API "
