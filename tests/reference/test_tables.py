@@ -354,6 +354,13 @@ def test_table_watch_frames_equal_kubes(env: Env, include: str) -> None:
     direct = [f for f in got["direct"] if f["type"] != "BOOKMARK" or _initial_end(f)]
     ours = [f for f in got["proxy"] if f["type"] != "BOOKMARK" or _initial_end(f)]
     assert [f["type"] for f in ours] == [f["type"] for f in direct], (got["direct"], got["proxy"])
+    for frames in (direct, ours):
+        # The initial-events-end bookmark's rv is each server's cache's at that moment: at least the rv
+        # asked and before the changes that follow, but not the same one where the cluster writes
+        # elsewhere (the control plane's Leases: kube's cache moves on etcd's progress notifications).
+        ends = [int(f["object"]["metadata"].pop("resourceVersion")) for f in frames if f["type"] == "BOOKMARK"]
+        after = [_row_rv(f) for f in frames[frames.index(next(f for f in frames if f["type"] == "BOOKMARK")) :]]
+        assert len(ends) == 1 and int(rv) <= ends[0] < min([r for r in after if r] or [ends[0] + 1]), (ends, rv, after)
     for a, b in zip(direct, ours, strict=True):
         rows_a, rows_b = a["object"].pop("rows"), b["object"].pop("rows")
         assert b == a
@@ -361,6 +368,13 @@ def test_table_watch_frames_equal_kubes(env: Env, include: str) -> None:
             assert rb["object"] == ra["object"]
             # the proxy's initial events may start later: it first proves its cache as new as the rv asked
             assert same_line_but_ages(" ".join(map(str, ra["cells"])), " ".join(map(str, rb["cells"])), slack=5)
+
+
+def _row_rv(frame: dict[str, Any]) -> int:
+    """The rv of a change frame's object (0: none, as with includeObject=None, or a bookmark)."""
+    rows = frame["object"].get("rows") or [{}]
+    meta = (rows[0].get("object") or {}).get("metadata") or {}
+    return 0 if frame["type"] == "BOOKMARK" else int(meta.get("resourceVersion") or 0)
 
 
 def _initial_end(frame: dict[str, Any]) -> bool:
