@@ -201,6 +201,8 @@ async def _a_flows_pass_throughs_take_turns_at_the_upstream() -> None:
     await asyncio.sleep(0)
     assert not any(w.done() for w in waits), "a flow had more pass-throughs at the upstream than its level's seats"
     assert queueset.executing == 0, "a pass-through waiting for its flow's turn held a seat"
+    stats = fc.stats[("workload-low", "service-accounts")]
+    assert (stats.at_upstream, stats.in_line) == (2, 2)
     # Another flow is neither queued for a seat nor in the noisy flow's line: the turns are per flow.
     quiet = await asyncio.wait_for(fc.admit(c_quiet, None), 1)
     quiet.vacate()
@@ -217,6 +219,7 @@ async def _a_flows_pass_throughs_take_turns_at_the_upstream() -> None:
     await asyncio.wait_for(waits[1], 1)
     fourth.end_upstream_turn()
     assert fc.upstream_turns == {} and fc.upstream_line == {} and queueset.executing == 0
+    assert (stats.at_upstream, stats.in_line) == (0, 0)
 
 
 def test_a_wait_for_a_flows_turn_at_the_upstream_ends_in_kubes_time_out_or_with_its_caller() -> None:
@@ -257,6 +260,8 @@ async def _a_wait_for_a_flows_turn_ends() -> None:
     with pytest.raises(asyncio.CancelledError):
         await handed
     assert fc.upstream_turns == {} and fc.upstream_line == {}
+    stats = fc.stats[("workload-low", "service-accounts")]
+    assert (stats.at_upstream, stats.in_line) == (0, 0), "a turn or a place in line outlived its request"
     # An exempt level's requests take no turn.
     admin = await fc.admit(fc.classify(RequestDigest("admin", ("system:masters",), "get", True)), None)
     await admin.upstream_turn(0.0)

@@ -102,6 +102,23 @@ def test_metrics_under_kube_names_and_labels() -> None:
         for name, value in (("nominal", 1), ("lower", 1), ("upper", 2), ("current", 1)):
             assert f"apiserver_flowcontrol_{name}_limit_seats{{{level}}} {value}.0" in text
         assert "apiserver_flowcontrol_seat_fair_frac 0.0" in text
+        # A flow's pass-throughs at the upstream on its turns, and those waiting in its line (the proxy's own).
+        first = await fc.admit(c, None)
+        first.vacate()
+        await first.upstream_turn(1.0)
+        second = await fc.admit(c, None)
+        second.vacate()
+        line = asyncio.create_task(second.upstream_turn(1.0))
+        await asyncio.sleep(0)
+        text = generate_latest(_registry(fc)).decode()
+        assert f"watchcache_flowcontrol_upstream_turns{{{labels}}} 1.0" in text
+        assert f"watchcache_flowcontrol_upstream_line_requests{{{labels}}} 1.0" in text
+        first.end_upstream_turn()
+        await line
+        second.end_upstream_turn()
+        text = generate_latest(_registry(fc)).decode()
+        assert f"watchcache_flowcontrol_upstream_turns{{{labels}}} 0.0" in text
+        assert f"watchcache_flowcontrol_upstream_line_requests{{{labels}}} 0.0" in text
 
     asyncio.run(run())
 

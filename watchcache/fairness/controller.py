@@ -61,6 +61,8 @@ class FlowStats:
     inqueue: int = 0
     executing: int = 0
     seats: int = 0  # seats the executing requests occupy (their work estimates)
+    at_upstream: int = 0  # pass-throughs at the upstream on one of their flow's turns
+    in_line: int = 0  # pass-throughs waiting for one (``Grant.upstream_turn``)
     dispatched: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     # execute "true"/"false" -> (bucket counts, sum): the wait of dispatched and of rejected requests.
@@ -178,13 +180,14 @@ class Grant:
         turns = control.upstream_turns.get(flow, 0)
         if turns < queueset.limit and not line:
             control.upstream_turns[flow] = turns + 1
-            self._turn = True
+            self._took_turn()
             return
         if line is None:
             line = control.upstream_line[flow] = collections.deque()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         line.append(future)
         started = control.clock()
+        self.stats.in_line += 1
         try:
             async with asyncio.timeout(wait):
                 await future
@@ -197,18 +200,25 @@ class Grant:
             # Handed the turn just as the wait ended: it is this request's.
         except BaseException:
             if future.done() and not future.cancelled():  # handed the turn, gone: the next one's
-                self._turn = True
+                self._took_turn()
                 self.end_upstream_turn()
             else:
                 control.leave_line(flow, future)
             raise
+        finally:
+            self.stats.in_line -= 1
+        self._took_turn()
+
+    def _took_turn(self) -> None:
         self._turn = True
+        self.stats.at_upstream += 1
 
     def end_upstream_turn(self) -> None:
         """The upstream answered (or the pass-through failed): the turn goes to the flow's next in line."""
         if not self._turn:
             return
         self._turn = False
+        self.stats.at_upstream -= 1
         queueset = self._queueset
         assert queueset is not None
         control = self._control

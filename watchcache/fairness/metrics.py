@@ -1,7 +1,8 @@
 """Flow control's metric families, under kube's names and labels (``util/flowcontrol/metrics``).
 
 Read at scrape time from the controller's plain counters (``FlowStats``); kube's buckets for the
-wait histogram. ``watchcache_flowcontrol_skipped_objects_total`` is the proxy's own: the
+wait histogram. The proxy's own: a flow's pass-throughs at the upstream and in its line
+(``Grant.upstream_turn``), and ``watchcache_flowcontrol_skipped_objects_total``: the
 FlowSchemas and PriorityLevelConfigurations it could not follow (kube's validation refuses them
 at write time; an apiserver of another version may serve what this one cannot read).
 """
@@ -54,9 +55,21 @@ class FlowControlCollector(Collector):
             "Priority and Fairness",
             labels=_LABELS,
         )
+        at_upstream = GaugeMetricFamily(
+            "watchcache_flowcontrol_upstream_turns",
+            "Pass-throughs at the upstream on one of their flow's turns (a flow has as many as its level has seats)",
+            labels=_LABELS,
+        )
+        in_line = GaugeMetricFamily(
+            "watchcache_flowcontrol_upstream_line_requests",
+            "Pass-throughs waiting, without a seat, for one of their flow's turns at the upstream",
+            labels=_LABELS,
+        )
         for (level, schema), stats in sorted(control.stats.items()):
             labels = [level, schema]
             inqueue.add_metric(labels, stats.inqueue)
+            at_upstream.add_metric(labels, stats.at_upstream)
+            in_line.add_metric(labels, stats.in_line)
             seats.add_metric(labels, stats.seats)
             executing.add_metric(labels, stats.executing)
             dispatched.add_metric(labels, stats.dispatched)
@@ -66,7 +79,7 @@ class FlowControlCollector(Collector):
             for execute, (counts, total) in sorted(stats.waits.items()):
                 waits.add_metric([*labels, execute], _cumulative(WAIT_BUCKETS, counts), total[0])
             estimated.add_metric(labels, _cumulative(SEATS_BUCKETS, stats.estimates), stats.estimated)
-        yield from (inqueue, seats, executing, dispatched, rejected, waits, estimated)
+        yield from (inqueue, seats, executing, dispatched, rejected, waits, estimated, at_upstream, in_line)
         yield from _borrowing(control)
         skipped = CounterMetricFamily(
             "watchcache_flowcontrol_skipped_objects",
