@@ -171,17 +171,11 @@ class Grant:
         of a level's requests waiting on etcd, each holding its seat; here the flow's extra requests
         wait in their flow's line instead, holding nothing another flow could use (a flow of a few
         requests, a kubelet's, never waits in it). First come, first served within the flow."""
-        queueset = self._queueset
-        if queueset is None or self._turn:  # exempt: its requests never wait
+        if self.take_upstream_turn():
             return
         control = self._control
         flow = self.flow
         line = control.upstream_line.get(flow)
-        turns = control.upstream_turns.get(flow, 0)
-        if turns < queueset.limit and not line:
-            control.upstream_turns[flow] = turns + 1
-            self._took_turn()
-            return
         if line is None:
             line = control.upstream_line[flow] = collections.deque()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -208,6 +202,19 @@ class Grant:
         finally:
             self.stats.in_line -= 1
         self._took_turn()
+
+    def take_upstream_turn(self) -> bool:
+        """``upstream_turn`` without waiting: False if the request must wait in its flow's line."""
+        queueset = self._queueset
+        if queueset is None or self._turn:  # exempt: its requests never wait
+            return True
+        control = self._control
+        turns = control.upstream_turns.get(self.flow, 0)
+        if turns < queueset.limit and self.flow not in control.upstream_line:
+            control.upstream_turns[self.flow] = turns + 1
+            self._took_turn()
+            return True
+        return False
 
     def _took_turn(self) -> None:
         self._turn = True

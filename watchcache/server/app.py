@@ -434,7 +434,7 @@ class ApiHandler:
             # past as many of its flow's as its level has seats in its flow's line (``Grant.upstream_turn``).
             wait = fairness.wait_budget(self.ctx.config.request_timeout, False)
             try:
-                async with seats.waiting_for_upstream(wait):
+                async with seats.WaitingForUpstream(wait):
                     await self.ctx.upstream.forward(request, response, forwarded)
             except Rejected as e:  # its turn did not come within a queue's wait: kube's 429 (time-out)
                 assert self.flow_control is not None

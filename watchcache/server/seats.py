@@ -8,7 +8,7 @@ and is counted as waiting instead, and takes a seat again, without a limit check
 work to do: it was admitted once. What bounds the waiting is ``max_waiting`` (a request that
 finds it full keeps its seat while it waits, as before) and each wait's own deadline (invariant 14);
 a pass-through also waits for its flow's turn at the upstream, of as many as its priority level has
-seats (``waiting_for_upstream``; ``fairness.controller.Grant.upstream_turn``), without a seat too.
+seats (``WaitingForUpstream``; ``fairness.controller.Grant.upstream_turn``), without a seat too.
 
 The seat of the request being handled is found through a context variable, so that the read
 path (``dispatch/reads.py``, through ``ApiContext.waiting``) marks its waits without a seat threaded
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Protocol
 
 
@@ -40,6 +40,7 @@ class Lent(Protocol):
 
     def release(self) -> None: ...
     def vacate(self) -> None: ...
+    def take_upstream_turn(self) -> bool: ...
     async def upstream_turn(self, wait: float | None) -> None: ...
     def end_upstream_turn(self) -> None: ...
 
@@ -113,24 +114,39 @@ def waiting() -> Iterator[None]:
         seat.reoccupy()
 
 
-@contextlib.asynccontextmanager
-async def waiting_for_upstream(wait: float | None) -> AsyncIterator[None]:
+class WaitingForUpstream:
     """``waiting``, for a pass-through's answer, after its flow's turn at the upstream (waited for at
-    most ``wait`` s, without the seat: ``fairness.controller.Rejected`` past it)."""
-    seat = current.get()
-    if seat is None:
-        yield
-        return
-    vacated = seat.vacate()
-    grant = seat.grant
-    try:
-        if grant is not None:
-            await grant.upstream_turn(wait)
-        try:
-            yield
-        finally:
-            if grant is not None:
-                grant.end_upstream_turn()
-    finally:
-        if vacated:
-            seat.reoccupy()
+    most ``wait`` s, without the seat: ``fairness.controller.Rejected`` past it). A class, not a
+    generator: every passed-through GET enters it."""
+
+    __slots__ = ("grant", "seat", "vacated", "wait")
+
+    def __init__(self, wait: float | None) -> None:
+        self.wait = wait
+        self.seat = current.get()
+        self.grant = None if self.seat is None else self.seat.grant
+        self.vacated = False
+
+    async def __aenter__(self) -> None:
+        seat = self.seat
+        if seat is None:
+            return
+        self.vacated = seat.vacate()
+        grant = self.grant
+        if grant is not None and not grant.take_upstream_turn():
+            try:
+                await grant.upstream_turn(self.wait)
+            except BaseException:
+                self._reoccupy()
+                raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.grant is not None:
+            self.grant.end_upstream_turn()
+        self._reoccupy()
+
+    def _reoccupy(self) -> None:
+        if self.vacated:
+            self.vacated = False
+            assert self.seat is not None
+            self.seat.reoccupy()
