@@ -9,8 +9,10 @@ flood runs on the load side's lean client (``kubeclient.H1Conn``): ``--connectio
 connections, each sending the next GET as soon as the last answer ended, 429s and all (as a client
 that ignores ``Retry-After``: the flood does not back off), for the phase's seconds.
 
-Commands: ``run {url, ca, token, path, seconds}`` → ``{statuses: {status: count}, seconds, cpu}``
-(status 0: the connection failed; it is dialed again); ``quit``.
+Commands: ``run {url, ca, token, path, seconds}`` → ``{event: started}`` once every connection is
+dialed (TLS included: the phase's clock starts then, for the flood and the timed flow alike), then
+``{statuses: {status: count}, seconds, cpu}`` (status 0: a connection failed; it is dialed again);
+``quit``.
 """
 
 from __future__ import annotations
@@ -31,28 +33,36 @@ async def run(cmd: dict[str, Any], connections: int) -> dict[str, Any]:
     statuses: collections.Counter[int] = collections.Counter()
     conns: list[H1Conn] = []
 
-    async def loop(end: float) -> None:
-        conn: H1Conn | None = None
+    async def dial() -> H1Conn | None:
+        try:
+            conn = await target.connect()
+        except OSError:
+            statuses[0] += 1
+            return None
+        assert isinstance(conn, H1Conn)
+        conns.append(conn)
+        return conn
+
+    async def loop(conn: H1Conn | None, end: float) -> None:
         while time.monotonic() < end:
             if conn is None or conn.closed:
-                try:
-                    new = await target.connect()
-                except OSError:
-                    statuses[0] += 1
+                conn = await dial()
+                if conn is None:
                     await asyncio.sleep(0.05)
                     continue
-                assert isinstance(new, H1Conn)
-                conn = new
-                conns.append(conn)
             sink = Collect(keep=0)
             conn.request("GET", path, sink)
             await sink.done
             statuses[0 if sink.error is not None else sink.status] += 1
 
+    # Dialed before the phase: a flood that dialed as it started met the timed flow without its
+    # load for its first ~0.1-0.2 s.
+    ready = await asyncio.gather(*(dial() for _ in range(connections)))
+    helperio.emit({"event": "started"})
     cpu0 = helperio.rusage_cpu()
     t0 = time.monotonic()
     try:
-        await asyncio.gather(*(loop(t0 + float(cmd["seconds"])) for _ in range(connections)))
+        await asyncio.gather(*(loop(conn, t0 + float(cmd["seconds"])) for conn in ready))
     finally:
         for c in conns:
             c.close()

@@ -101,6 +101,7 @@ async def phase(
     statuses: dict[int, int] = {}
     latencies: list[float] = []
     await flood.send("run", url=url, ca=ca, token=tokens["noisy"], path=path, seconds=seconds)
+    await flood.recv(60)  # started: its connections dialed
     end = time.monotonic() + seconds
     headers = {"Authorization": f"Bearer {tokens['quiet']}", "Accept": "application/json"}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=_ssl(ca), limit=0)) as s:

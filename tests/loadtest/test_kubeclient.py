@@ -211,7 +211,8 @@ def test_the_flood_helper_keeps_every_connection_busy_and_counts_answers_by_stat
             out = []
             for token in (up.token, "nobody-knows-this-token"):
                 run = {"url": up.url, "ca": "", "token": token, "path": "/api/v1/configmaps", "seconds": 0.5}
-                out.append(await flood.ask("run", **run))
+                assert await flood.ask("run", **run) == {"event": "started"}
+                out.append(await flood.recv(60))
             return out
         finally:
             await flood.close()
