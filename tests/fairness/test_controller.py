@@ -268,3 +268,26 @@ async def _a_wait_for_a_flows_turn_ends() -> None:
     assert fc.upstream_turns == {}
     for g in (first, late, gone, next_, third, admin):
         g.release()
+
+
+def test_a_flow_has_one_turn_at_the_upstream_when_its_level_lent_all_its_seats() -> None:
+    asyncio.run(_one_turn_at_a_level_of_no_seats())
+
+
+async def _one_turn_at_a_level_of_no_seats() -> None:
+    fc = control(8)
+    queueset = fc.levels["workload-low"].queueset
+    assert queueset is not None
+    c = fc.classify(sa("noisy"))
+    first, second = await fc.admit(c, None), await fc.admit(c, None)
+    first.vacate()
+    second.vacate()
+    queueset.set_limit(0)  # its seats lent since these were admitted
+    await asyncio.wait_for(first.upstream_turn(1.0), 1)
+    waiting = asyncio.create_task(second.upstream_turn(1.0))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    first.end_upstream_turn()
+    await asyncio.wait_for(waiting, 1)
+    second.end_upstream_turn()
+    assert fc.upstream_turns == {} and fc.upstream_line == {}

@@ -210,7 +210,7 @@ class Grant:
             return True
         control = self._control
         turns = control.upstream_turns.get(self.flow, 0)
-        if turns < queueset.limit and self.flow not in control.upstream_line:
+        if turns < max(1, queueset.limit) and self.flow not in control.upstream_line:  # (a level lent all: one)
             control.upstream_turns[self.flow] = turns + 1
             self._took_turn()
             return True
@@ -232,7 +232,7 @@ class Grant:
         flow = self.flow
         turns = control.upstream_turns[flow] - 1
         line = control.upstream_line.get(flow)
-        while line and turns < queueset.limit:
+        while line and turns < max(1, queueset.limit):
             future = line.popleft()
             if not future.done():
                 future.set_result(None)
