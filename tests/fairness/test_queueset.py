@@ -168,7 +168,11 @@ def test_quiet_flow_waits_for_a_bounded_amount_of_work(
     """Noisy flows of unequal costs: a queue whose requests cost less than others' may be owed
     service (the costly ones held the seats), and the fluid model serves it that first. What goes
     before the quiet request is bounded in work: per backlogged queue its request's estimate and
-    the costliest request (its lag behind the virtual clock), plus the seats' work in progress."""
+    the costliest request (its lag behind the virtual clock), plus the seats' work in progress, twice:
+    a request in progress is charged to its queue at its estimate until it ends (kube's queueset
+    corrects by the real service then), so until then its queue may dispatch up to that much more
+    (hypothesis found a queue dispatching four in a row ahead of the quiet request, at 20x the
+    estimate: limit 4, 14 queues, costs 0.0625 and 0.0547 s)."""
     sim = Sim(limit, queues, hand=min(queues, 6))
     for _ in range(400):
         for i, service in enumerate(noisy):
@@ -179,7 +183,7 @@ def test_quiet_flow_waits_for_a_bounded_amount_of_work(
 
     def check(ahead: list[Entry], backlogged: list[_Queue]) -> None:
         work = sum(e.payload[1] * e.seats for e in ahead)
-        assert work <= len(backlogged) * (2 * G + most) + limit * most
+        assert work <= len(backlogged) * (2 * G + most) + 2 * limit * most
 
     _quiet_waits(sim, limit, check)
 
