@@ -26,7 +26,7 @@ import json
 import time
 
 from loadtest.bench import helperio
-from loadtest.bench.kubeclient import Collect, H1Conn, Target
+from loadtest.bench.kubeclient import Collect, H1Conn, Target, add_target_flags
 
 
 class Writer:
@@ -64,7 +64,11 @@ class Writer:
                 # The upstream closes a connection idle too long (a phase at 0 writes/s): the write is
                 # sent once more on a new one, so the rate does not dip as a phase starts.
                 self.conns.remove(conn)
-                new = await self.target.connect()
+                try:
+                    new = await self.target.connect()
+                except OSError as e:  # the upstream is gone: one connection fewer (``_free`` waits on)
+                    self.errors[f"connect: {e}"] += 1
+                    return
                 assert isinstance(new, H1Conn)
                 self.conns.append(new)
                 conn = new
@@ -88,13 +92,26 @@ class Writer:
                     await asyncio.wait_for(stop.wait(), delay)
             if stop.is_set():
                 break
-            conn = await free.get()
+            conn = free.get_nowait() if not free.empty() else await _free(free, stop)
+            if conn is None:
+                break
             task = asyncio.ensure_future(one(conn, k % self.objects))
             pending.add(task)
             task.add_done_callback(pending.discard)
         if pending:
             await asyncio.wait(pending, timeout=60)
         return time.monotonic() - t0
+
+
+async def _free(free: asyncio.Queue[H1Conn], stop: asyncio.Event) -> H1Conn | None:
+    """The next free connection, or None at ``stop`` (every connection may be busy, or lost)."""
+    get, stopped = asyncio.ensure_future(free.get()), asyncio.ensure_future(stop.wait())
+    await asyncio.wait((get, stopped), return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if get.done():
+        return get.result()
+    get.cancel()
+    return None
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -138,9 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvloop
 
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--target", required=True, help="the upstream: kube-apiserver or the simulated cluster")
-    p.add_argument("--token", default="")
-    p.add_argument("--ca", default="")
+    add_target_flags(p, "the upstream: kube-apiserver or the simulated cluster")
     p.add_argument("--kind", choices=("leases", "secrets"), default="leases")
     p.add_argument("--namespace", required=True)
     p.add_argument("--objects", type=int, required=True, help="objects named node-0000… to renew round-robin")

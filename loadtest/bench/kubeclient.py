@@ -21,6 +21,7 @@ same clients run against kube-apiserver.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import ssl
@@ -39,6 +40,13 @@ _TYPES = (b"MODIFIED", b"ADDED", b"DELETED", b"BOOKMARK", b"ERROR")
 
 
 # ---------------------------------------------------------------- targets
+
+
+def add_target_flags(p: argparse.ArgumentParser, what: str = "https://host:port of the proxy or the apiserver") -> None:
+    """The load-side helpers' ``--target``, ``--token`` and ``--ca``: ``Target(args.target, args.token, args.ca)``."""
+    p.add_argument("--target", required=True, help=what)
+    p.add_argument("--token", default="", help="bearer token (default: none)")
+    p.add_argument("--ca", default="", help="CA file to verify the server (default: no verification)")
 
 
 class Target:

@@ -51,6 +51,7 @@ from loadtest.bench.kubeclient import (
     H2Conn,
     Sink,
     Target,
+    add_target_flags,
     frame_stamp,
     frame_type,
     json_event_rv,
@@ -389,9 +390,7 @@ def main(argv: list[str] | None = None) -> None:
 
     raise_nofile()
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--target", required=True, help="https://host:port of the proxy or the apiserver")
-    p.add_argument("--token", default="")
-    p.add_argument("--ca", default="", help="CA file to verify the server (default: no verification)")
+    add_target_flags(p)
     p.add_argument("--h2", action="store_true", help="one HTTP/2 connection per kubelet")
     p.add_argument("--accept", choices=("protobuf", "json"), default="protobuf")
     p.add_argument("--lo", type=int, required=True, help="first node index")

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from loadtest.bench import helperio
-from loadtest.bench.kubeclient import STAMP_KEY, Collect, H1Conn, Target
+from loadtest.bench.kubeclient import STAMP_KEY, Collect, H1Conn, Target, add_target_flags
 
 
 async def run(
@@ -131,9 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvloop
 
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--target", required=True, help="the upstream: kube-apiserver or the simulated cluster")
-    p.add_argument("--token", default="")
-    p.add_argument("--ca", default="")
+    add_target_flags(p, "the upstream: kube-apiserver or the simulated cluster")
     p.add_argument("--pods", required=True, help="JSON file: [[namespace, name, node index], ...]")
     p.add_argument("--connections", type=int, default=16)
     uvloop.run(main_async(p.parse_args(argv)))

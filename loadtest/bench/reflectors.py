@@ -25,7 +25,17 @@ import time
 from typing import Any
 
 from loadtest.bench import helperio
-from loadtest.bench.kubeclient import ACCEPT_JSON, ACCEPT_PROTOBUF, Collect, Conn, Sink, Target, list_meta, query
+from loadtest.bench.kubeclient import (
+    ACCEPT_JSON,
+    ACCEPT_PROTOBUF,
+    Collect,
+    Conn,
+    Sink,
+    Target,
+    add_target_flags,
+    list_meta,
+    query,
+)
 from loadtest.bench.lib import raise_nofile
 
 
@@ -171,9 +181,7 @@ def main(argv: list[str] | None = None) -> None:
 
     raise_nofile()
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--target", required=True)
-    p.add_argument("--token", default="")
-    p.add_argument("--ca", default="")
+    add_target_flags(p)
     p.add_argument("--h2", action="store_true")
     p.add_argument("--accept", choices=("protobuf", "json"), default="protobuf")
     p.add_argument("--path", required=True, help="the collection, e.g. /api/v1/namespaces/x/pods")

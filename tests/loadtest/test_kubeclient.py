@@ -225,3 +225,19 @@ def test_the_flood_helper_keeps_every_connection_busy_and_counts_answers_by_stat
     assert set(known["statuses"]) == {"200"} and known["statuses"]["200"] >= 4, known
     assert set(unknown["statuses"]) == {"401"} and unknown["statuses"]["401"] >= 4, unknown
     assert known["cpu"] > 0
+
+
+def test_the_busy_writer_stops_when_it_has_no_connection_left() -> None:
+    """Every connection lost (the upstream gone): ``stop`` still ends the run, not a wait for a free one."""
+    import asyncio
+
+    from loadtest.bench.busy_writer import Writer
+    from loadtest.bench.kubeclient import Target
+
+    async def main() -> float:
+        writer = Writer(Target("https://127.0.0.1:1"), [], "leases", "ns", 10)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.1, stop.set)
+        return await asyncio.wait_for(writer.run(100.0, stop), 5)
+
+    assert asyncio.run(main()) < 5
