@@ -531,10 +531,14 @@ def test_a_watch_gets_a_bookmark_before_its_timeout_as_from_the_apiserver(env: E
             t.join(30)
         if results["want"]:
             break
-    for name in ("want", "got"):
-        kinds = [k for k, _ in results[name]]
-        assert kinds and set(kinds) == {"BOOKMARK"}, results  # at least the one 2 s before the timeout
-    assert {str(_shape(k, o)) for k, o in results["got"]} == {str(_shape(k, o)) for k, o in results["want"]}
+    # The proxy's bookmark is checked whatever kube did (at least the one 2 s before the timeout); the
+    # shapes are compared when kube sent one in some round (in a make test run on a busy machine it
+    # sent none in all three once).
+    kinds = [k for k, _ in results["got"]]
+    assert kinds and set(kinds) == {"BOOKMARK"}, results
+    if results["want"]:
+        assert {k for k, _ in results["want"]} == {"BOOKMARK"}, results
+        assert {str(_shape(k, o)) for k, o in results["got"]} == {str(_shape(k, o)) for k, o in results["want"]}
 
 
 # ---------------------------------------------------------------------- custom resources, 401/403 for protobuf
