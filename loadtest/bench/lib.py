@@ -405,10 +405,18 @@ def _preexec() -> None:
     raise_nofile()
 
 
+# Every process a bench starts (a proxy and its workers, a load-side helper) has a session of its
+# own, as kube-apiserver and etcd of the reference kit have theirs (start.sh). With autogroup
+# scheduling (Linux's default, on here: /proc/sys/kernel/sched_autogroup_enabled) a session is a
+# scheduling group, as a Pod's cgroup is in a cluster; in the bench's session, the proxy and the
+# writer moving the rv shared the timed client's group, and so its share of the cores, which a
+# request sent directly does not pay (docs/performance.md, "Each process in a group of its own").
+
+
 def start_process(name: str, cmd: Sequence[str], *, timeout: float = 180.0) -> Proc:
     """Start ``cmd`` (which must print the ready line), output to a temp log file; wait for the line."""
     env, cwd = child_env()
-    proc = Proc(list(cmd), name=name, env=env, cwd=cwd, preexec=_preexec)
+    proc = Proc(list(cmd), name=name, env=env, cwd=cwd, preexec=_preexec, new_session=True)
     proc.up(timeout)
     return proc
 
@@ -642,6 +650,7 @@ class Helper:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             preexec_fn=_preexec,
+            start_new_session=True,
             limit=64 << 20,
         )
         return cls(process, role)

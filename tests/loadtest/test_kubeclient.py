@@ -195,19 +195,23 @@ def test_the_consistent_reads_benchmark_writes_elsewhere_at_the_rate_from_its_ow
 
 def test_the_flood_helper_keeps_every_connection_busy_and_counts_answers_by_status() -> None:
     """The noisy neighbour's flood (``flood``) against the simulated cluster: 200s for a namespace's
-    ConfigMaps, 401s for a token nobody knows; and a run after a run (a phase after a phase)."""
+    ConfigMaps, 401s for a token nobody knows; and a run after a run (a phase after a phase). The
+    helper and the server each run in a session (a scheduling group) of their own, not the bench's."""
     import asyncio
+    import os
 
     from loadtest.bench import lib as bl
     from loadtest.bench.kubecluster import sim_upstream
 
     files = bl.ProductionFiles(any_delegated=False, any_tls=True)
     up = sim_upstream(files)
+    assert up.proc is not None and os.getsid(up.proc.pid) == up.proc.pid != os.getsid(0)
 
     async def main() -> list[dict[str, Any]]:
         flood = await bl.Helper.start("flood", "--connections", "4")
         try:
             await flood.recv(60)
+            assert os.getsid(flood.pid) == flood.pid != os.getsid(0)
             out = []
             for token in (up.token, "nobody-knows-this-token"):
                 run = {"url": up.url, "ca": "", "token": token, "path": "/api/v1/configmaps", "seconds": 0.5}
