@@ -205,9 +205,9 @@ def test_the_flood_helper_keeps_every_connection_busy_and_counts_answers_by_stat
 
     files = bl.ProductionFiles(any_delegated=False, any_tls=True)
     up = sim_upstream(files)
-    assert up.proc is not None and os.getsid(up.proc.pid) == up.proc.pid != os.getsid(0)
 
     async def main() -> list[dict[str, Any]]:
+        assert up.proc is not None and os.getsid(up.proc.pid) == up.proc.pid != os.getsid(0)
         flood = await bl.Helper.start("flood", "--connections", "4")
         try:
             await flood.recv(60)
