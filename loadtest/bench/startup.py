@@ -117,7 +117,16 @@ def one_round(sim_url: str, workers: int, extra: list[str], src: str = "") -> di
         cwd = "/"
     t0 = time.time()
     with os.fdopen(fd, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+        # In a scheduling group of its own, as ``bl.Proc`` starts the proxy.
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
     try:
         wait_readyz(url)
         ready = time.time() - t0

@@ -95,6 +95,7 @@ def bare(n: int, transport: str, cert: tuple[Path, Path]) -> dict[str, Any]:
         stdout=subprocess.PIPE,
         env=env,
         cwd=cwd,
+        start_new_session=True,  # a scheduling group of its own, as ``bl.Proc`` starts the proxy
     )
     try:
         assert child.stdout is not None
