@@ -359,6 +359,12 @@ def test_table_watch_frames_equal_kubes(env: Env, include: str) -> None:
         # asked and before the changes that follow, but not the same one where the cluster writes
         # elsewhere (the control plane's Leases: kube's cache moves on etcd's progress notifications).
         ends = [int(f["object"]["metadata"].pop("resourceVersion")) for f in frames if f["type"] == "BOOKMARK"]
+        for f in frames:
+            # includeObject=Object: the bookmark's row carries the bookmark itself, at the same rv.
+            for row in f["object"].get("rows") or () if f["type"] == "BOOKMARK" else ():
+                meta = (row.get("object") or {}).get("metadata") or {}
+                if "resourceVersion" in meta:
+                    assert int(meta.pop("resourceVersion")) in ends, (meta, ends)
         after = [_row_rv(f) for f in frames[frames.index(next(f for f in frames if f["type"] == "BOOKMARK")) :]]
         assert len(ends) == 1 and int(rv) <= ends[0] < min([r for r in after if r] or [ends[0] + 1]), (ends, rv, after)
     for a, b in zip(direct, ours, strict=True):
