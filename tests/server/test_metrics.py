@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.support.collectors import POD, k, scrape, scrape_registry
+from tests.support.handlers import Harness, arun
 from watchcache.dispatch.freshness import Reached, Wait
 from watchcache.http.admission import Admission
 from watchcache.resources import PODS
@@ -77,3 +78,21 @@ def test_request_observations() -> None:
     assert samples[k("watchcache_consistent_read_probe_seconds_count", **POD)] == 1
     assert samples[k("watchcache_consistent_read_probe_seconds_sum", **POD)] == pytest.approx(0.3)  # the whole wait
     assert k("watchcache_consistent_read_events_seconds_count", **POD) not in samples  # reached by a probe
+
+
+@arun
+async def test_an_error_counts_under_the_requests_verb_and_resource_with_its_latency() -> None:
+    """As kube-apiserver's: a 404 from the cache is a GET of pods, a LIST's 410 a LIST of pods (they
+    were counted under the HTTP method and no resource), each with its latency observed."""
+    h = Harness()
+    registry = CollectorRegistry()
+    h.ctx.metrics = Metrics(registry, delivery_sample=1)
+    assert (await h.get("nobody", resourceVersion="0")).status == 404
+    expired = await h.list(resourceVersion="1", resourceVersionMatch="Exact")  # older than the window
+    assert expired.status == 410, expired.body
+    samples, _ = scrape_registry(registry)
+    assert samples[k("apiserver_request_total", **POD, verb="GET", code="404")] == 1
+    assert samples[k("apiserver_request_total", **POD, verb="LIST", code="410")] == 1
+    assert samples[k("apiserver_request_duration_seconds_count", **POD, verb="GET")] == 1
+    assert samples[k("apiserver_request_duration_seconds_count", **POD, verb="LIST")] == 1
+    assert not [key for key in samples if key[0] == "apiserver_request_total" and ("resource", "") in key[1]]

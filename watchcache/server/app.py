@@ -88,6 +88,18 @@ class _Admitted:
 _NOT_CONTROLLED = (None, None)
 
 
+class _Labels:
+    """What a request turned out to be, for its metrics: set by ``_handle`` as soon as it knows, so
+    that an error raised after it (a 404 from the cache, a 410, a 504) counts under the request's
+    verb and resource, as kube-apiserver's does, not under its HTTP method."""
+
+    __slots__ = ("resource", "verb")
+
+    def __init__(self, verb: str) -> None:
+        self.verb = verb
+        self.resource: ResourceType | None = None
+
+
 class ApiHandler:
     def __init__(self, ctx: ApiContext, *, forward_tables: bool = False, forward_upgrades: bool = False) -> None:
         self.ctx = ctx
@@ -300,15 +312,16 @@ class ApiHandler:
 
     async def _measured(self, request: Request, response: Response, slot: Seat | None, deadline: Deadline) -> None:
         metrics = self.ctx.metrics
+        labels = _Labels(request.method)
         if metrics is None:
-            await self._within(request, response, slot, deadline)
+            await self._within(request, response, slot, deadline, labels)
             return
         started = time.monotonic()
-        verb, resource = request.method, None
         try:
-            verb, resource, detached = await self._within(request, response, slot, deadline)
+            verb, resource, detached = await self._within(request, response, slot, deadline, labels)
         except apierrors.StatusError as e:
-            metrics.request(verb, resource, e.code, None)
+            latency = None if labels.verb == "WATCH" else time.monotonic() - started
+            metrics.request(labels.verb, labels.resource, e.code, latency)
             raise
         else:
             if detached is not None:
@@ -317,13 +330,15 @@ class ApiHandler:
             endless = verb == "WATCH" or response.status in (0, 101)
             metrics.request(verb, resource, response.status, None if endless else time.monotonic() - started)
 
-    async def _within(self, request: Request, response: Response, slot: Seat | None, deadline: Deadline) -> Handled:
+    async def _within(
+        self, request: Request, response: Response, slot: Seat | None, deadline: Deadline, labels: _Labels
+    ) -> Handled:
         """``_handle`` under the request's deadline: past it, kube's 504, or (answer started) the
         answer is abandoned: the stream reset or the connection closed, as a truncated answer must
         not look complete. Either way the handler is done, and its slot goes back."""
         try:
             async with deadline:
-                return await self._handle(request, response, slot, deadline)
+                return await self._handle(request, response, slot, deadline, labels)
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -332,9 +347,11 @@ class ApiHandler:
                 raise request_timed_out() from None
             log.debug("%s %s: answer abandoned at the request timeout", request.method, request.path)
             response.abort()
-            return request.method, None, None
+            return labels.verb, labels.resource, None
 
-    async def _handle(self, request: Request, response: Response, slot: Seat | None, deadline: Deadline) -> Handled:
+    async def _handle(
+        self, request: Request, response: Response, slot: Seat | None, deadline: Deadline, labels: _Labels
+    ) -> Handled:
         """Answer; returns (verb, resource) for the request metrics, and a watch that goes on detached."""
         for admit in self.admission:
             admit(request)
@@ -370,8 +387,10 @@ class ApiHandler:
             info = parse_request_info(request.method, raw, parse_bool(request.query_value("watch")))
         except InvalidPath as e:
             raise apierrors.bad_request(str(e)) from None
-        verb = info.verb.upper()
-        resource = self.ctx.registry.get(info.group, info.version, info.resource) if info.is_resource_request else None
+        verb = labels.verb = info.verb.upper()
+        resource = labels.resource = (
+            self.ctx.registry.get(info.group, info.version, info.resource) if info.is_resource_request else None
+        )
         decision = self.decisions.decide(request, info)
         if isinstance(decision, NotAcceptable):
             if self.ctx.gate is not None:
