@@ -197,7 +197,7 @@ def test_the_consistent_reads_benchmark_writes_elsewhere_at_the_rate_from_its_ow
         goals = {g["goal"]: g for g in row["goals"]}
         get_p50 = goals["GET p50 <= direct + 1 ms"]
         assert get_p50["again"] == round(row["get-again"]["p50"] - row["get-direct"]["p50"], 2)
-        assert get_p50["again_met"] == (get_p50["again"] <= 1.0)
+        assert get_p50["again_met"] == (row["get-again"]["p50"] - row["get-direct"]["p50"] <= 1.0)
         list_p50 = goals["LIST p50 <= 2x direct"]
         assert list_p50["proxy"] == round(row["list-proxy"]["p50"] / row["list-direct"]["p50"], 2)
         assert list_p50["proxy_met"] == (row["list-proxy"]["p50"] <= 2 * row["list-direct"]["p50"])
