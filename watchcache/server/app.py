@@ -65,9 +65,8 @@ _TEXT = health.TEXT
 _EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 
 
-#: What a request was, for its metrics (verb, resource), and the watch that goes on without its
-#: handler, if any (``serve_watch``: its end is the request's end).
-Handled = tuple[str, ResourceType | None, HttpWatchStream | None]
+#: The watch that goes on without its handler, if any (``serve_watch``: its end is the request's end).
+Handled = HttpWatchStream | None
 
 
 class _Admitted:
@@ -318,7 +317,7 @@ class ApiHandler:
             return
         started = time.monotonic()
         try:
-            verb, resource, detached = await self._within(request, response, slot, deadline, labels)
+            detached = await self._within(request, response, slot, deadline, labels)
         except apierrors.StatusError as e:
             latency = None if labels.verb == "WATCH" else time.monotonic() - started
             metrics.request(labels.verb, labels.resource, e.code, latency)
@@ -327,8 +326,9 @@ class ApiHandler:
             if detached is not None:
                 return  # counted when it ends (``_detached_ended``), as one the handler waited for
             # Watches and tunnels (101) last as long as their clients: no latency to observe.
-            endless = verb == "WATCH" or response.status in (0, 101)
-            metrics.request(verb, resource, response.status, None if endless else time.monotonic() - started)
+            endless = labels.verb == "WATCH" or response.status in (0, 101)
+            latency = None if endless else time.monotonic() - started
+            metrics.request(labels.verb, labels.resource, response.status, latency)
 
     async def _within(
         self, request: Request, response: Response, slot: Seat | None, deadline: Deadline, labels: _Labels
@@ -347,18 +347,18 @@ class ApiHandler:
                 raise request_timed_out() from None
             log.debug("%s %s: answer abandoned at the request timeout", request.method, request.path)
             response.abort()
-            return labels.verb, labels.resource, None
+            return None
 
     async def _handle(
         self, request: Request, response: Response, slot: Seat | None, deadline: Deadline, labels: _Labels
     ) -> Handled:
-        """Answer; returns (verb, resource) for the request metrics, and a watch that goes on detached."""
+        """Answer; returns a watch that goes on detached (the request's metrics: ``labels``)."""
         for admit in self.admission:
             admit(request)
         path = request.path
         if path in ("/healthz", "/livez"):
             response.send(200, b"ok", content_type=_TEXT)
-            return request.method, None, None
+            return None
         if path == "/readyz":
             ok, _ = self.readiness()
             lines = None
@@ -369,7 +369,7 @@ class ApiHandler:
                 lines = readiness_lines(await self.group_statuses(), self.workers, checks)
             status, body = health.readyz_body(ok, lines)
             response.send(status, body, content_type=_TEXT)
-            return request.method, None, None
+            return None
         route = self.routes.get(path)
         if (route is not None or path == "/debug/cache") and self.ctx.gate is not None:
             # The proxy's own endpoints, as kube-apiserver's: a SubjectAccessReview for the path.
@@ -377,10 +377,10 @@ class ApiHandler:
         if route is not None:
             content_type = "text/plain; version=0.0.4; charset=utf-8" if path == "/metrics" else "application/json"
             response.send(200, await route(), content_type=content_type)
-            return request.method, None, None
+            return None
         if path == "/debug/cache":
             response.send(200, await self.cache_stats())
-            return request.method, None, None
+            return None
 
         raw = request.raw_path.split(b"?", 1)[0].decode("latin-1")
         try:
@@ -425,7 +425,7 @@ class ApiHandler:
             detached = None
             try:
                 detached = await self._serve_cached(request, response, info, decision, slot, warnings, cacher)
-                return verb, resource, detached
+                return detached
             except PassThrough as p:
                 decision = p.reason
             except apierrors.StatusError as e:
@@ -434,7 +434,7 @@ class ApiHandler:
                     raise error from None
                 retry = () if error.retry_after is None else (("Retry-After", str(error.retry_after)),)
                 response.send(error.code, error.body(), content_type=error.content_type, headers=(*warnings, *retry))
-                return verb, resource, None
+                return None
             finally:
                 if detached is None:
                     self.inflight -= 1
@@ -458,7 +458,7 @@ class ApiHandler:
             except Rejected as e:  # its turn did not come within a queue's wait: kube's 429 (time-out)
                 assert self.flow_control is not None
                 self._refuse(response, self.flow_control.retry_after(e.classification))
-            return verb, resource, None
+            return None
         # A watch or stream passed through: open as long as the upstream keeps it, so it counts as
         # a watch (--max-watchers), not as a request in flight, and has no request deadline.
         if self.watchers() >= self.ctx.config.max_watchers:
@@ -471,7 +471,7 @@ class ApiHandler:
             await self.ctx.upstream.forward(request, response, forwarded)
         finally:
             self.streams -= 1
-        return verb, resource, None
+        return None
 
     def _detached_ended(self, verb: str, resource: ResourceType | None, status: int) -> None:
         """A detached watch ended: what ``_handle`` and ``_measured`` do at a request's end."""
