@@ -186,7 +186,7 @@ def _run_variant(proxy: bl.Proc, port: int, proto: str, watches: int, streams: i
     cmd += ["--streams", str(streams), "--seconds", str(seconds)]
     env, cwd = bl.child_env()
     client = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd, preexec_fn=bl.raise_nofile, start_new_session=True
+        cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd, preexec_fn=bl.child_preexec(), start_new_session=True
     )
     assert client.stdout is not None
     ready = json.loads(client.stdout.readline())

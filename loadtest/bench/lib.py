@@ -30,11 +30,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import json
 import os
 import resource
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -42,7 +44,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -401,22 +403,41 @@ class Proc(harness.processes.Proc):
         return super().stop(timeout)
 
 
-def _preexec() -> None:
-    raise_nofile()
-
-
 # Every process a bench starts (a proxy and its workers, a load-side helper) has a session of its
 # own, as kube-apiserver and etcd of the reference kit have theirs (start.sh). With autogroup
 # scheduling (Linux's default, on here: /proc/sys/kernel/sched_autogroup_enabled) a session is a
 # scheduling group, as a Pod's cgroup is in a cluster; in the bench's session, the proxy and the
 # writer moving the rv shared the timed client's group, and so its share of the cores, which a
 # request sent directly does not pay (docs/performance.md, "Each process in a group of its own").
+# Out of the bench's process group, a child no longer dies with it (a ^C, a `timeout`, a `kill` of
+# the bench, its crash): a proxy left running holds its port and CPU through the next measurement.
+# So each child is asked to get SIGTERM when the bench dies (Linux's PR_SET_PDEATHSIG, as a
+# supervisor's children do), which the proxy answers with its graceful stop.
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def child_preexec() -> Callable[[], None]:
+    """A ``preexec_fn`` for a bench's child: the open-files limit raised, and SIGTERM when the bench
+    dies. Linux sends it when the *thread* that forked ends: start children from the bench's main
+    thread (its event loop's), never from a pool thread."""
+    parent = os.getpid()
+
+    def preexec() -> None:
+        raise_nofile()
+        if _LIBC is not None:
+            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:  # the bench died between fork and prctl
+                os._exit(1)
+
+    return preexec
 
 
 def start_process(name: str, cmd: Sequence[str], *, timeout: float = 180.0) -> Proc:
     """Start ``cmd`` (which must print the ready line), output to a temp log file; wait for the line."""
     env, cwd = child_env()
-    proc = Proc(list(cmd), name=name, env=env, cwd=cwd, preexec=_preexec, new_session=True)
+    proc = Proc(list(cmd), name=name, env=env, cwd=cwd, preexec=child_preexec(), new_session=True)
     proc.up(timeout)
     return proc
 
@@ -649,7 +670,7 @@ class Helper:
             cwd=cwd,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            preexec_fn=_preexec,
+            preexec_fn=child_preexec(),
             start_new_session=True,
             limit=64 << 20,
         )

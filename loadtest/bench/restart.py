@@ -324,7 +324,7 @@ class Restartable:
             env, cwd = bl.child_env()  # WATCHCACHE_BENCH_SRC: another copy of the package
             self.process = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                preexec_fn=bl.raise_nofile, start_new_session=True,  # a scheduling group of its own (bl.Proc)
+                preexec_fn=bl.child_preexec(), start_new_session=True,  # a scheduling group of its own (bl.Proc)
             )  # fmt: skip
 
     async def wait_ready(self, timeout: float = 600.0) -> float:

@@ -125,6 +125,7 @@ def one_round(sim_url: str, workers: int, extra: list[str], src: str = "") -> di
             stdin=subprocess.DEVNULL,
             env=env,
             cwd=cwd,
+            preexec_fn=bl.child_preexec(),
             start_new_session=True,
         )
     try:

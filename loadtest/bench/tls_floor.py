@@ -95,6 +95,7 @@ def bare(n: int, transport: str, cert: tuple[Path, Path]) -> dict[str, Any]:
         stdout=subprocess.PIPE,
         env=env,
         cwd=cwd,
+        preexec_fn=bl.child_preexec(),
         start_new_session=True,  # a scheduling group of its own, as ``bl.Proc`` starts the proxy
     )
     try:

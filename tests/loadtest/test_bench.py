@@ -140,3 +140,45 @@ def test_schedstat_counts_a_processs_cpu() -> None:
     ran1, waited1 = bl.schedstat([os.getpid()])
     assert ran1 - ran0 >= 0.04 and waited1 >= waited0 >= 0
     assert bl.schedstat([2**22 + 12345]) == (0.0, 0.0)  # gone: nothing, no error
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for whoever inherited it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_benchs_child_in_a_session_of_its_own_dies_with_the_bench() -> None:
+    """A child in a session of its own is out of the bench's process group, so a kill of the bench
+    (SIGKILL here, as a crash: no cleanup of its own runs) must still reach it (``child_preexec``)."""
+    import signal
+    import subprocess
+    import sys
+
+    bench = (
+        "import subprocess, sys, time\n"
+        "from loadtest.bench import lib as bl\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+        " preexec_fn=bl.child_preexec(), start_new_session=True)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    env, cwd = bl.child_env()
+    proc = subprocess.Popen([sys.executable, "-c", bench], stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    try:
+        assert os.getsid(child) == child != os.getsid(0) and _alive(child)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(child), "the bench's child outlived it"
+    finally:
+        proc.kill()
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
