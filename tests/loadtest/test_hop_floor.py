@@ -1,0 +1,31 @@
+"""Smoke run of loadtest/bench/hop_floor.py: every placement measured, in the BENCH line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from loadtest.bench import lib as bl
+
+
+def test_hop_floor_measures_each_placement_the_machine_has() -> None:
+    env, cwd = bl.child_env()
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.bench.hop_floor", "--round-trips", "200", "--burst", "50"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("BENCH ")]
+    result = json.loads(line[6:])
+    rows = {r["placement"]: r for r in result["rows"]}
+    expected = {"one vCPU", "as Linux places them"} | ({"two vCPUs"} if len(os.sched_getaffinity(0)) > 1 else set())
+    assert set(rows) == expected
+    for r in rows.values():
+        assert r["n"] == 200 and 0 < r["p50"] <= r["p99"] <= r["max"]
+    assert result["round_trips"] == 200 and result["burst"] == 50
