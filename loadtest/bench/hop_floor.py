@@ -9,7 +9,7 @@ interrupt through the hypervisor. Linux wakes a sleeping task on an idle CPU whe
 crosses vCPUs. This measures the round trip with both ends on one vCPU, on two, and where Linux
 puts them, with an idle gap every ``--burst`` round trips (as between a bench's reads, so the vCPUs
 go idle), and prints the guest's halt-polling setting (``haltpoll``), which decides what waking an
-idle vCPU costs. docs/performance.md ("What a hop costs on this machine") records a run.
+idle vCPU costs. docs/performance.md ("On a slower machine: the proxy's CPU, and what a hop costs") records a run.
 
 Run: ``.venv/bin/python -m loadtest.bench.hop_floor [--round-trips 3000]``. The last line is ``BENCH {json}``.
 """

@@ -41,6 +41,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -420,14 +421,16 @@ _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") el
 
 def child_preexec() -> Callable[[], None]:
     """A ``preexec_fn`` for a bench's child: the open-files limit raised, and SIGTERM when the bench
-    dies. Linux sends it when the *thread* that forked ends: start children from the bench's main
-    thread (its event loop's), never from a pool thread."""
+    dies. Linux sends that signal when the *thread* that forked ends, so it is asked for only from
+    the main thread (built in the thread that starts the child): a child started from a pool thread
+    (``asyncio.to_thread(start_proxy, …)``: relist, upstream) would get it when the pool shuts down."""
     parent = os.getpid()
+    libc = _LIBC if threading.current_thread() is threading.main_thread() else None
 
     def preexec() -> None:
         raise_nofile()
-        if _LIBC is not None:
-            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
             if os.getppid() != parent:  # the bench died between fork and prctl
                 os._exit(1)
 

@@ -182,3 +182,28 @@ def test_a_benchs_child_in_a_session_of_its_own_dies_with_the_bench() -> None:
         proc.kill()
         if _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_child_started_from_a_pool_thread_outlives_that_thread() -> None:
+    """Linux's death signal follows the thread that forked: a child a bench starts from a pool thread
+    (``asyncio.to_thread(start_proxy, …)``) must not get it when that thread ends."""
+    import subprocess
+    import sys
+    import threading
+
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        child = [sys.executable, "-c", "import time; time.sleep(60)"]
+        started.append(subprocess.Popen(child, preexec_fn=bl.child_preexec(), start_new_session=True))
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    (child,) = started
+    try:
+        time.sleep(1.0)  # a death signal is sent as the thread exits: it would have come by now
+        assert child.poll() is None, "the child died with the thread that started it"
+    finally:
+        child.kill()
+        child.wait()
