@@ -68,9 +68,12 @@ class Env:
     def both(self, path: str, accept: str = "application/json", token: str | None = None) -> tuple[Any, Any]:
         """(the apiserver's answer, the proxy's answer) to one GET."""
         out = []
-        for server in (self.direct, self.proxy):
+        for side, server in (("the apiserver", self.direct), ("the proxy", self.proxy)):
             headers = {"Authorization": f"Bearer {token}"} if token is not None else None
-            status, hdrs, body = server.raw("GET", path, accept=accept, headers=headers)
+            try:
+                status, hdrs, body = server.raw("GET", path, accept=accept, headers=headers)
+            except TimeoutError as e:  # which side did not end its answer (seen once: a watch from rv 1)
+                raise AssertionError(f"{side} did not end its answer to GET {path} in {server.timeout:.0f} s") from e
             out.append(Answer(status, hdrs, body))
         return out[0], out[1]
 
