@@ -102,6 +102,19 @@ def test_hop_by_hop_and_connection_named_headers_are_dropped_both_ways(
     assert ("x-upstream", "kept") in lines
 
 
+def test_a_304_without_a_content_type_comes_back_without_one(proxy: tuple[ServerThread, EchoUpstream]) -> None:
+    """kube-apiserver's 304 has no Content-Type, and an HTTP cache merges a 304's headers into the
+    response it kept: one added here made kubectl's discovery cache read its aggregated discovery as
+    plain JSON ("the server doesn't have a resource type")."""
+    srv, _ = proxy
+    head = f'{METHOD[srv]} /api HTTP/1.1\r\nHost: proxy\r\nIf-None-Match: "e1"\r\nContent-Length: 0\r\n\r\n'
+    status, lines, body = raw_request(srv.host, srv.port, head.encode())
+    assert (status, body) == (304, b"")
+    names = [n for n, _ in lines]
+    assert "content-type" not in names, lines
+    assert ("etag", '"e1"') in lines and ("vary", "Accept") in lines
+
+
 def test_x_forwarded_for_appends_the_client(proxy: tuple[ServerThread, EchoUpstream]) -> None:
     srv, _ = proxy
     _, _, echoed = forward(srv, b"X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: 10.0.0.2\r\n")

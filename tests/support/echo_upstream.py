@@ -1,4 +1,5 @@
 """A tiny upstream on a real socket that answers with the header lines it received, as sent.
+A request with ``If-None-Match`` gets a 304 as kube-apiserver's: no body, no Content-Type.
 
 For pass-through tests: what the proxy forwards is read off the wire (one entry per header
 line, names lower-cased, values as sent), not from a parsed mapping that would join
@@ -40,6 +41,12 @@ class _Handler(socketserver.StreamRequestHandler):
             length = next((int(v) for n, v in lines if n == "content-length"), 0)
             body = self.rfile.read(length) if length else b""
             self.server.seen.append(lines)  # type: ignore[attr-defined]
+            if any(n == "if-none-match" for n, _ in lines):  # as kube-apiserver's 304: no Content-Type
+                head = [b"HTTP/1.1 304 Not Modified", b'ETag: "e1"', b"Vary: Accept"]
+                head += [f"{n}: {v}".encode() for n, v in RESPONSE_HEADERS]
+                self.wfile.write(b"\r\n".join(head) + b"\r\n\r\n")
+                self.wfile.flush()
+                continue
             doc = {"method": method, "path": target, "lines": lines, "body": body.decode("latin-1")}
             payload = json.dumps(doc).encode()
             head = [b"HTTP/1.1 200 OK", b"Content-Type: application/json", b"Content-Length: %d" % len(payload)]

@@ -177,7 +177,9 @@ class H2Response:
     def _head(self, status: int, content_type: str, length: int | None, headers: Sequence[tuple[str, str]]) -> None:
         """HEADERS for the answer; a handler's invalid header value raises before anything starts (then a 500)."""
         conn = self._conn
-        fields = [(b":status", b"%d" % status), (b"content-type", content_type.encode("latin-1"))]
+        fields = [(b":status", b"%d" % status)]
+        if content_type:  # "": none (a passed-through 304 or 204 that had none)
+            fields.append((b"content-type", content_type.encode("latin-1")))
         if length is not None and status not in _BODYLESS and status >= 200:
             fields.append((b"content-length", b"%d" % length))
         fields.append((b"date", _date_value()))

@@ -170,6 +170,15 @@ def answer_head(lines: Iterable[tuple[bytes, bytes]]) -> tuple[str, list[tuple[s
     return "application/json" if content_type is None else content_type, extra
 
 
+def bodyless_type(lines: Iterable[tuple[bytes, bytes]]) -> str:
+    """The Content-Type of an answer without a body, as the upstream sent it: "" (none) if it sent
+    none. kube-apiserver's 304 has none, and an HTTP cache merges a 304's headers into the response
+    it kept: client-go's (kubectl's discovery cache) then read a kept aggregated discovery
+    (``application/json;g=apidiscovery.k8s.io;...``) as plain JSON, the legacy kind, and found no
+    resources in it ("the server doesn't have a resource type")."""
+    return next((v.decode("latin-1") for k, v in lines if k.lower() == b"content-type"), "")
+
+
 def response_headers(lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The upstream's header lines to pass back, repeated lines kept: hop-by-hop ones (with those
     its ``Connection`` names) and those this server writes dropped. Values are latin-1 text (one
@@ -205,7 +214,7 @@ async def exchange(
             raise explained
         content_type, extra = answer_head(answer.headers)
         if answer.status in (204, 304):
-            response.send(answer.status, b"", content_type=content_type, headers=extra)
+            response.send(answer.status, b"", content_type=bodyless_type(answer.headers), headers=extra)
             return
         await answer.settle()
         if answer.complete:  # (the chunks as they are: the response joins them with its head)
@@ -266,7 +275,7 @@ async def forward(
         extra = response_headers(raw)
         content_type = next((v for k, v in raw if k.lower() == "content-type"), "application/json")
         if upstream.status in (204, 304) or request.method == "HEAD":
-            response.send(upstream.status, b"", content_type=content_type, headers=extra)
+            response.send(upstream.status, b"", content_type=bodyless_type(upstream.raw_headers), headers=extra)
             return
         response.start_chunked(upstream.status, content_type=content_type, headers=extra)
         try:
