@@ -60,6 +60,8 @@ class Scenario:
     kubelet: Kubelet | None = None
     crd_group: str = ""
     made: list[str] = field(default_factory=list)  # cluster-scoped paths to delete
+    # A NodePort is cluster-wide: two scenarios at once (xdist workers) need two.
+    node_port: int = 30080
 
     def __post_init__(self) -> None:
         self.crd_group = f"{self.prefix}.example.com"
@@ -177,7 +179,7 @@ class Scenario:
             "selector": {"app": "web", "tier": "front"},
             "ports": [{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]}})  # fmt: skip
         self.api.create(svc, {"metadata": {"name": "nodeport"}, "spec": {
-            "type": "NodePort", "ports": [{"port": 8080, "nodePort": 30080}],
+            "type": "NodePort", "ports": [{"port": 8080, "nodePort": self.node_port}],
             "externalIPs": ["198.51.100.7"]}})  # fmt: skip
         lb = self.api.create(svc, {"metadata": {"name": "lb"}, "spec": {
             "type": "LoadBalancer", "ports": [{"port": 443}], "selector": {"app": "lb"}}})  # fmt: skip

@@ -55,6 +55,8 @@ pytestmark = [pytest.mark.reference, needs_kube]
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 # The kit is shared: names of this run's own (override to put them under an engineer's prefix).
 PREFIX = f"{os.environ.get('WATCHCACHE_REFERENCE_PREFIX', 'reference-tables')}-{_WORKER}"
+# Each xdist worker's scenario has a NodePort of its own (gw0: 30081, gw1: 30082; 30080 alone).
+NODE_PORT = 30080 + (int(_WORKER[2:]) + 1 if _WORKER.startswith("gw") else 0)
 TABLE = "application/json;as=Table;v={v};g=meta.k8s.io"
 INCLUDES = ("Metadata", "None", "Object")
 
@@ -79,8 +81,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         pytest.skip("needs the kit's controller manager and scheduler (start.sh --control-plane)")
     root = tmp_path_factory.mktemp("tables")
     api = Api(kube.url, kube.token, kube.ca)
-    scenario = Scenario(api, PREFIX)
-    scenario.create()
+    scenario = Scenario(api, PREFIX, node_port=NODE_PORT)
+    try:
+        scenario.create()
+    except BaseException:
+        scenario.cleanup()  # its nodes left behind would take other tests' pods (the kit schedules)
+        raise
     found = {t.name: t for t in targets(scenario)}
     resources = ",".join(
         [DEFAULT_RESOURCES, "secrets", "apps/v1/controllerrevisions", "rbac.authorization.k8s.io/v1/roles",

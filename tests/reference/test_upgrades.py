@@ -96,7 +96,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     ref.call("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     # No controller manager on the reference: the ServiceAccount a pod needs is made by hand.
     ref.call("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": "default"}})
-    pod = {"metadata": {"name": POD}, "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+    # A scheduler nobody runs: the kit's kube-scheduler would bind the pod to a node another test
+    # made (test_tables' kubelets), and kube would then dial it instead of refusing.
+    spec = {"schedulerName": "no-scheduler.watchcache.test", "containers": [{"name": "main", "image": "busybox"}]}
+    pod = {"metadata": {"name": POD}, "spec": spec}
     ref.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
     # A Running pod with an IP (no kubelet will ever say so): kubectl port-forward then tries to
     # upgrade, and the pod's proxy subresource reaches a backend at that IP.
