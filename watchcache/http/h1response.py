@@ -116,7 +116,7 @@ def header_line(name: str, value: str) -> bytes:
 
 
 def _content_type_line(content_type: str) -> bytes:
-    """ "": no Content-Type line at all (a passed-through 304 or 204 that had none)."""
+    """The Content-Type line; none for an empty type (a passed-through 304 or 204 that had none)."""
     if not content_type:
         return b""
     line = _CONTENT_TYPES.get(content_type)
