@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
-from loadtest.bench import lib as bl
+from tests.loadtest.benchrun import bench_json
 
 
 def test_hop_floor_measures_each_placement_the_machine_has() -> None:
-    env, cwd = bl.child_env()
-    out = subprocess.run(
-        [sys.executable, "-m", "loadtest.bench.hop_floor", "--round-trips", "200", "--burst", "50"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    (line,) = [x for x in out.stdout.splitlines() if x.startswith("BENCH ")]
-    result = json.loads(line[6:])
+    result = bench_json("hop_floor", "--round-trips", "200", "--burst", "50")
     rows = {r["placement"]: r for r in result["rows"]}
     expected = {"one vCPU", "as Linux places them"} | ({"two vCPUs"} if len(os.sched_getaffinity(0)) > 1 else set())
     assert set(rows) == expected

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from typing import Any
 
-from loadtest.bench import lib as bl
+from tests.loadtest.benchrun import bench_json
 
 
 def bench_rows(*args: str) -> list[dict[str, Any]]:
     """The rows of one ``tls_floor`` run with ``args`` (40 connections)."""
-    env, cwd = bl.child_env()
-    out = subprocess.run(
-        [sys.executable, "-m", "loadtest.bench.tls_floor", "-n", "40", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    (line,) = [x for x in out.stdout.splitlines() if x.startswith("BENCH ")]
-    rows: list[dict[str, Any]] = json.loads(line[6:])["rows"]
+    rows: list[dict[str, Any]] = bench_json("tls_floor", "-n", "40", *args)["rows"]
     return rows
 
 
