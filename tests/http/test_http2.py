@@ -185,6 +185,34 @@ async def test_pass_through_over_http2_forwards_the_body_and_drops_hop_by_hop_he
             await client.close()
 
 
+@pytest.mark.parametrize("path", ["forward", "exchange"])
+@arun
+async def test_a_304_over_http2_has_no_content_type_when_the_upstreams_had_none(cert: Pair, path: str) -> None:
+    """As over HTTP/1.1 (tests/server/test_passthrough.py): kube's 304 has no Content-Type, and an
+    HTTP cache merges a 304's headers into the answer it kept (kubectl's discovery cache)."""
+    with EchoUpstream() as upstream:
+        client = UpstreamClient(from_flags(upstream.url))
+        await client.start()
+
+        async def handler(request: Request, response: Response) -> None:
+            if path == "exchange":
+                assert passthrough.exchangeable(client, request)
+                await passthrough.exchange(client, request, response)
+            else:
+                await passthrough.forward(client, request, response)
+
+        try:
+            async with h2_server(cert, handler) as srv:
+                c = await srv.client()
+                got = await c.get("/api", headers=[("if-none-match", '"e1"')])
+                assert got.status == 304 and not got.data, got.headers
+                assert "content-type" not in got.headers, got.headers
+                assert got.headers["etag"] == '"e1"'
+                await c.close()
+        finally:
+            await client.close()
+
+
 # ------------------------------------------------------------------ limits
 
 
