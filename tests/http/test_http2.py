@@ -208,6 +208,8 @@ async def test_a_304_over_http2_has_no_content_type_when_the_upstreams_had_none(
                 assert got.status == 304 and not got.data, got.headers
                 assert "content-type" not in got.headers, got.headers
                 assert got.headers["etag"] == '"e1"'
+                # The upstream's Cache-Control alone (kube's discovery says public), never ours beside it.
+                assert [v for n, v in got.header_lines if n == "cache-control"] == ["public"]
                 await c.close()
         finally:
             await client.close()

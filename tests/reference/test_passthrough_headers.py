@@ -104,3 +104,39 @@ def test_kubectl_as_group_twice_through_the_proxy(kube_proxy: tuple[Proc, dict[s
     review = json.loads(out.stdout)
     assert review["status"]["userInfo"]["username"] == "x"
     assert _groups(review) == ["a", "b", "system:authenticated"]
+
+
+DISCOVERY_ACCEPT = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def _cache_control(host: str, port: int, ctx: ssl.SSLContext, path: str, **headers: str) -> tuple[int, list, str]:
+    """(status, the Cache-Control lines, the ETag) of one GET as the admin."""
+    conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
+    conn.request("GET", path, headers={"Authorization": f"Bearer {os.environ['KUBE_REFERENCE_TOKEN']}", **headers})
+    resp = conn.getresponse()
+    resp.read()
+    conn.close()
+    return resp.status, resp.headers.get_all("Cache-Control") or [], resp.headers.get("ETag", "")
+
+
+@needs_kube
+@pytest.mark.parametrize(
+    "path,accept",
+    [("/api", DISCOVERY_ACCEPT), ("/apis", DISCOVERY_ACCEPT), ("/api/v1/namespaces/default", "application/json")],
+)
+def test_cache_control_through_the_proxy_is_kubes(
+    kube_proxy: tuple[Proc, dict[str, Path]], path: str, accept: str
+) -> None:
+    """Discovery says ``public`` (and its 304 too), everything else ``no-cache, private``: an HTTP
+    cache (kubectl's discovery cache) keeps what the proxy says, so it says what kube says."""
+    proxy, pki = kube_proxy
+    direct = ssl.create_default_context(cafile=os.environ["KUBE_REFERENCE_CA"])
+    host, port = os.environ["KUBE_REFERENCE_URL"].removeprefix("https://").rsplit(":", 1)
+    via = ssl.create_default_context(cafile=str(pki["ca.crt"]))
+    want = _cache_control(host, int(port), direct, path, Accept=accept)
+    got = _cache_control("127.0.0.1", _port(proxy), via, path, Accept=accept)
+    assert got[:2] == want[:2] and len(want[1]) == 1
+    if want[2]:  # an ETag: the 304 as well
+        want304 = _cache_control(host, int(port), direct, path, Accept=accept, **{"If-None-Match": want[2]})
+        got304 = _cache_control("127.0.0.1", _port(proxy), via, path, Accept=accept, **{"If-None-Match": got[2]})
+        assert got304[:2] == want304[:2] and want304[0] == 304

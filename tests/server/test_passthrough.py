@@ -115,6 +115,20 @@ def test_a_304_without_a_content_type_comes_back_without_one(proxy: tuple[Server
     assert ("etag", '"e1"') in lines and ("vary", "Accept") in lines
 
 
+def test_the_upstreams_cache_control_comes_back_alone_and_ours_only_without_one(
+    proxy: tuple[ServerThread, EchoUpstream],
+) -> None:
+    """kube-apiserver's discovery says ``public`` (its filter writes ``no-cache, private`` only where a
+    handler wrote none): a passed-through answer keeps the upstream's line, never two."""
+    srv, _ = proxy
+    head = f'{METHOD[srv]} /api HTTP/1.1\r\nHost: proxy\r\nIf-None-Match: "e1"\r\nContent-Length: 0\r\n\r\n'
+    status, lines, _ = raw_request(srv.host, srv.port, head.encode())
+    assert status == 304
+    assert [v for n, v in lines if n == "cache-control"] == ["public"]
+    _, lines, _ = forward(srv, b"Accept: application/json\r\n")
+    assert [v for n, v in lines if n == "cache-control"] == ["no-cache, private"]
+
+
 def test_x_forwarded_for_appends_the_client(proxy: tuple[ServerThread, EchoUpstream]) -> None:
     srv, _ = proxy
     _, _, echoed = forward(srv, b"X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: 10.0.0.2\r\n")

@@ -1,5 +1,6 @@
 """A tiny upstream on a real socket that answers with the header lines it received, as sent.
-A request with ``If-None-Match`` gets a 304 as kube-apiserver's: no body, no Content-Type.
+A request with ``If-None-Match`` gets a 304 as kube-apiserver's discovery: no body, no Content-Type,
+``Cache-Control: public``; every other answer has no Cache-Control.
 
 For pass-through tests: what the proxy forwards is read off the wire (one entry per header
 line, names lower-cased, values as sent), not from a parsed mapping that would join
@@ -42,7 +43,7 @@ class _Handler(socketserver.StreamRequestHandler):
             body = self.rfile.read(length) if length else b""
             self.server.seen.append(lines)  # type: ignore[attr-defined]
             if any(n == "if-none-match" for n, _ in lines):  # as kube-apiserver's 304: no Content-Type
-                head = [b"HTTP/1.1 304 Not Modified", b'ETag: "e1"', b"Vary: Accept"]
+                head = [b"HTTP/1.1 304 Not Modified", b'ETag: "e1"', b"Vary: Accept", b"Cache-Control: public"]
                 head += [f"{n}: {v}".encode() for n, v in RESPONSE_HEADERS]
                 self.wfile.write(b"\r\n".join(head) + b"\r\n\r\n")
                 self.wfile.flush()

@@ -25,6 +25,7 @@ import h2.events
 class Stream:
     sid: int
     headers: dict[str, str] = field(default_factory=dict)
+    header_lines: list[tuple[str, str]] = field(default_factory=list)  # as received, repeats kept
     data: bytearray = field(default_factory=bytearray)
     ended: bool = False
     reset: int | None = None  # the error code of a RST_STREAM from the server
@@ -137,7 +138,8 @@ class H2Client:
         sid = getattr(event, "stream_id", None)
         stream = self.streams.get(sid) if sid else None
         if isinstance(event, h2.events.ResponseReceived) and stream is not None:
-            stream.headers = dict(event.headers)  # type: ignore[arg-type]
+            stream.header_lines = list(event.headers)  # type: ignore[arg-type]
+            stream.headers = dict(stream.header_lines)
         elif isinstance(event, h2.events.DataReceived) and stream is not None:
             stream.data += event.data
             if stream.ack:

@@ -176,13 +176,16 @@ class H1Response:
         parts.append(_date_line())
         if conn.server_line:
             parts.append(conn.server_line)
-        parts.append(_CACHE_CONTROL)
         if not self._keep_alive:
             parts.append(_CONN_CLOSE)
         elif self._http10:
             parts.append(_CONN_KEEP_ALIVE)
+        cache_control = _CACHE_CONTROL
         for name, value in headers:
+            if cache_control and len(name) == 13 and name.lower() == "cache-control":
+                cache_control = b""  # the handler's own (a passed-through answer's): kube's filter yields too
             parts.append(header_line(name, value))
+        parts.append(cache_control)
         parts.append(_CRLF)
         return b"".join(parts)
 

@@ -185,9 +185,11 @@ class H2Response:
         fields.append((b"date", _date_value()))
         if conn.server_header:
             fields.append((b"server", conn.server_header))
-        fields.append(_CACHE_CONTROL)
+        cache_control: tuple[bytes, bytes] | None = _CACHE_CONTROL
         for name, value in headers:
             key = name.lower()
+            if key == "cache-control":
+                cache_control = None  # the handler's own (a passed-through answer's): kube's filter yields too
             if "\r" in value or "\n" in value or "\x00" in value:
                 raise ValueError(f"invalid header value for {name!r}")
             if key in CONNECTION_SPECIFIC:
@@ -196,6 +198,8 @@ class H2Response:
                     self._request.close_connection = True
                 continue
             fields.append((key.encode("latin-1"), value.encode("latin-1")))
+        if cache_control is not None:
+            fields.append(cache_control)
         self.status = status
         self._started = True
         conn.answered(self)

@@ -52,7 +52,7 @@ _HOP_BY_HOP = frozenset(
         "expect",
     }
 )
-_RESPONSE_DROP = _HOP_BY_HOP | {"date", "server", "content-type", "cache-control"}
+_RESPONSE_DROP = _HOP_BY_HOP | {"date", "server", "content-type"}
 
 
 def _dropped(always: frozenset[str], connection: list[str]) -> frozenset[str]:
