@@ -19,6 +19,7 @@ Every wait is bounded, and a process is stopped by its own pid (or its own sessi
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import resource
@@ -29,6 +30,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -70,6 +72,41 @@ def nofile_limit(soft: int, hard: int) -> Callable[[], None]:
     return apply
 
 
+def running(pid: int) -> bool:
+    """Running, not a zombie waiting for whoever inherited it (Linux's /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def dies_with_parent(then: Callable[[], object] | None = None) -> Callable[[], None]:
+    """A ``preexec`` (``then`` too): the child gets SIGTERM when this process dies (Linux's
+    PR_SET_PDEATHSIG, as a supervisor's workers do). A killed pytest or bench otherwise leaves its
+    proxies running, holding ports and CPU through the next run; a child in a session of its own
+    is not even in the group a ^C or a ``timeout`` signals. Linux sends the signal when the *thread*
+    that forked ends, so it is asked for only from the main thread (built in the thread that starts
+    the child): a child started from a pool thread (``asyncio.to_thread``) would get it when the
+    pool shuts down."""
+    parent = os.getpid()
+    libc = _LIBC if threading.current_thread() is threading.main_thread() else None
+
+    def preexec() -> None:
+        if then is not None:
+            then()
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:  # the parent died between fork and prctl
+                os._exit(1)
+
+    return preexec
+
+
 @dataclass(eq=False)
 class Proc:
     """One process: its command line, its log, and once ready the URL its ready line named."""
@@ -108,7 +145,7 @@ class Proc:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 cwd=self.cwd,
-                preexec_fn=self.preexec,
+                preexec_fn=dies_with_parent(self.preexec),
                 start_new_session=self.new_session,
             )
         self.url, self.match, self._kept = "", None, None

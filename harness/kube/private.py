@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.kube.kit import Api, KubeEnv, wait_for, write_kubeconfig
-from harness.processes import free_port
+from harness.processes import dies_with_parent, free_port
 
 
 def _b64(text: str) -> str:
@@ -80,7 +80,12 @@ class PrivateApiserver:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                self.argv(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                self.argv(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=dies_with_parent(),
             )
 
     def start(self, timeout: float = 120.0) -> float:

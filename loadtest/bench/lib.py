@@ -30,18 +30,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
 import resource
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -411,30 +408,14 @@ class Proc(harness.processes.Proc):
 # writer moving the rv shared the timed client's group, and so its share of the cores, which a
 # request sent directly does not pay (docs/performance.md, "Each process in a group of its own").
 # Out of the bench's process group, a child no longer dies with it (a ^C, a `timeout`, a `kill` of
-# the bench, its crash): a proxy left running holds its port and CPU through the next measurement.
-# So each child is asked to get SIGTERM when the bench dies (Linux's PR_SET_PDEATHSIG, as a
-# supervisor's children do), which the proxy answers with its graceful stop.
-
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+# the bench, its crash), so each asks for SIGTERM when the bench dies
+# (`harness.processes.dies_with_parent`), which the proxy answers with its graceful stop.
 
 
 def child_preexec() -> Callable[[], None]:
     """A ``preexec_fn`` for a bench's child: the open-files limit raised, and SIGTERM when the bench
-    dies. Linux sends that signal when the *thread* that forked ends, so it is asked for only from
-    the main thread (built in the thread that starts the child): a child started from a pool thread
-    (``asyncio.to_thread(start_proxy, …)``: relist, upstream) would get it when the pool shuts down."""
-    parent = os.getpid()
-    libc = _LIBC if threading.current_thread() is threading.main_thread() else None
-
-    def preexec() -> None:
-        raise_nofile()
-        if libc is not None:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-            if os.getppid() != parent:  # the bench died between fork and prctl
-                os._exit(1)
-
-    return preexec
+    dies (from the main thread only: ``harness.processes.dies_with_parent``)."""
+    return harness.processes.dies_with_parent(raise_nofile)
 
 
 def start_process(name: str, cmd: Sequence[str], *, timeout: float = 180.0) -> Proc:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import running
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -32,14 +34,6 @@ def children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(c) for c in text.split()]
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.fixture
@@ -95,12 +89,12 @@ def test_item7_workers_that_are_still_starting_exit_when_the_supervisor_is_kille
         os.kill(proc.pid, signal.SIGKILL)  # at once: the workers have only just been forked
         proc.wait(5)
         deadline = time.monotonic() + 10
-        while any(alive(w) for w in workers):
-            assert time.monotonic() < deadline, f"orphaned workers {[w for w in workers if alive(w)]}"
+        while any(running(w) for w in workers):
+            assert time.monotonic() < deadline, f"orphaned workers {[w for w in workers if running(w)]}"
             time.sleep(0.1)
     finally:
         for w in workers:
-            if alive(w):
+            if running(w):
                 os.kill(w, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from harness.processes import running
 from loadtest.bench import lib as bl
 from loadtest.bench.fanout import follower_ratio
 from loadtest.bench.raw_list import regroup
@@ -142,15 +143,6 @@ def test_schedstat_counts_a_processs_cpu() -> None:
     assert bl.schedstat([2**22 + 12345]) == (0.0, 0.0)  # gone: nothing, no error
 
 
-def _alive(pid: int) -> bool:
-    """Running, not a zombie waiting for whoever inherited it."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_a_benchs_child_in_a_session_of_its_own_dies_with_the_bench() -> None:
     """A child in a session of its own is out of the bench's process group, so a kill of the bench
     (SIGKILL here, as a crash: no cleanup of its own runs) must still reach it (``child_preexec``)."""
@@ -171,16 +163,16 @@ def test_a_benchs_child_in_a_session_of_its_own_dies_with_the_bench() -> None:
     assert proc.stdout is not None
     child = int(proc.stdout.readline())
     try:
-        assert os.getsid(child) == child != os.getsid(0) and _alive(child)
+        assert os.getsid(child) == child != os.getsid(0) and running(child)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
+        while running(child) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not _alive(child), "the bench's child outlived it"
+        assert not running(child), "the bench's child outlived it"
     finally:
         proc.kill()
-        if _alive(child):
+        if running(child):
             os.kill(child, signal.SIGKILL)
 
 
