@@ -6,16 +6,12 @@ fixture's teardown: a proxy left running holds its port and a core through the n
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from harness.processes import running
+from tests.support.orphans import child_outlives_a_killed_parent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,18 +27,4 @@ RUN = (
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_harness_process_in_a_session_of_its_own_dies_with_a_killed_run() -> None:
-    run = subprocess.Popen([sys.executable, "-c", RUN], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert run.stdout is not None
-    child = int(run.stdout.readline())
-    try:
-        assert os.getsid(child) == child != os.getsid(0) and running(child)
-        run.send_signal(signal.SIGKILL)  # as a crash: no teardown runs
-        run.wait()
-        deadline = time.monotonic() + 10
-        while running(child) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not running(child), "the harness's process outlived the run that started it"
-    finally:
-        run.kill()
-        if running(child):
-            os.kill(child, signal.SIGKILL)
+    assert not child_outlives_a_killed_parent(RUN, cwd=str(ROOT)), "the harness's process outlived the run"

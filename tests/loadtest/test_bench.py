@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from harness.processes import running
 from loadtest.bench import lib as bl
 from loadtest.bench.fanout import follower_ratio
 from loadtest.bench.raw_list import regroup
+from tests.support.orphans import child_outlives_a_killed_parent
 
 
 def parse(*argv: str) -> bl.Production:
@@ -146,10 +146,6 @@ def test_schedstat_counts_a_processs_cpu() -> None:
 def test_a_benchs_child_in_a_session_of_its_own_dies_with_the_bench() -> None:
     """A child in a session of its own is out of the bench's process group, so a kill of the bench
     (SIGKILL here, as a crash: no cleanup of its own runs) must still reach it (``child_preexec``)."""
-    import signal
-    import subprocess
-    import sys
-
     bench = (
         "import subprocess, sys, time\n"
         "from loadtest.bench import lib as bl\n"
@@ -159,21 +155,7 @@ def test_a_benchs_child_in_a_session_of_its_own_dies_with_the_bench() -> None:
         "time.sleep(120)\n"
     )
     env, cwd = bl.child_env()
-    proc = subprocess.Popen([sys.executable, "-c", bench], stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
-    assert proc.stdout is not None
-    child = int(proc.stdout.readline())
-    try:
-        assert os.getsid(child) == child != os.getsid(0) and running(child)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        deadline = time.monotonic() + 10
-        while running(child) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not running(child), "the bench's child outlived it"
-    finally:
-        proc.kill()
-        if running(child):
-            os.kill(child, signal.SIGKILL)
+    assert not child_outlives_a_killed_parent(bench, env, cwd), "the bench's child outlived it"
 
 
 def test_a_child_started_from_a_pool_thread_outlives_that_thread() -> None:
