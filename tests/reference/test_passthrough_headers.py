@@ -119,6 +119,17 @@ def _cache_control(host: str, port: int, ctx: ssl.SSLContext, path: str, **heade
     return resp.status, resp.headers.get_all("Cache-Control") or [], resp.headers.get("ETag", "")
 
 
+def _revalidated(host: str, port: int, ctx: ssl.SSLContext, path: str, accept: str) -> tuple[int, list, str]:
+    """A revalidation's answer: the ETag fetched, then sent back (again, if a CRD another test made or
+    removed changed the discovery document in between)."""
+    for _ in range(5):
+        etag = _cache_control(host, port, ctx, path, Accept=accept)[2]
+        answer = _cache_control(host, port, ctx, path, Accept=accept, **{"If-None-Match": etag})
+        if answer[0] == 304:
+            break
+    return answer
+
+
 @needs_kube
 @pytest.mark.parametrize(
     "path,accept",
@@ -137,6 +148,6 @@ def test_cache_control_through_the_proxy_is_kubes(
     got = _cache_control("127.0.0.1", _port(proxy), via, path, Accept=accept)
     assert got[:2] == want[:2] and len(want[1]) == 1
     if want[2]:  # an ETag: the 304 as well
-        want304 = _cache_control(host, int(port), direct, path, Accept=accept, **{"If-None-Match": want[2]})
-        got304 = _cache_control("127.0.0.1", _port(proxy), via, path, Accept=accept, **{"If-None-Match": got[2]})
+        want304 = _revalidated(host, int(port), direct, path, accept)
+        got304 = _revalidated("127.0.0.1", _port(proxy), via, path, accept)
         assert got304[:2] == want304[:2] and want304[0] == 304
