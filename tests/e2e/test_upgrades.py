@@ -120,6 +120,16 @@ def test_upstream_refusal_reaches_the_client_unchanged(fake, front) -> None:
     wait_for(lambda: metric(front, "watchcache_tunnels_total", protocol="websocket", outcome="refused") == 1)
 
 
+def test_an_upstream_304_without_content_type_comes_back_without_one(fake, front) -> None:
+    # As pass-through answers it (passthrough.bodyless_type): an HTTP cache merges a 304's headers
+    # into the answer it kept, so a made-up application/json would relabel that answer.
+    up = raw_upgrade(front.url, "/not-modified", "websocket", method="GET", headers={"Sec-WebSocket-Key": "x"})
+    assert up.head.status == 304
+    assert "content-type" not in up.head.headers
+    assert up.head.headers["etag"] == '"x"' and up.head.headers["cache-control"] == "public"
+    up.close()
+
+
 def test_a_slow_client_holds_the_upstream_back_and_memory_stays_bounded(fake, front) -> None:
     pid = front.process.pid
     before = rss_kb(pid)

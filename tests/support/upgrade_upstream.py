@@ -10,6 +10,7 @@ Paths (any method):
 - ``/spdy/flood?bytes=N``: a raw 101, then N bytes as fast as the connection takes them.
 - ``/spdy/sink``: a raw 101, then reads nothing (for the client -> upstream direction).
 - ``/forbidden``: 403 with a kube Status, as kube-apiserver refuses an exec.
+- ``/not-modified``: a 304 without Content-Type (kube's to a revalidated discovery GET).
 - ``/slow-head``: never answers.
 - anything else: 404 Status (the proxy's discovery sees an upstream that serves nothing).
 
@@ -126,6 +127,8 @@ class FakeUpstream:
         if path == "/forbidden":
             message = 'pods "p" is forbidden: User "nobody" cannot create resource "pods/exec"'
             writer.write(plain(403, "Forbidden", status_body(403, "Forbidden", message)))
+        elif path == "/not-modified":
+            writer.write(b'HTTP/1.1 304 Not Modified\r\nEtag: "x"\r\nCache-Control: public\r\n\r\n')
         elif path == "/slow-head":
             await asyncio.sleep(3600)
         elif path == "/ws/echo" and upgrade == "websocket":

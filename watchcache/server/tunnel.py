@@ -190,10 +190,12 @@ class Tunnels:
 async def _relay_answer(upstream: UpstreamSide, response: Response) -> None:
     """A non-101 answer (kube's Status for a refused exec): passed back as pass-through does."""
     headers = response_headers(upstream.headers)
-    content_type = next((v for k, v in upstream.headers if k.lower() == "content-type"), "application/json")
+    content_type = next((v for k, v in upstream.headers if k.lower() == "content-type"), None)
     if upstream.status in (204, 304):
-        response.send(upstream.status, b"", content_type=content_type, headers=headers)
+        # As sent, none if none (``passthrough.bodyless_type``: an HTTP cache merges a 304's headers).
+        response.send(upstream.status, b"", content_type=content_type or "", headers=headers)
         return
+    content_type = content_type or "application/json"
     response.start_chunked(upstream.status, content_type=content_type, headers=headers)
     try:
         while chunk := await upstream.next_body():
