@@ -77,6 +77,9 @@ class InstantUpstream:
     def proving(self, cacher: Cacher) -> Iterator[None]:
         yield
 
+    def send_early(self, request: Request) -> None:
+        return None  # never asked: every GET is answered here (``delegates_consistent_gets``)
+
     async def forward(self, request: Request, response: Any, info: Any) -> None:
         raise AssertionError(f"{request.path} was passed through: the bench measures cached reads")
 

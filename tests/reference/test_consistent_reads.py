@@ -122,6 +122,24 @@ def test_a_consistent_get_is_the_apiservers_answer(cluster: tuple[Api, Api, Proc
     assert proxy.get(path, resourceVersion="0")["metadata"]["name"] == "cm-00"  # any rv: from the cache
 
 
+def test_consistent_gets_sent_early_read_every_write_before_them(cluster: tuple[Api, Api, Proc]) -> None:
+    """Sent to kube-apiserver as they arrive (the worker idle), before the proxy's own flow control:
+    each still answers the write made just before it, directly or through the proxy."""
+    direct, proxy, _ = cluster
+    path = f"/api/v1/namespaces/{NS}/configmaps/cm-01"
+    used = r'watchcache_passthrough_sent_early_requests_total\{outcome="used"[^}]*\}'
+    before = counter(proxy, used)
+    for i in range(20):
+        writer = direct if i % 2 else proxy
+        written = writer.merge_patch(path, {"data": {"v": f"early-{i}"}})
+        got = proxy.get(path)
+        assert got["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+        assert got["data"]["v"] == f"early-{i}"
+    # Sequential GETs on an idle proxy go early, but for one that finds no idle pooled connection.
+    assert counter(proxy, used) - before >= 18
+    assert counter(proxy, r'watchcache_passthrough_sent_early_requests_total\{outcome="dropped"[^}]*\}') == 0
+
+
 def test_a_consistent_watch_starts_from_the_proven_state(cluster: tuple[Api, Api, Proc], tmp_path: Path) -> None:
     direct, proxy, _ = cluster
     written = direct.merge_patch(f"/api/v1/namespaces/{NS}/configmaps/cm-01", {"data": {"v": "watch"}})

@@ -9,6 +9,9 @@ import asyncio
 from harness.waiting import until
 from tests.support.factories import pod
 from tests.support.handlers import DELETED, Harness, arun, background
+from watchcache import apierrors
+from watchcache.http.request import Request
+from watchcache.server.seats import Seat
 
 
 def feed_later(h: Harness) -> None:
@@ -70,6 +73,84 @@ async def test_a_consistent_get_goes_to_the_upstream_at_once_as_kube_sends_it_to
     resp = await h.get("p1", resourceVersion="0")  # any rv: from the cache
     assert resp.status == 200 and resp.json()["metadata"]["name"] == "p1"
     assert h.handler.passed_through == {"consistent-get": 1}
+
+
+GET_P1 = "/api/v1/namespaces/default/pods/p1"
+
+
+def early_harness() -> Harness:
+    """A proxy's handler (consistent GETs delegated) whose upstream takes GETs sent early."""
+    h = Harness(fresh_wait=2.0)
+    h.upstream.delegates_consistent_gets = True
+    h.upstream.sent_early = []
+    return h
+
+
+@arun
+async def test_an_idle_worker_sends_a_consistent_get_before_its_handler_runs_which_then_takes_it() -> None:
+    h = early_harness()
+    req = h.make_request(GET_P1)
+    h.handler.prestart(req)  # the protocol's hook, at the end of the request, before the handler's task
+    assert h.upstream.sent_early == [GET_P1] and h.upstream.forwarded == []  # out before any handler step
+    resp = await h.send(req)
+    assert resp.status == 404 and h.upstream.forwarded == [GET_P1]  # its answer, passed back
+    assert h.handler.sent_early == {"used": 1, "dropped": 0}
+    assert h.handler.passed_through == {"consistent-get": 1}
+
+
+@arun
+async def test_only_a_consistent_get_the_upstream_answers_goes_early() -> None:
+    h = early_harness()
+    for req in (
+        h.make_request(GET_P1, {"resourceVersion": "0"}),  # from the cache
+        h.make_request("/api/v1/namespaces/default/pods"),  # a consistent LIST: proven, from the cache
+        h.make_request("/api/v1/namespaces/default/pods", {"watch": "1"}),
+        h.make_request("/api/v1/namespaces/default/pods", method="POST"),
+        h.make_request("/api/v1/namespaces/default/configmaps/c"),  # not cached: passed through, as before
+        h.make_request("/api"),
+    ):
+        h.handler.prestart(req)
+    assert h.upstream.sent_early == []
+    h.handler.shutting_down = True  # its answer is a 429: nothing goes upstream
+    h.handler.prestart(h.make_request(GET_P1))
+    h.handler.shutting_down = False
+    h.upstream.delegates_consistent_gets = False  # the simulated cluster answers every GET itself
+    h.handler.prestart(h.make_request(GET_P1))
+    assert h.upstream.sent_early == []
+
+
+@arun
+async def test_a_get_goes_early_only_while_nothing_else_holds_a_seat_or_waits_for_the_upstream() -> None:
+    h = early_harness()
+    first, second = h.make_request(GET_P1), h.make_request(GET_P1)
+    h.handler.prestart(first)
+    h.handler.prestart(second)  # the first is still at the upstream, unanswered
+    assert h.upstream.sent_early == [GET_P1] and second.early is None
+    first.early.answered = True  # type: ignore[attr-defined]
+    seat = Seat(h.handler.seats, "readOnly")  # another request at work
+    h.handler.prestart(second)
+    assert second.early is None
+    seat.release()
+    h.handler.prestart(second)
+    assert h.upstream.sent_early == [GET_P1, GET_P1] and second.early is not None
+    assert (await h.send(first)).status == 404 and (await h.send(second)).status == 404
+    assert h.handler.sent_early == {"used": 2, "dropped": 0}
+
+
+@arun
+async def test_an_early_get_whose_handler_ends_otherwise_is_dropped() -> None:
+    h = early_harness()
+
+    def unavailable(request: Request) -> None:
+        raise apierrors.StatusError(503, "ServiceUnavailable", "injected")
+
+    h.handler.admission.append(unavailable)
+    req = h.make_request(GET_P1)
+    h.handler.prestart(req)
+    resp = await h.send(req)
+    assert resp.status == 503 and h.upstream.forwarded == []
+    assert req.early.taken  # type: ignore[attr-defined] # its answer, if any, dropped with its connection
+    assert h.handler.sent_early == {"used": 0, "dropped": 1}
 
 
 @arun

@@ -26,6 +26,7 @@ def test_the_requests_refused_by_every_limit_the_handlers_and_the_http_servers()
         passed_through={"write": 7, "media-type": 1},
         passed_through_sharded={"media-type": 1},
         full_protobuf={"protobuf-cache": 9, "json": 2},
+        sent_early={"used": 11, "dropped": 1},
         rejected={"inflight": 2, "shutdown": 4},
         seats=SimpleNamespace(active_by_kind={"readOnly": 3, "mutating": 1}, waiting=5),
         streams=2,
@@ -45,6 +46,8 @@ def test_the_requests_refused_by_every_limit_the_handlers_and_the_http_servers()
     assert sharded == {r.value: {"media-type": 1}.get(r.value, 0) for r in PassReason}
     full = {k[1][0][1]: v for k, v in samples.items() if k[0] == "watchcache_full_protobuf_requests_total"}
     assert full == {"protobuf-cache": 9, "json": 2, "passed-through": 0}  # every answer, zeros included
+    early = {k[1][0][1]: v for k, v in samples.items() if k[0] == "watchcache_passthrough_sent_early_requests_total"}
+    assert early == {"used": 11, "dropped": 1}
     assert samples[k("apiserver_current_inflight_requests", request_kind="readOnly")] == 3
     assert samples[k("apiserver_current_inflight_requests", request_kind="mutating")] == 1
     assert samples[k("watchcache_passthrough_streams")] == 2

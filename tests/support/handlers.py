@@ -27,6 +27,25 @@ from watchcache.watchers.flush import FlushScheduler
 __all__ = ["ADDED", "DELETED", "MODIFIED", "Harness", "WatchStream", "until"]
 
 
+class FakeEarly:
+    """What ``FakeUpstream.send_early`` started (``server.context.EarlySend``): taken by ``forward``."""
+
+    sent = True
+
+    def __init__(self) -> None:
+        self.taken = False
+        self.answered = False  # the test's say: the upstream answered it
+
+    def settled(self) -> bool:
+        return self.taken or self.answered
+
+    def discard(self) -> bool:
+        if self.taken:
+            return False
+        self.taken = True
+        return True
+
+
 class FakeUpstream:
     """Knows the upstream's rv; proves nothing (the cache reaches an rv by the test's writes)."""
 
@@ -48,6 +67,8 @@ class FakeUpstream:
         self.forwarded: list[str] = []
         # Set: a forwarded request is held open until the event is set (a streaming pass-through).
         self.hold: asyncio.Event | None = None
+        # The paths of GETs sent early (``send_early``); None: none is (no pooled connection, say).
+        self.sent_early: list[str] | None = None
 
     async def current_rv(self, cacher: Cacher, timeout: float) -> int:
         self.consistent_calls += 1
@@ -73,7 +94,16 @@ class FakeUpstream:
         finally:
             self.proving_now -= 1
 
+    def send_early(self, request: Request) -> FakeEarly | None:
+        if self.sent_early is None:
+            return None
+        self.sent_early.append(request.path)
+        early = request.early = FakeEarly()
+        return early
+
     async def forward(self, request: Request, response: Any, info: RequestInfo | None) -> None:
+        if isinstance(request.early, FakeEarly):
+            request.early.taken = True  # as ``passthrough.exchange`` takes its answer
         self.forwarded.append(request.path)
         if self.hold is not None:
             await self.hold.wait()
@@ -121,10 +151,17 @@ class Harness:
         self.cacher.apply([(kind, pod(name, rv=self.rv, **kw))])
         return self.rv
 
-    async def request(self, path: str, query: dict[str, Any] | None = None, method: str = "GET") -> FakeResponse:
+    @staticmethod
+    def make_request(path: str, query: dict[str, Any] | None = None, method: str = "GET") -> Request:
         qs = urlencode(query or {})
         raw = (path + ("?" + qs if qs else "")).encode()
-        req = Request(method, raw, path, parse_qs(qs, keep_blank_values=True), {}, b"", "1.1", "test")
+        return Request(method, raw, path, parse_qs(qs, keep_blank_values=True), {}, b"", "1.1", "test")
+
+    async def request(self, path: str, query: dict[str, Any] | None = None, method: str = "GET") -> FakeResponse:
+        return await self.send(self.make_request(path, query, method))
+
+    async def send(self, req: Request) -> FakeResponse:
+        """The handler's answer to ``req`` (as built by ``make_request``)."""
         resp = FakeResponse()
         try:
             await self.handler(req, resp)

@@ -319,3 +319,46 @@ def test_a_header_line_that_cannot_be_written_is_refused_before_any_connection(n
     lines = [("accept", "application/json"), ("x-fine", "jos\xe9"), (name, value)]
     with pytest.raises(ValueError, match=f"header {name!r} has a value that cannot be written"):
         asyncio.run(client._exchange(Route.CLIENT, None, "/api", lines))
+
+
+@sync
+async def test_send_now_goes_out_only_on_an_idle_pooled_connection_and_never_dials() -> None:
+    async with serving(lambda req, n: ok(b"answer %d" % n)) as srv:
+        pool = Exchanges()
+        assert pool.send_now("r", REQUEST) is None  # no pool yet: nothing dialed, nothing sent
+        answer = await pool.request("r", srv.dial, REQUEST)
+        assert await read_all(answer) == b"answer 1"
+        pool.finish(answer)  # (complete: its connection went back to the pool as it ended)
+        early = pool.send_now("r", REQUEST)
+        assert early is not None  # written at once, before anything awaits it
+        assert pool.send_now("r", REQUEST) is None  # its one connection is busy with it
+        assert await pool.answer_of(early) is early and await read_all(early) == b"answer 2"
+        assert srv.connections == 1 and srv.requests == [REQUEST] * 2
+
+
+@sync
+async def test_an_early_answer_whose_pooled_connection_was_closed_is_sent_again_on_a_new_one() -> None:
+    # As ``request`` retries: the server closes the pooled connection as the early request arrives.
+    def script(req: bytes, n: int) -> list[bytes] | None:
+        return None if n == 2 else ok(b"answer %d" % n)
+
+    async with serving(script) as srv:
+        assert srv.server is not None
+        port = srv.server.sockets[0].getsockname()[1]
+        client = UpstreamClient(UpstreamConfig(server=f"http://127.0.0.1:{port}"))
+        lines = [("accept", "application/json")]
+        answer = await client.exchange(Route.CLIENT, "/api/v1/namespaces/a/configmaps/b", lines)
+        assert await read_all(answer) == b"answer 1"
+        client.exchanges.finish(answer)  # type: ignore[union-attr]
+        early = client.exchange_now(Route.CLIENT, "/api/v1/namespaces/a/configmaps/b", lines)
+        assert early is not None
+        assert await client.exchanges.answer_of(early) is None  # type: ignore[union-attr] # closed first
+        answer = await client.exchange(Route.CLIENT, "/api/v1/namespaces/a/configmaps/b", lines, early=early)
+        assert answer is not early and await read_all(answer) == b"answer 3"
+        assert srv.connections == 2 and len(srv.requests) == 3
+        client.exchanges.close()  # type: ignore[union-attr]
+
+
+def test_exchange_now_refuses_an_unwritable_header_without_sending() -> None:
+    client = UpstreamClient(UpstreamConfig(server="http://127.0.0.1:1"))
+    assert client.exchange_now(Route.CLIENT, "/api", [("x-a", "1\r\nx-injected: 1")]) is None

@@ -37,7 +37,16 @@ from watchcache.http.h1gate import GRANTED, HEAD_IN, QUEUED, BodyGate, Complete,
 from watchcache.http.h1response import H1Response, header_line
 from watchcache.http.limits import HttpLimits
 from watchcache.http.reads import read_views
-from watchcache.http.request import Admit, Handler, Request, is_probe, origin_form, peer_identity, split_target
+from watchcache.http.request import (
+    Admit,
+    Handler,
+    Prestart,
+    Request,
+    is_probe,
+    origin_form,
+    peer_identity,
+    split_target,
+)
 
 __all__ = ["MAX_PIPELINE", "H1Protocol", "create_protocol_factory"]
 
@@ -105,6 +114,7 @@ class H1Protocol(asyncio.BufferedProtocol):
         "_parser",
         "_partial",
         "_peercert",
+        "_prestart",
         "_queue",
         "_read_paused",
         "_reads",
@@ -131,9 +141,11 @@ class H1Protocol(asyncio.BufferedProtocol):
         server_line: bytes,
         admission: Admission,
         admit: Admit | None = None,
+        prestart: Prestart | None = None,
     ) -> None:
         self._handler = handler
         self._admit = admit  # flow control before the body; None: the handler admits the whole request
+        self._prestart = prestart
         self._gate = 0
         self._gating: BodyGate | None = None  # the admission of a request whose body is to come
         self._unread = False  # an answer left a request body unread: the connection closes after it
@@ -490,6 +502,8 @@ class H1Protocol(asyncio.BufferedProtocol):
         request, keep_alive, self._active_size = item
         resp = H1Response(self, keep_alive, request.method == "HEAD", request.http_version == "1.0")
         self._active = resp
+        if self._prestart is not None and not request.body:
+            self._prestart(request)
         self._task = self._loop.create_task(self._run(request, resp))
 
     async def _run(self, request: Request, response: H1Response) -> None:
@@ -789,11 +803,13 @@ def create_protocol_factory(
     server_header: str | None = None,
     admission: Admission | None = None,
     admit: Admit | None = None,
+    prestart: Prestart | None = None,
 ) -> Callable[[], H1Protocol]:
     """A protocol factory for ``loop.create_server``; one ``H1Protocol`` per connection.
 
     ``admission`` is shared by every connection of the server (its counters are the metrics);
-    ``admit``, if given, admits a request whose body is to come before that body is read.
+    ``admit``, if given, admits a request whose body is to come before that body is read;
+    ``prestart`` is called with a request without a body before its handler's task is made.
     """
     server_line = header_line("Server", server_header) if server_header else b""
-    return functools.partial(H1Protocol, handler, limits, server_line, admission or limits.admission(), admit)
+    return functools.partial(H1Protocol, handler, limits, server_line, admission or limits.admission(), admit, prestart)

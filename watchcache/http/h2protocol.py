@@ -64,7 +64,7 @@ from watchcache.http.h2headers import Refused, read_fields, read_target, too_lar
 from watchcache.http.h2state import server_connection
 from watchcache.http.h2stream import BLOCKED, ENDED, H2Response
 from watchcache.http.limits import H2Limits, HttpLimits
-from watchcache.http.request import Admit, Handler, Request, is_probe, peer_identity
+from watchcache.http.request import Admit, Handler, Prestart, Request, is_probe, peer_identity
 from watchcache.ratelimit import TokenBucket
 
 __all__ = ["H2Connections", "H2Protocol", "create_h2_factory"]
@@ -88,9 +88,11 @@ class H2Protocol(asyncio.Protocol):
         server_line: bytes,
         admission: Admission,
         admit: Admit | None = None,
+        prestart: Prestart | None = None,
     ) -> None:
         self._handler = handler
         self._admit = admit  # a stream whose body is to come is admitted before it (``h2gate``)
+        self._prestart = prestart
         self._limits = limits
         self._h2limits = h2limits
         self.server_header = server_line.partition(b": ")[2].strip() if server_line else b""
@@ -417,6 +419,8 @@ class H2Protocol(asyncio.Protocol):
             assert self._admit is not None
             task = self._loop.create_task(admit_then_handle(self, stream, request, self._admit, stream.gate()))
         else:
+            if self._prestart is not None and not request.body:
+                self._prestart(request)
             task = self._loop.create_task(self._run(stream, request))
         stream.run(task)
         # A callback, not a finally: a task cancelled before it ever ran (reset at once) runs no finally.
@@ -763,8 +767,9 @@ class H2Connections:
         admission: Admission,
         server_line: bytes = b"",
         admit: Admit | None = None,
+        prestart: Prestart | None = None,
     ) -> None:
-        self._args = (handler, limits, h2limits, server_line, admission, admit)
+        self._args = (handler, limits, h2limits, server_line, admission, admit, prestart)
         self._live: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
 
     def __call__(self) -> H2Protocol:
@@ -789,7 +794,8 @@ def create_h2_factory(
     admission: Admission,
     server_line: bytes = b"",
     admit: Admit | None = None,
+    prestart: Prestart | None = None,
 ) -> H2Connections:
-    """What the HTTP/1.1 protocol hands a TLS connection to when ALPN chose ``h2``; ``admit``: as
-    ``server.start_server``'s."""
-    return H2Connections(handler, limits, h2limits, admission, server_line, admit)
+    """What the HTTP/1.1 protocol hands a TLS connection to when ALPN chose ``h2``; ``admit`` and
+    ``prestart``: as ``server.start_server``'s."""
+    return H2Connections(handler, limits, h2limits, admission, server_line, admit, prestart)

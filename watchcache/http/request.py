@@ -28,6 +28,7 @@ __all__ = [
     "Admit",
     "Admitted",
     "Handler",
+    "Prestart",
     "Request",
     "is_probe",
     "origin_form",
@@ -68,6 +69,9 @@ class Request:
     # What the handler's ``Admit`` granted this request at the end of its head, before its body
     # was read (None: the request was not admitted before its handler, which admits it itself).
     admitted: Admitted | None = None
+    # What ``Prestart`` started for this request: a GET sent to the upstream as it arrived
+    # (``server/passthrough.py``'s ``Early``), which the handler takes or discards.
+    early: object | None = None
 
     def header_lines(self) -> list[tuple[str, str]]:
         """Every header as received, one (name, value) per line: a repeated header stays repeated.
@@ -108,6 +112,11 @@ Handler = Callable[[Request, Response], Awaitable[None]]
 #: (then its body is read and the handler runs with ``request.admitted`` set), or None once the
 #: request is answered (a 429) through the response given: its body is never read.
 Admit = Callable[[Request, Response], Awaitable[Admitted | None]]
+
+#: Called with a request complete without a body just before its handler's task is made (``ApiHandler.prestart``):
+#: what may start a loop iteration sooner than the handler's first step (a consistent GET sent to the
+#: upstream while flow control does its work). Must not raise, block or answer the request.
+Prestart = Callable[[Request], None]
 
 
 def origin_form(raw: bytes) -> bytes:

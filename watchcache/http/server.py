@@ -18,7 +18,7 @@ from typing import Any
 from watchcache.http.admission import Admission
 from watchcache.http.h1protocol import create_protocol_factory
 from watchcache.http.limits import HttpLimits
-from watchcache.http.request import Admit, Handler
+from watchcache.http.request import Admit, Handler, Prestart
 
 __all__ = ["start_server"]
 
@@ -52,14 +52,16 @@ async def start_server(
     admission: Admission | None = None,
     h2: Callable[[], asyncio.BaseProtocol] | None = None,
     admit: Admit | None = None,
+    prestart: Prestart | None = None,
 ) -> asyncio.AbstractServer:
     """Listen on ``host:port`` (or on ``sock``, already listening: ``http.listener``); TLS with ``ssl``,
     HTTP/2 with ``h2`` (``h2protocol.create_h2_factory``) when the TLS context offers it (ALPN);
-    ``admit``: the handler's admission of a request before its body is read (``request.Admit``)."""
+    ``admit``: the handler's admission of a request before its body is read (``request.Admit``);
+    ``prestart``: what starts before a bodyless request's handler (``request.Prestart``)."""
     loop = asyncio.get_running_loop()
     factory: Callable[[], asyncio.BaseProtocol]
     factory = h1 = create_protocol_factory(
-        handler, limits, server_header=server_header, admission=admission, admit=admit
+        handler, limits, server_header=server_header, admission=admission, admit=admit, prestart=prestart
     )
     kwargs: dict[str, Any] = {"backlog": 2048}
     if ssl is not None:

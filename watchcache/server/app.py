@@ -36,7 +36,7 @@ from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
 from watchcache.resources import ResourceType
 from watchcache.server import fairness, health, seats
 from watchcache.server.authorization import authorize, has_credentials
-from watchcache.server.context import ApiContext
+from watchcache.server.context import ApiContext, EarlySend
 from watchcache.server.deadlines import Deadline, Deadlines
 from watchcache.server.decision import Decisions
 from watchcache.server.deprecation import warning_headers
@@ -121,6 +121,10 @@ class ApiHandler:
         # Printers and Table encodings (kubectl's default output), shared by the requests that ask.
         self.tables = Tables(ctx, passes_through=self.endpoint.passes_through)
         self.passed_through: dict[str, int] = {}
+        # The last GET sent early (``_send_early``): another goes only once it is settled.
+        self._early: EarlySend | None = None
+        # GETs sent early by what became of their answers: passed back, or dropped (the handler ended otherwise).
+        self.sent_early = {"used": 0, "dropped": 0}
         # Every request's --request-timeout, on one timer (``server/deadlines.py``).
         timeout = ctx.config.request_timeout
         self.deadlines = Deadlines(timeout if timeout > 0 else None)
@@ -211,6 +215,61 @@ class ApiHandler:
         return orjson.dumps(merge(await self.group_statuses(), self.workers))
 
     async def __call__(self, request: Request, response: Response) -> None:
+        early: EarlySend | None = request.early  # type: ignore[assignment] # (``prestart``'s)
+        if early is None:
+            await self._answer(request, response)
+            return
+        try:
+            await self._answer(request, response)
+        finally:
+            if early.discard():
+                self.sent_early["dropped"] += 1
+            elif early.sent:
+                self.sent_early["used"] += 1
+
+    def prestart(self, request: Request) -> None:
+        """The protocols' hook (``http.request.Prestart``) for a request complete without a body, before
+        its handler's task is made: a consistent GET goes to the upstream from here (``_send_early``)."""
+        if (
+            request.method == "GET"
+            and self.ctx.upstream.delegates_consistent_gets
+            and not self.shutting_down
+            and not request.query_value("resourceVersion")
+            and self._idle()
+        ):
+            try:
+                self._send_early(request)
+            except Exception:  # called from the protocol's parser: the request is answered as without it
+                log.exception("sending %s %s early failed", request.method, request.path)
+
+    def _idle(self) -> bool:
+        """Nothing else in this worker holds a seat, is at the upstream or waits for it, and no other
+        GET sent early is still unanswered: one that arrives now is admitted at once, and its flow's
+        turn is free."""
+        last = self._early
+        if last is not None:
+            if not last.settled():
+                return False
+            self._early = None  # (not held longer than its request: its answer may be large)
+        control = self.flow_control
+        return not self.seats.active and (control is None or not (control.upstream_turns or control.upstream_line))
+
+    def _send_early(self, request: Request) -> EarlySend | None:
+        """A consistent GET the upstream will answer, sent to it as it arrives when the worker is idle:
+        the upstream reads it while flow control, the deadline and the counters do their work here,
+        instead of after them. Nothing flow control would hold or refuse is sent (``_idle``); one
+        the handler then does not pass through (a fault injected, a timeout) has its answer dropped."""
+        raw = request.raw_path.split(b"?", 1)[0].decode("latin-1")
+        try:
+            info = parse_request_info("GET", raw, parse_bool(request.query_value("watch")))
+        except (InvalidPath, apierrors.StatusError):
+            return None
+        if request.raw_path == b"*" or self.decisions.decide(request, info) is not PassReason.CONSISTENT_GET:
+            return None
+        early = self._early = self.ctx.upstream.send_early(request)
+        return early
+
+    async def _answer(self, request: Request, response: Response) -> None:
         # Health and metrics are never refused, so probes and scrapes still see an overloaded
         # server; upgrades (tunnels) have their own cap, --max-tunnels. Every other request holds an
         # in-flight slot while it works or waits: a watch until it is registered (then

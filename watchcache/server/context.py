@@ -37,8 +37,29 @@ class Upstream(ReadUpstream, Protocol):
     # etcd (``server/decision.py``); False when the upstream's state is the cache's (the sim).
     delegates_consistent_gets: bool
 
+    def send_early(self, request: Request) -> EarlySend | None:
+        """Send ``request``, a consistent GET ``forward`` will carry, at once (``ApiHandler``'s rule
+        for it); None if nothing was started. Only called when ``delegates_consistent_gets``."""
+
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         """Answer a request the cache does not serve. Raises StatusError."""
+
+
+class EarlySend(Protocol):
+    """A request ``Upstream.send_early`` started: ``forward`` takes it, or the handler discards it."""
+
+    @property
+    def sent(self) -> bool:
+        """Whether the request went out (else it goes when the pass-through gets to it)."""
+        ...
+
+    def discard(self) -> bool:
+        """The handler ended: True if it dropped an answer sent early that nothing took."""
+        ...
+
+    def settled(self) -> bool:
+        """Taken by its handler, or no longer at the upstream (answered, failed, or never sent)."""
+        ...
 
 
 @dataclass

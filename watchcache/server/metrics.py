@@ -177,6 +177,8 @@ class HandlerCounters(Protocol):
     passed_through_sharded: dict[str, int]
     #: Reads of full objects in protobuf of a built-in kind, by answer (protobuf-cache, json, passed-through).
     full_protobuf: dict[str, int]
+    #: Consistent GETs sent to the upstream as they arrived (``ApiHandler.prestart``), by what became of the answer.
+    sent_early: dict[str, int]
     #: Requests refused by the handler's own limits (inflight, watchers, tunnels, shutdown: while draining).
     rejected: dict[str, int]
     #: Requests holding an in-flight seat (working), and those waiting without one (``server/seats.py``).
@@ -220,6 +222,16 @@ class HandlerCollector(Collector):
         for answer in ("protobuf-cache", "json", "passed-through"):
             full_protobuf.add_metric([answer], handler.full_protobuf.get(answer, 0))
         yield full_protobuf
+        early = CounterMetricFamily(
+            "watchcache_passthrough_sent_early_requests",
+            "Consistent GETs sent to the upstream as they arrived, while the worker was idle, before flow "
+            "control and the handler's other work (docs/consistency.md), by what became of the answer: "
+            "used, or dropped (the handler ended otherwise: a timeout, a failure)",
+            labels=["outcome"],
+        )
+        for outcome in ("used", "dropped"):
+            early.add_metric([outcome], handler.sent_early.get(outcome, 0))
+        yield early
         rejected = CounterMetricFamily(
             "watchcache_rejected_requests",
             "Requests (or connections) refused by a limit: 429, 408 or closed (see docs/security.md)",

@@ -29,6 +29,7 @@ from watchcache.http.flowcontrol import ConnectionClosed
 from watchcache.http.request import Request
 from watchcache.http.response import Response
 from watchcache.upstream.client import UpstreamClient
+from watchcache.upstream.exchange import Answer, Exchanges
 from watchcache.upstream.identity import PassthroughIdentity, Route
 
 log = logging.getLogger("watchcache.server.passthrough")
@@ -188,6 +189,54 @@ def response_headers(lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(k, v) for k, v in lines if k.lower() not in drop]
 
 
+@dataclass(slots=True)
+class Early:
+    """A GET sent to the upstream as it arrived, ahead of its handler's admission (``send_early``):
+    how it went out and its answer (None: no pooled connection was idle, it goes out as usual), or
+    why it cannot go out. ``exchange`` takes it; else the handler ``discard``s it at its end."""
+
+    forwarding: Forwarding | None
+    answer: Answer | None
+    error: apierrors.StatusError | None = None
+    taken: bool = False
+
+    @property
+    def sent(self) -> bool:
+        return self.answer is not None
+
+    def settled(self) -> bool:
+        answer = self.answer
+        return self.taken or answer is None or answer.complete or answer.error is not None
+
+    def discard(self) -> bool:
+        """The handler ended: an answer it did not take (refused, timed out, failed) is dropped, its
+        connection closed unless the answer is complete (a complete one went back to the pool as it
+        ended). True if there was one."""
+        if self.taken:
+            return False
+        self.taken = True
+        if self.answer is None:
+            return False
+        Exchanges.finish(self.answer)
+        return True
+
+
+def send_early(client: UpstreamClient, request: Request, identity: PassthroughIdentity) -> Early | None:
+    """Send ``request`` (a GET ``exchange`` will carry) at once, so the upstream works while the handler's
+    admission runs; None if it is not one ``exchange`` carries."""
+    if not exchangeable(client, request):
+        return None
+    try:
+        forwarding = prepare(client, request, identity)
+    except apierrors.StatusError as e:  # raised by ``exchange``, if the handler gets there
+        early = Early(None, None, e)
+    else:
+        answer = client.exchange_now(forwarding.route, escaped_target(request.raw_path), forwarding.headers)
+        early = Early(forwarding, answer)
+    request.early = early
+    return early
+
+
 def exchangeable(client: UpstreamClient, request: Request) -> bool:
     """Whether ``exchange`` may carry this request: a GET without a body, on a direct connection.
     The caller knows it ends (not a watch, not a stream)."""
@@ -200,9 +249,20 @@ async def exchange(
     """``forward`` for a short GET (``exchangeable``): the upstream's answer held, up to 1 MiB, and
     sent whole with a Content-Length; a larger one streamed. Same headers, identity and errors."""
     identity = identity or PassthroughIdentity()
-    forwarding = prepare(client, request, identity)
+    early: Early | None = request.early  # type: ignore[assignment] # (ours: ``send_early``)
+    sent = None
+    if early is None or early.taken:
+        forwarding = prepare(client, request, identity)
+    else:
+        early.taken = True
+        if early.error is not None:
+            raise early.error
+        assert early.forwarding is not None
+        forwarding, sent = early.forwarding, early.answer
     try:
-        answer = await client.exchange(forwarding.route, escaped_target(request.raw_path), forwarding.headers)
+        answer = await client.exchange(
+            forwarding.route, escaped_target(request.raw_path), forwarding.headers, early=sent
+        )
     except (OSError, TimeoutError) as e:
         log.warning("pass-through %s %s failed: %s", request.method, request.path, e)
         raise apierrors.StatusError(503, "ServiceUnavailable", "the upstream apiserver is unreachable") from None

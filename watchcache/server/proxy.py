@@ -46,6 +46,9 @@ class ProxyUpstream:
     async def prove_scope(self, cacher: Cacher, namespace: str | None, timeout: float) -> Reached:
         return await self.consistent.prove_scope(cacher, namespace, timeout)
 
+    def send_early(self, request: Request) -> passthrough.Early | None:
+        return passthrough.send_early(self.client, request, self.identity)
+
     async def forward(self, request: Request, response: Response, info: RequestInfo | None) -> None:
         if request.upgrade is not None:
             await self.tunnels.forward(request, response)

@@ -160,7 +160,14 @@ async def serve(
             issuers = ca_subjects(cert.client_ca_file) if wiring.requestheader_ca_file else None
             wiring.ctx.gate.certs = CertAuthenticator(issuers)
     h2 = (
-        create_h2_factory(wiring.handler, options.http, options.http2, admission, admit=wiring.handler.admit)
+        create_h2_factory(
+            wiring.handler,
+            options.http,
+            options.http2,
+            admission,
+            admit=wiring.handler.admit,
+            prestart=wiring.handler.prestart,
+        )
         if cert is not None and options.http2 is not None
         else None
     )
@@ -182,6 +189,7 @@ async def serve(
             admission=admission,
             h2=h2,
             admit=wiring.handler.admit,
+            prestart=wiring.handler.prestart,
         )
     except BaseException:
         # Nothing will serve (the address is taken): stop what wire() started, so that the error

@@ -57,6 +57,10 @@ class SimUpstream:
         # What ``kubectl cp`` wrote into the pods (exec sessions run tar on it).
         self.files = PodFiles()
 
+    def send_early(self, request: Request) -> None:
+        """Never called: every GET is the cluster's own to answer (``delegates_consistent_gets``)."""
+        return None
+
     # freshness.Progress: writes apply to the caches synchronously and every commit advances
     # every cache's rv, so a cache is always at the cluster's rv and a later rv comes by waiting.
     async def current_rv(self, cacher: Cacher, timeout: float) -> int:

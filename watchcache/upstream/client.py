@@ -328,12 +328,36 @@ class UpstreamClient:
             if s is not None:
                 await s.close()
 
-    def exchange(self, route: Route, target: str, header_lines: list[tuple[str, str]]) -> Coroutine[Any, Any, Answer]:
+    def exchange(
+        self, route: Route, target: str, header_lines: list[tuple[str, str]], early: Answer | None = None
+    ) -> Coroutine[Any, Any, Answer]:
         """A GET of ``target`` (escaped path and query, as sent) with ``header_lines`` on a pooled
         connection of ``route``'s TLS identity; returns once the answer's head came
-        (``upstream/exchange.py``). Raises ValueError for a header that cannot be written. (The
-        coroutine of ``_exchange`` itself: no frame of its own, every passed-through GET awaits it.)"""
-        return self._exchange(route, self.passthrough_ssl.get(route), target, header_lines)
+        (``upstream/exchange.py``). Raises ValueError for a header that cannot be written. ``early``:
+        the answer of ``exchange_now`` with the same arguments, sent already. (The coroutine of
+        ``_exchange`` itself: no frame of its own, every passed-through GET awaits it.)"""
+        return self._exchange(route, self.passthrough_ssl.get(route), target, header_lines, early=early)
+
+    def exchange_now(self, route: Route, target: str, header_lines: list[tuple[str, str]]) -> Answer | None:
+        """``exchange``'s GET sent at once on an idle pooled connection, without waiting for its answer;
+        None when no connection is idle or a header cannot be written (``exchange`` will say why)."""
+        assert self.exchanges is not None
+        try:
+            request = self._request_bytes("GET", target, header_lines, b"")
+        except ValueError:
+            return None
+        return self.exchanges.send_now(route, request)
+
+    def _request_bytes(self, method: str, target: str, header_lines: list[tuple[str, str]], body: bytes) -> bytes:
+        _, base, host_line, _, _ = _origin(self.config.server)
+        lines = [f"{method} {base}{target} HTTP/1.1", host_line]
+        if body or method != "GET":
+            lines.append(f"Content-Length: {len(body)}")
+        written = [f"{name}: {value}" for name, value in header_lines]
+        joined = "".join(written)  # one scan of every line for what would end one early
+        if _UNWRITABLE.search(joined) is not None or not joined.isascii():
+            _check_writable(header_lines)
+        return ("\r\n".join([*lines, *written]) + "\r\n\r\n").encode("utf-8") + body
 
     async def _exchange(
         self,
@@ -344,19 +368,17 @@ class UpstreamClient:
         *,
         method: str = "GET",
         body: bytes = b"",
+        early: Answer | None = None,
     ) -> Answer:
         """``method`` with ``body``: only requests that may be sent twice (the exchange resends one
         once on a new connection when a pooled one was closed before any answer)."""
         assert self.exchanges is not None, "exchange() through a proxy: use an aiohttp session"
-        https, base, host_line, host, port = _origin(self.config.server)
-        lines = [f"{method} {base}{target} HTTP/1.1", host_line]
-        if body or method != "GET":
-            lines.append(f"Content-Length: {len(body)}")
-        written = [f"{name}: {value}" for name, value in header_lines]
-        joined = "".join(written)  # one scan of every line for what would end one early
-        if _UNWRITABLE.search(joined) is not None or not joined.isascii():
-            _check_writable(header_lines)
-        request = ("\r\n".join([*lines, *written]) + "\r\n\r\n").encode("utf-8") + body
+        if early is not None:
+            answer = await self.exchanges.answer_of(early)
+            if answer is not None:
+                return answer
+        https, _, _, host, port = _origin(self.config.server)
+        request = self._request_bytes(method, target, header_lines, body)
         if not https:
             ssl_context = None
         server_hostname = (self.config.tls_server_name or host) if ssl_context is not None else None

@@ -284,6 +284,31 @@ class Exchanges:
                 raise
         raise AssertionError("unreachable")
 
+    def send_now(self, route: Hashable, request: bytes) -> Answer | None:
+        """``request`` sent at once on an idle pooled connection of ``route``, without waiting: its
+        answer (awaited with ``answer_of``), or None when no connection is idle (none is dialed)."""
+        pool = self.pools.get(route)
+        conn = None if pool is None else pool.take(time.monotonic())
+        if conn is None:
+            return None
+        answer = Answer()
+        conn.send(request, answer)
+        return answer
+
+    @staticmethod
+    async def answer_of(answer: Answer) -> Answer | None:
+        """``answer`` (of ``send_now``) once its head came; None when its pooled connection had been
+        closed before any of it came: the caller sends the request once more (``request``)."""
+        try:
+            await answer.head()
+            return answer
+        except ConnectionError:
+            return None
+        except BaseException:
+            if answer.connection is not None:
+                answer.connection.close()
+            raise
+
     @staticmethod
     def finish(answer: Answer) -> None:
         """The caller is done with ``answer``: a connection left mid-answer is closed, not reused."""
