@@ -137,6 +137,8 @@ class Campaign:
         self.proxy: Proc | None = None
         self.sim_port = 0
         self.proxy_port = 0
+        # The proxy's GETs sent before their handler ran, by outcome, read before its verdict.
+        self.early: dict[str, int] = {}
         self.phase = Phase()
         self.phases: list[PhaseResult] = []
         self.informers: list[Informer] = []
@@ -436,6 +438,14 @@ class Campaign:
             out[labels["outcome"]] = out.get(labels["outcome"], 0) + int(value)
         return out
 
+    async def sent_early(self) -> dict[str, int]:
+        """``watchcache_passthrough_sent_early_requests`` summed over workers, by outcome: how many of the
+        registers' consistent GETs went to the upstream before their handler ran."""
+        out: dict[str, int] = {}
+        for labels, value in await self._samples("watchcache_passthrough_sent_early_requests_total"):
+            out[labels["outcome"]] = out.get(labels["outcome"], 0) + int(value)
+        return out
+
     async def wait_caches_at(self, rv: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         rvs: dict[str, int] = {}
@@ -609,6 +619,7 @@ class Campaign:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.tasks = []
+        self.early = await self.sent_early()
         return self.evaluate(final_rv, lagging)
 
     async def teardown(self) -> None:
@@ -640,6 +651,7 @@ class Campaign:
             upstream, [(i.id, i.spec, i.records) for i in self.informers], relists, tolerate_replays=tolerate
         )
         lin = self.linearizability()
+        lin["sent_early"] = self.early
         check_seconds = time.monotonic() - t0
         self.attribute(report)
         totals = {
@@ -919,7 +931,8 @@ def summary(result: dict[str, Any]) -> str:
     out.append(
         f"linearizability of consistent reads: {lin['operations']:,} operations ({lin.get('reads')} reads, "
         f"{lin.get('writes', 0):,} writes; {lin.get('failed_reads', 0)} reads failed, {lin.get('retried_writes', 0)} "
-        f"writes retried), {lin['violations']} violations"
+        f"writes retried), {lin['violations']} violations; consistent GETs sent before their handler ran "
+        f"(used/dropped): {lin.get('sent_early', {}).get('used', 0)}/{lin.get('sent_early', {}).get('dropped', 0)}"
     )
     out += [f"  {v}" for v in lin["examples"][:10]]
     out.append(f"violations by kind: {result['violations_by_kind']}; known bugs {result['known_bugs']}")
