@@ -134,11 +134,13 @@ def start_proxy(
     wait: bool = True,
     via: str = "",
     listen: str = "127.0.0.1:0",
+    src: str | None = None,
 ) -> bl.Proc:
     """``watchcache serve`` in front of ``up`` (TLS and delegated authentication as ``prod`` says).
 
     ``via``: reach the upstream through this plain-HTTP relay (``upstream_relay``) with the
-    upstream's token. ``wait=False``: return once it listens, before its caches are synced.
+    upstream's token. ``wait=False``: return once it listens, before its caches are synced. ``src``:
+    the copy of ``watchcache`` to run (``bl.child_env``).
     """
     if via:
         token = files.dir / "upstream-token"
@@ -156,7 +158,7 @@ def start_proxy(
     if prod.workers:
         cmd += ["--workers", str(prod.workers)]
     cmd += list(extra)
-    proc = bl.start_process("proxy", cmd)
+    proc = bl.start_process("proxy", cmd, src=src)
     if wait:
         try:
             bl.wait_ready(proc, 300)

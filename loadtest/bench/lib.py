@@ -363,10 +363,11 @@ def python_m(module: str, *args: str) -> list[str]:
     return harness.processes.python_m(module, *args)
 
 
-def child_env() -> tuple[dict[str, str], str | None]:
+def child_env(src: str | None = None) -> tuple[dict[str, str], str | None]:
     """The environment and working directory of a child process: ``loadtest`` importable from any
-    directory (the repository on ``PYTHONPATH``); with ``WATCHCACHE_BENCH_SRC``, that copy of
-    ``watchcache`` first, and not the work tree as cwd, which ``python -m`` would put before it."""
+    directory (the repository on ``PYTHONPATH``); with ``WATCHCACHE_BENCH_SRC`` (or ``src``: "" for
+    the work tree), that copy of ``watchcache`` first, and not the work tree as cwd, which ``python
+    -m`` would put before it."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # As deployed, where the image's pip install compiled every module: with PYTHONDONTWRITEBYTECODE
     # (this workplace sets it) and no .pyc files, each start would compile ~170 modules anew (0.3 s of
@@ -374,8 +375,9 @@ def child_env() -> tuple[dict[str, str], str | None]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     path = [str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     cwd = None
-    if SRC:
-        path.insert(0, SRC)
+    src = SRC if src is None else src
+    if src:
+        path.insert(0, src)
         cwd = "/"
     env["PYTHONPATH"] = os.pathsep.join(path)
     return env, cwd
@@ -422,9 +424,10 @@ def child_preexec() -> Callable[[], None]:
     return harness.processes.dies_with_parent(raise_nofile)
 
 
-def start_process(name: str, cmd: Sequence[str], *, timeout: float = 180.0) -> Proc:
-    """Start ``cmd`` (which must print the ready line), output to a temp log file; wait for the line."""
-    env, cwd = child_env()
+def start_process(name: str, cmd: Sequence[str], *, timeout: float = 180.0, src: str | None = None) -> Proc:
+    """Start ``cmd`` (which must print the ready line), output to a temp log file; wait for the line.
+    ``src``: the copy of ``watchcache`` it runs (``child_env``)."""
+    env, cwd = child_env(src)
     proc = Proc(list(cmd), name=name, env=env, cwd=cwd, preexec=child_preexec(), new_session=True)
     proc.up(timeout)
     return proc

@@ -181,3 +181,14 @@ def test_a_child_started_from_a_pool_thread_outlives_that_thread() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_child_runs_the_copy_of_watchcache_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """consistent_get_ab starts a proxy of each of two trees in one bench: ``src`` over WATCHCACHE_BENCH_SRC."""
+    monkeypatch.setattr(bl, "SRC", "/env/tree")
+    env, cwd = bl.child_env()
+    assert env["PYTHONPATH"].split(os.pathsep)[:2] == ["/env/tree", str(bl.ROOT)] and cwd == "/"
+    env, cwd = bl.child_env("/other/tree")
+    assert env["PYTHONPATH"].split(os.pathsep)[:2] == ["/other/tree", str(bl.ROOT)] and cwd == "/"
+    env, cwd = bl.child_env("")  # this work tree
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(bl.ROOT) and cwd is None
