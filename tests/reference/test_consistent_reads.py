@@ -9,6 +9,7 @@ consistent GET goes to the apiserver, as kube sends it to etcd.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -22,8 +23,11 @@ from harness.processes import Proc
 
 pytestmark = needs_kube
 
-NS = "wc-consistent"
-LEASES = "wc-consistent-leases"
+# Per pytest-xdist worker: the module's tests may be split between workers, and each worker's ``cluster``
+# drops and makes its namespaces (one namespace for both would be dropped under the other's tests).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+NS = f"wc-consistent-{_WORKER}"
+LEASES = f"wc-consistent-leases-{_WORKER}"
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{LEASES}/leases"
 
 
