@@ -139,8 +139,9 @@ def test_consistent_gets_sent_early_read_every_write_before_them(cluster: tuple[
         got = proxy.get(path)
         assert got["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
         assert got["data"]["v"] == f"early-{i}"
-    # Sequential GETs on an idle proxy go early, but for one that finds no idle pooled connection.
-    assert counter(proxy, used) - before >= 18
+    # Sequential GETs on an idle proxy go early, but one per worker that finds no idle pooled connection
+    # and any that arrives while the write before it still holds its seat (its handler's end).
+    assert counter(proxy, used) - before >= 15
     assert counter(proxy, r'watchcache_passthrough_sent_early_requests_total\{outcome="dropped"[^}]*\}') == 0
 
 
