@@ -110,8 +110,9 @@ class Informer:
         self.marks: list[tuple[int, int]] = [(0, self.phase.index)]
         self.counters = Counters()
         self.last_rv = 0
-        # (wall-clock time, the rv the client stood at) of every 410: for telling who forced it.
-        self.gone_at: list[tuple[float, int]] = []
+        # (wall-clock time, the rv the client stood at, the Status message) of every 410: for telling
+        # who forced it, and showing why when the campaign puts one on the proxy.
+        self.gone_at: list[tuple[float, int, str]] = []
         self._paused_until = 0.0
         self._stop = asyncio.Event()
         self._backoff = self.config.backoff[0]
@@ -212,7 +213,7 @@ class Informer:
         async with self.session.get(url, params=params, timeout=timeout) as resp:
             if resp.status == GONE:
                 self.counters.gone += 1
-                self.gone_at.append((time.time(), self.last_rv))
+                self.gone_at.append((time.time(), self.last_rv, _status_message(await resp.read())))
                 self._record(("error", GONE))
                 self._record(("relist",))
                 return True
@@ -262,7 +263,7 @@ class Informer:
             code = int(obj.get("code") or 0)
             if code == GONE:
                 self.counters.gone += 1
-                self.gone_at.append((time.time(), self.last_rv))
+                self.gone_at.append((time.time(), self.last_rv, str(obj.get("message") or "")))
             else:
                 self.counters.errors += 1
             self._record(("error", code))
@@ -280,6 +281,14 @@ class Informer:
             self._record(("event", kind, object_key(obj), rv, digest_of(obj) if digests else None))
         self._backoff = self.config.backoff[0]
         return False
+
+
+def _status_message(body: bytes) -> str:
+    """A Status body's message, or the body's start when it is not one."""
+    try:
+        return str(orjson.loads(body).get("message") or "")
+    except (orjson.JSONDecodeError, AttributeError):
+        return body[:200].decode("utf-8", "replace")
 
 
 def small_receive_buffer(size: int = 32 << 10) -> Callable[..., socket.socket]:

@@ -34,6 +34,22 @@ def relist_points_in(lines: Iterable[str]) -> dict[str, set[int]]:
     return out
 
 
+def _log_time(line: str) -> float:
+    return time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
+
+
+def lines_near(log_path: Path, when: float, before: float = 3.0, after: float = 1.0, limit: int = 20) -> list[str]:
+    """The proxy's log lines stamped within [when - before, when + after] (wall clock): what it said
+    around a client's 410, for a report that must explain one."""
+    if not log_path.exists():
+        return []
+    out = []
+    for line in log_path.read_text("utf-8", "replace").splitlines():
+        if LOG_TIME.match(line) and when - before <= _log_time(line) <= when + after:
+            out.append(line[:300])
+    return out[-limit:]
+
+
 def relist_times(log_path: Path) -> dict[str, list[tuple[float, int]]]:
     """(wall-clock time, rv) of every reflector relist in the proxy's log, per resource: each one the
     upstream forced (its 410). Follower resyncs (``caught up``) are not: a follower resyncs when its
@@ -44,6 +60,5 @@ def relist_times(log_path: Path) -> dict[str, list[tuple[float, int]]]:
     for line in log_path.read_text("utf-8", "replace").splitlines():
         m = RELISTED.search(line)
         if m and LOG_TIME.match(line):
-            when = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
-            out.setdefault(m.group(1), []).append((when, int(m.group(2))))
+            out.setdefault(m.group(1), []).append((_log_time(line), int(m.group(2))))
     return out

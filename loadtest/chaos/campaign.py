@@ -53,7 +53,7 @@ from harness import linearizability
 from harness.checker import Report, Upstream, check, read_log
 from harness.fleet import Informer, InformerConfig, Phase, default_mix, new_session
 from harness.processes import SUPERVISOR_READY, NotReady, Proc, free_port, python_m
-from harness.proxylog import relist_points, relist_times
+from harness.proxylog import lines_near, relist_points, relist_times
 from loadtest.chaos.registers import Registers
 from loadtest.chaos.stack import (
     RELAY_READY,
@@ -151,9 +151,12 @@ class Campaign:
         self.writes_failed = 0
         self.registers: Registers | None = None
         self.started = time.monotonic()
+        self.started_wall = time.time()
         self.timeline: list[str] = []
         # The upstream's window floor over time, per resource: (wall-clock time, oldest rv it serves).
         self.floors: dict[str, list[tuple[float, int]]] = {}
+        # The evidence of each relist ``attribute`` put on the proxy (``evidence``).
+        self.proxy_relists: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ output
 
@@ -690,6 +693,7 @@ class Campaign:
             "final_rv": final_rv,
             "not_converged": [i.id for i in lagging],
             "relist_points": {k: sorted(v) for k, v in relists.items()},
+            "proxy_relists": self.proxy_relists,
             "relist_groups_accepted": sum(c.stats.relist_groups for c in report.clients),
             "replays_tolerated": sum(c.stats.tolerated for c in report.clients),
             "writes_ok": self.writes_ok,
@@ -734,6 +738,31 @@ class Campaign:
             return "upstream"
         return "proxy"
 
+    def evidence(
+        self,
+        inf: Informer,
+        phase: PhaseResult,
+        when: float,
+        rv: int,
+        message: str,
+        relists: dict[str, list[tuple[float, int]]],
+    ) -> dict[str, Any]:
+        """What a report shows of a relist put on the proxy, so that one seen once (in CI) can be
+        explained from its output alone: the 410's message, the upstream's floors and the proxy's
+        relists around it, and the proxy's log lines before it."""
+        resource = inf.spec.resource
+        return {
+            "client": inf.id,
+            "watch": inf.spec.describe(),
+            "phase": phase.name,
+            "at": round(when - self.started_wall, 2),
+            "rv": rv,
+            "message": message,
+            "floors": [(round(t - when, 2), v) for t, v in self.floors.get(resource, ()) if abs(t - when) < 10],
+            "proxy_relists": [(round(t - when, 2), r) for t, r in relists.get(resource, ()) if abs(t - when) < 10],
+            "proxy_log": lines_near(self.dir / "proxy.log", when),
+        }  # fmt: skip
+
     def attribute(self, report: Report) -> None:
         """Per phase: events, clients affected, reconnects, relists (by cause), violations (record index → phase)."""
         by_client = {c.client: c for c in report.clients}
@@ -766,9 +795,10 @@ class Campaign:
                     affected.add(phase_of(index))
                     if rec[1] == 410:
                         p.relists += 1
-                        when, rv = next(gone, (0.0, 0))
+                        when, rv, message = next(gone, (0.0, 0, ""))
                         if self.cause_of(inf.spec.resource, when, rv, relists) == "proxy":
                             p.relists_proxy += 1
+                            self.proxy_relists.append(self.evidence(inf, p, when, rv, message, relists))
                         else:
                             p.relists_upstream += 1
                     else:
@@ -934,6 +964,13 @@ def summary(result: dict[str, Any]) -> str:
         f"writes retried), {lin['violations']} violations; consistent GETs sent before their handler ran "
         f"(used/dropped): {lin.get('sent_early', {}).get('used', 0)}/{lin.get('sent_early', {}).get('dropped', 0)}"
     )
+    for e in result.get("proxy_relists", [])[:5]:
+        out.append(
+            f"  put on the proxy: {e['client']} ({e['watch']}) at {e['at']}s in {e['phase']!r}, standing at rv "
+            f"{e['rv']}: {e['message']!r}; upstream floors (s from it, rv) {e['floors']}; proxy relists "
+            f"{e['proxy_relists']}; the proxy's log before it:"
+        )
+        out += [f"    {line}" for line in e["proxy_log"]]
     out += [f"  {v}" for v in lin["examples"][:10]]
     out.append(f"violations by kind: {result['violations_by_kind']}; known bugs {result['known_bugs']}")
     for v in result["violations"][:20]:

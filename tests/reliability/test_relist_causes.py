@@ -40,3 +40,37 @@ def test_relist_times_come_from_reflector_relists_only(tmp_path: Path) -> None:
     )
     expected = time.mktime(time.strptime("2026-11-27 11:38:20", "%Y-%m-%d %H:%M:%S")) + 0.45
     assert relist_times(log) == {"pods": [(expected, 1234)]}
+
+
+def test_a_relist_put_on_the_proxy_carries_its_evidence_into_the_summary(tmp_path: Path) -> None:
+    """A relist put on the proxy once in CI could not be explained after the workdir was gone: the
+    report now shows the 410's message, the floors and relists around it and the proxy's log."""
+    from harness.checker import WatchSpec
+    from harness.fleet import Informer
+    from loadtest.chaos.campaign import PhaseResult, summary
+
+    c = campaign(tmp_path)
+    t0 = time.mktime(time.strptime("2026-11-27 11:38:20", "%Y-%m-%d %H:%M:%S"))
+    (tmp_path / "proxy.log").write_text(
+        "2026-11-27 11:38:10,000 INFO w0 watchcache.service: long before\n"
+        "2026-11-27 11:38:19,500 WARNING supervisor: worker 1 exited\n"
+        "2026-11-27 11:38:22,000 INFO w0 watchcache.service: long after\n"
+    )
+    c.floors = {"pods": [(t0 - 5, 50), (t0 + 30, 80)]}
+    inf = Informer("c007", "http://127.0.0.1:1", WatchSpec(resource="pods"), session=None)  # type: ignore[arg-type]
+    e = c.evidence(inf, PhaseResult("combined", 0.0), t0, 60, "too old resource version: 60 (70)", {})
+    assert e["message"] == "too old resource version: 60 (70)"
+    assert e["floors"] == [(-5.0, 50)]  # the one 30 s later is not about it
+    assert e["proxy_log"] == ["2026-11-27 11:38:19,500 WARNING supervisor: worker 1 exited"]
+    text = summary(
+        {
+            "totals": {"events": 0, "reconnects": 0, "relists": 1, "relists_proxy": 1, "relists_upstream": 0,
+                       "violations": 0},
+            "phases": [], "clients": 1, "upstream_writes": 0, "final_rv": 0, "writes_ok": 0, "writes_failed": 0,
+            "relist_groups_accepted": 0, "replays_tolerated": 0, "not_converged": [], "check_seconds": 0,
+            "wall_seconds": 0, "violations_by_kind": {}, "known_bugs": "none", "violations": [],
+            "linearizability": {"operations": 0, "violations": 0, "examples": []},
+            "proxy_relists": [e],
+        }
+    )  # fmt: skip
+    assert "c007" in text and "too old resource version: 60 (70)" in text and "worker 1 exited" in text
