@@ -28,7 +28,7 @@ from watchcache import apierrors
 from watchcache.http.admission import Admission
 from watchcache.http.h2protocol import create_h2_factory
 from watchcache.http.limits import H2Limits, HttpLimits
-from watchcache.http.request import Handler, Request
+from watchcache.http.request import Handler, Prestart, Request
 from watchcache.http.response import Response
 from watchcache.http.server import start_server
 from watchcache.http.tls import ServingCert
@@ -61,17 +61,23 @@ class Server:
 
 @asynccontextmanager
 async def serving(
-    handler: Handler, cert: Pair | None = None, limits: HttpLimits | None = None, h2limits: H2Limits | None = None
+    handler: Handler,
+    cert: Pair | None = None,
+    limits: HttpLimits | None = None,
+    h2limits: H2Limits | None = None,
+    prestart: Prestart | None = None,
 ) -> AsyncIterator[Server]:
     """``handler`` on a real socket: HTTP/1.1 in clear, or (``cert``) TLS offering h2 and HTTP/1.1."""
     limits = limits or HttpLimits()
     admission = limits.admission()
     if cert is None:
-        server = await start_server(handler, "127.0.0.1", 0, limits=limits, admission=admission)
+        server = await start_server(handler, "127.0.0.1", 0, limits=limits, admission=admission, prestart=prestart)
     else:
         tls = ServingCert(str(cert.crt), str(cert.key), http2=True)
-        h2 = create_h2_factory(handler, limits, h2limits or H2Limits(), admission)
-        server = await start_server(handler, "127.0.0.1", 0, limits=limits, ssl=tls.context, admission=admission, h2=h2)
+        h2 = create_h2_factory(handler, limits, h2limits or H2Limits(), admission, prestart=prestart)
+        server = await start_server(
+            handler, "127.0.0.1", 0, limits=limits, ssl=tls.context, admission=admission, h2=h2, prestart=prestart
+        )
     try:
         yield Server(server, admission)
     finally:
@@ -356,6 +362,47 @@ async def test_a_frame_header_over_the_max_frame_size_is_refused_before_its_body
         await c.until(lambda: c.goaway is not None or c.closed.is_set())
         assert srv.admission.rejected["http2_protocol"] == 1
         await c.close()
+
+
+@arun
+async def test_the_prestart_hook_gets_each_bodyless_requests_task_which_ends_unrun_when_reset_at_once(
+    cert: Pair,
+) -> None:
+    """What the hook started for a request is settled at its task's end (``ApiHandler.prestart``): a
+    stream reset in the same read as its HEADERS cancels its task before its first step, so that end is
+    the only one there is (no handler runs, no ``finally`` of its)."""
+    handled: list[str] = []
+    tasks: list[tuple[str, asyncio.Task[None]]] = []
+
+    async def handler(request: Request, response: Response) -> None:
+        handled.append(request.path)
+        response.send(200, b"{}")
+
+    def prestart(request: Request, task: asyncio.Task[None]) -> None:
+        assert not handled or handled[-1] != request.path  # before the handler's first step
+        tasks.append((request.path, task))
+
+    for tls in (None, cert):
+        handled.clear()
+        tasks.clear()
+        async with serving(handler, tls, prestart=prestart) as srv:
+            if tls is None:
+                reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+                writer.write(b"GET /one HTTP/1.1\r\nHost: t\r\n\r\n")
+                assert (await reader.readuntil(b"{}")).startswith(b"HTTP/1.1 200")
+                writer.close()
+                assert [p for p, _ in tasks] == ["/one"] and handled == ["/one"]
+                continue
+            c = await srv.client()
+            sid = c.conn.get_next_available_stream_id()
+            fields = [(":method", "GET"), (":scheme", "https"), (":authority", "t"), (":path", "/reset")]
+            c.conn.send_headers(sid, fields, end_stream=True)
+            c.conn.reset_stream(sid)
+            c.flush()  # HEADERS and RST_STREAM in one write
+            assert (await c.get("/after")).status == 200
+            await c.close()
+        assert [p for p, _ in tasks] == ["/reset", "/after"], tasks
+        assert tasks[0][1].cancelled() and handled == ["/after"]  # the reset one never ran
 
 
 @arun

@@ -5,6 +5,7 @@ holds no in-flight seat."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from harness.waiting import until
 from tests.support.factories import pod
@@ -147,10 +148,42 @@ async def test_an_early_get_whose_handler_ends_otherwise_is_dropped() -> None:
     h.handler.admission.append(unavailable)
     req = h.make_request(GET_P1)
     h.handler.prestart(req)
+    early = req.early
     resp = await h.send(req)
     assert resp.status == 503 and h.upstream.forwarded == []
-    assert req.early.taken  # type: ignore[attr-defined] # its answer, if any, dropped with its connection
+    assert early.taken and req.early is None  # type: ignore[attr-defined] # its answer, if any, dropped
     assert h.handler.sent_early == {"used": 0, "dropped": 1}
+
+
+@arun
+async def test_an_early_get_whose_task_is_cancelled_before_it_runs_is_dropped_at_the_tasks_end() -> None:
+    """An HTTP/2 stream reset in the same read as its HEADERS cancels its task before its first step:
+    no handler takes the GET sent early, so the task's end drops it, and the worker sends early again."""
+    h = early_harness()
+    req = h.make_request(GET_P1)
+    task = asyncio.get_running_loop().create_task(h.send(req))
+    h.handler.prestart(req, task)
+    early = req.early
+    assert early is not None and h.upstream.sent_early == [GET_P1]
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)  # (its done callbacks)
+    assert early.taken and req.early is None  # type: ignore[attr-defined]
+    assert h.handler.sent_early == {"used": 0, "dropped": 1}
+    h.handler.prestart(h.make_request(GET_P1))
+    assert h.upstream.sent_early == [GET_P1, GET_P1]
+
+
+@arun
+async def test_an_early_get_whose_handler_ran_is_settled_once_not_again_at_its_tasks_end() -> None:
+    h = early_harness()
+    req = h.make_request(GET_P1)
+    task = asyncio.get_running_loop().create_task(h.send(req))
+    h.handler.prestart(req, task)
+    assert (await task).status == 404
+    await asyncio.sleep(0)
+    assert h.handler.sent_early == {"used": 1, "dropped": 0}
 
 
 @arun

@@ -502,9 +502,9 @@ class H1Protocol(asyncio.BufferedProtocol):
         request, keep_alive, self._active_size = item
         resp = H1Response(self, keep_alive, request.method == "HEAD", request.http_version == "1.0")
         self._active = resp
-        if self._prestart is not None and not request.body:
-            self._prestart(request)
         self._task = self._loop.create_task(self._run(request, resp))
+        if self._prestart is not None and not request.body:
+            self._prestart(request, self._task)  # (before the task's first step: it is only scheduled)
 
     async def _run(self, request: Request, response: H1Response) -> None:
         try:

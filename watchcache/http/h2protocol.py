@@ -419,9 +419,9 @@ class H2Protocol(asyncio.Protocol):
             assert self._admit is not None
             task = self._loop.create_task(admit_then_handle(self, stream, request, self._admit, stream.gate()))
         else:
-            if self._prestart is not None and not request.body:
-                self._prestart(request)
             task = self._loop.create_task(self._run(stream, request))
+            if self._prestart is not None and not request.body:
+                self._prestart(request, task)  # (before the task's first step: it is only scheduled)
         stream.run(task)
         # A callback, not a finally: a task cancelled before it ever ran (reset at once) runs no finally.
         task.add_done_callback(lambda _: self._handler_done(stream, request))

@@ -113,10 +113,12 @@ Handler = Callable[[Request, Response], Awaitable[None]]
 #: request is answered (a 429) through the response given: its body is never read.
 Admit = Callable[[Request, Response], Awaitable[Admitted | None]]
 
-#: Called with a request complete without a body just before its handler's task is made (``ApiHandler.prestart``):
-#: what may start a loop iteration sooner than the handler's first step (a consistent GET sent to the
-#: upstream while flow control does its work). Must not raise, block or answer the request.
-Prestart = Callable[[Request], None]
+#: Called with a request complete without a body and its handler's task, made and not yet run
+#: (``ApiHandler.prestart``): what may start a loop iteration sooner than the handler's first step (a
+#: consistent GET sent to the upstream while flow control does its work). The task is for settling what
+#: was started when the handler never runs (an HTTP/2 stream reset at once cancels its task before its
+#: first step, so no ``finally`` of the handler's runs). Must not raise, block or answer the request.
+Prestart = Callable[[Request, asyncio.Task[None]], None]
 
 
 def origin_form(raw: bytes) -> bytes:

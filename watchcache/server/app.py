@@ -15,6 +15,7 @@ requests are long-running: ``server/limits.py``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -222,14 +223,20 @@ class ApiHandler:
         try:
             await self._answer(request, response)
         finally:
-            if early.discard():
-                self.sent_early["dropped"] += 1
-            elif early.sent:
-                self.sent_early["used"] += 1
+            request.early = None  # settled here, not again at its task's end (``prestart``)
+            self._settle(early)
 
-    def prestart(self, request: Request) -> None:
-        """The protocols' hook (``http.request.Prestart``) for a request complete without a body, before
-        its handler's task is made: a consistent GET goes to the upstream from here (``_send_early``)."""
+    def _settle(self, early: EarlySend) -> None:
+        if early.discard():
+            self.sent_early["dropped"] += 1
+        elif early.sent:
+            self.sent_early["used"] += 1
+
+    def prestart(self, request: Request, task: asyncio.Task[Any] | None = None) -> None:
+        """The protocols' hook (``http.request.Prestart``) for a request complete without a body and its
+        handler's task, not yet run: a consistent GET goes to the upstream from here (``_send_early``).
+        A task cancelled before it ran (an HTTP/2 stream reset at once) runs no handler, so the task's
+        end settles a GET sent early that no handler took."""
         if (
             request.method == "GET"
             and self.ctx.upstream.delegates_consistent_gets
@@ -238,9 +245,17 @@ class ApiHandler:
             and self._idle()
         ):
             try:
-                self._send_early(request)
+                early = self._send_early(request)
             except Exception:  # called from the protocol's parser: the request is answered as without it
                 log.exception("sending %s %s early failed", request.method, request.path)
+                return
+            if early is not None and task is not None:
+                task.add_done_callback(lambda _: self._never_handled(request, early))
+
+    def _never_handled(self, request: Request, early: EarlySend) -> None:
+        if request.early is early:  # no handler ran (``__call__`` lets go of it as it ends)
+            request.early = None
+            self._settle(early)
 
     def _idle(self) -> bool:
         """Nothing else in this worker holds a seat, is at the upstream or waits for it, and no other
