@@ -31,15 +31,25 @@ from loadtest.bench.kubecluster import kube_upstream, start_proxy
 
 
 def tree(src: str) -> str:
-    """Which code a proxy ran: the tree's directory and its commit, where git can tell."""
+    """Which code a proxy ran: the tree's directory and its commit, where git can tell, marked
+    "+changes" when the tree's ``watchcache`` differs from that commit (a run of uncommitted code)."""
     where = src or str(bl.ROOT)
     try:
         head = subprocess.run(
             ["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
         ).stdout.strip()
+        changed = (
+            head
+            and subprocess.run(
+                ["git", "-C", where, "status", "--porcelain", "--", "watchcache"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+        )
     except (OSError, subprocess.SubprocessError):
-        head = ""
-    return f"{where} ({head or 'no git'})"
+        head = changed = ""
+    return f"{where} ({head + ' +changes' if changed else head or 'no git'})"
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import argparse
 import os
 import ssl
 import time
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +193,25 @@ def test_a_child_runs_the_copy_of_watchcache_it_is_given(monkeypatch: pytest.Mon
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == ["/other/tree", str(bl.ROOT)] and cwd == "/"
     env, cwd = bl.child_env("")  # this work tree
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(bl.ROOT) and cwd is None
+
+
+def test_consistent_get_ab_names_each_tree_with_its_commit_and_marks_uncommitted_changes(tmp_path: Path) -> None:
+    import subprocess
+
+    from loadtest.bench.consistent_get_ab import tree
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout
+
+    assert tree(str(tmp_path)) == f"{tmp_path} (no git)"
+    git("init", "-q")
+    (tmp_path / "watchcache").mkdir()
+    (tmp_path / "watchcache" / "a.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    head = git("rev-parse", "--short", "HEAD").strip()
+    assert tree(str(tmp_path)) == f"{tmp_path} ({head})"
+    (tmp_path / "notes.txt").write_text("outside watchcache: not the proxy's code\n")
+    assert tree(str(tmp_path)) == f"{tmp_path} ({head})"
+    (tmp_path / "watchcache" / "a.py").write_text("x = 2\n")
+    assert tree(str(tmp_path)) == f"{tmp_path} ({head} +changes)"
