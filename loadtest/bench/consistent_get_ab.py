@@ -8,6 +8,9 @@ the same time, in the production configuration (TLS, delegated authentication, d
 round GETs one ConfigMap without a resourceVersion directly and through each proxy, in a random order with
 random pauses, on a keep-alive connection each, while a writer renews Leases of another namespace at each
 of ``--rates`` writes/s. Both proxies see the same machine, the same kube-apiserver and the same writes.
+``--lists N`` adds N clients LISTing the ConfigMaps directly (consistent LISTs, one after another) through
+each rate's rounds: kube-apiserver as loaded as in ``consistent_reads``' rounds, whose LISTs saturate the
+two cores at 500 writes/s (a direct GET's p50 there is ~10 ms, ~3 ms here without them).
 
 Prints, per rate, direct p50/p99 and each proxy's p50/p99 over direct, and which tree each proxy ran.
 
@@ -77,8 +80,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(30):  # connections, reviews, pooled upstream connections
             for client in targets.values():
                 await client.timed(get)
+        listers = [Client(up.url, up.token, up.ca) for _ in range(args.lists)]
+        clients += listers
         for rate in args.rates:
             await writer.ask("start", rate=rate)
+            stop = asyncio.Event()
+            load = [asyncio.create_task(_list_until(c, f"/api/v1/namespaces/{NS}/configmaps", stop)) for c in listers]
             await asyncio.sleep(1.0)
             times: dict[str, list[float]] = {name: [] for name in targets}
             order = list(targets.items())
@@ -86,10 +93,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 random.shuffle(order)
                 for name, client in order:
                     times[name].append(await client.timed(get))
-                    await asyncio.sleep(random.uniform(0, 0.004))
+                    await asyncio.sleep(random.uniform(0, args.pause / 1000))
+            stop.set()
+            lists = sum(await asyncio.gather(*load))
             wrote = await writer.ask("stop")
             results[str(rate)] = {name: bl.summarize(t) for name, t in times.items()}
             results[str(rate)]["writes_per_s"] = wrote["rate"]
+            results[str(rate)]["background_lists"] = lists
     finally:
         if writer is not None:
             await writer.close()
@@ -101,6 +111,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+async def _list_until(client: Client, path: str, stop: asyncio.Event) -> int:
+    """Consistent LISTs of ``path``, one after another, until ``stop``: how many."""
+    n = 0
+    while not stop.is_set():
+        await client.timed(path)
+        n += 1
+    return n
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--a", required=True, help='a copy of watchcache for proxy A ("" for this work tree)')
@@ -108,6 +127,8 @@ def main() -> None:
     p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 10.0, 50.0, 500.0])
     p.add_argument("--rounds", type=int, default=1000, help="GETs per target and rate")
     p.add_argument("--leases", type=int, default=100, help="Leases the writer renews in turn")
+    p.add_argument("--pause", type=float, default=4.0, help="the longest pause between two GETs, ms (random)")
+    p.add_argument("--lists", type=int, default=0, help="clients LISTing the ConfigMaps directly meanwhile")
     args = p.parse_args()
     info = bl.machine_info()
     trees = {"a": tree(args.a), "b": tree(args.b)}
