@@ -59,6 +59,7 @@ _UPSTREAM_ASKS = (
     "watchcache_consistency_probes_total",
 )
 _SERVED = re.compile(r'^apiserver_watch_cache_consistent_read_total\{[^}]*fallback="false"[^}]*\} ([0-9.e+]+)$', re.M)
+_EARLY = re.compile(r'^watchcache_passthrough_sent_early_requests_total\{outcome="used"[^}]*\} ([0-9.e+]+)$', re.M)
 _PASSED = re.compile(r'^watchcache_passthrough_requests_total\{reason="(consistent-[a-z]+)"[^}]*\} ([0-9.e+]+)$', re.M)
 
 
@@ -144,7 +145,7 @@ async def scrape(proxy: Client) -> dict[str, float]:
     """The proxy's upstream asks, consistent LISTs served from the cache, and pass-throughs, summed over workers."""
     async with proxy.session.get(proxy.url + "/metrics", headers=proxy.headers) as resp:
         text = await resp.text()
-    out = {"asks": 0.0, "served": 0.0, "consistent-read": 0.0, "consistent-get": 0.0}
+    out = {"asks": 0.0, "served": 0.0, "consistent-read": 0.0, "consistent-get": 0.0, "sent-early": 0.0}
     out.update(dict.fromkeys(_UPSTREAM_ASKS, 0.0))
     for line in text.splitlines():
         if line.startswith(_UPSTREAM_ASKS) and 'outcome="cancelled"' not in line:
@@ -152,6 +153,7 @@ async def scrape(proxy: Client) -> dict[str, float]:
             out["asks"] += value
             out[line.split("{", 1)[0]] += value
     out["served"] = sum(float(v) for v in _SERVED.findall(text))
+    out["sent-early"] = sum(float(v) for v in _EARLY.findall(text))  # (GETs passed through, sent as they came)
     for reason, value in _PASSED.findall(text):
         out[reason] += float(value)
     return out
@@ -316,10 +318,11 @@ def report(results: dict[str, Any], concurrent_clients: int) -> None:
     for rate, r in results["rates"].items():
         s, c = r["sequential"], r["concurrent"]
         rows.append([rate, s["served"], s["asks"] / max(s["served"], 1), s["consistent-read"], s["consistent-get"],
+                     s.get("sent-early", 0),
                      c["served"], c["asks"] / max(c["served"], 1), c["consistent-read"], c["lists"]["p50"],
                      c["lists"]["p99"]])  # fmt: skip
     bl.print_table(
-        ["rate", "seq LISTs from cache", "upstream asks/LIST", "LISTs passed", "GETs passed",
+        ["rate", "seq LISTs from cache", "upstream asks/LIST", "LISTs passed", "GETs passed", "of them sent early",
          f"{concurrent_clients}-client LISTs from cache", "upstream asks/LIST", "LISTs passed", "p50 ms", "p99 ms"],
         rows,
         title="What the proxy asked of the upstream per consistent LIST it served from the cache",

@@ -193,6 +193,10 @@ def test_the_consistent_reads_benchmark_writes_elsewhere_at_the_rate_from_its_ow
         assert row["get-again"]["n"] == row["list-again"]["n"] == 20  # kube against itself, in the same rounds
         assert row["sequential"]["served"] == 20
         assert row["sequential"]["consistent-read"] == 0
+        # The GETs passed through, sent to the upstream as they came (the worker idle between rounds).
+        assert row["sequential"]["consistent-get"] == 20 and row["sequential"]["sent-early"] >= 10, row["sequential"][
+            "sent-early"
+        ]
         # Each goal, for the proxy and for kube again, worked out from the reads' own p50/p99.
         goals = {g["goal"]: g for g in row["goals"]}
         get_p50 = goals["GET p50 <= direct + 1 ms"]
