@@ -798,7 +798,8 @@ class Campaign:
                         when, rv, message = next(gone, (0.0, 0, ""))
                         if self.cause_of(inf.spec.resource, when, rv, relists) == "proxy":
                             p.relists_proxy += 1
-                            self.proxy_relists.append(self.evidence(inf, p, when, rv, message, relists))
+                            if len(self.proxy_relists) < 10:  # (each reads the proxy's log: the first few explain)
+                                self.proxy_relists.append(self.evidence(inf, p, when, rv, message, relists))
                         else:
                             p.relists_upstream += 1
                     else:
