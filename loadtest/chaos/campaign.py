@@ -758,6 +758,8 @@ class Campaign:
             "at": round(when - self.started_wall, 2),
             "rv": rv,
             "message": message,
+            # The floor ``cause_of`` compared the rv with (the last one polled by then), and those around it.
+            "floor_then": max((v for t, v in self.floors.get(resource, ()) if t <= when + 0.5), default=0),
             "floors": [(round(t - when, 2), v) for t, v in self.floors.get(resource, ()) if abs(t - when) < 10],
             "proxy_relists": [(round(t - when, 2), r) for t, r in relists.get(resource, ()) if abs(t - when) < 10],
             "proxy_log": lines_near(self.dir / "proxy.log", when),
@@ -968,7 +970,8 @@ def summary(result: dict[str, Any]) -> str:
     for e in result.get("proxy_relists", [])[:5]:
         out.append(
             f"  put on the proxy: {e['client']} ({e['watch']}) at {e['at']}s in {e['phase']!r}, standing at rv "
-            f"{e['rv']}: {e['message']!r}; upstream floors (s from it, rv) {e['floors']}; proxy relists "
+            f"{e['rv']}: {e['message']!r}; upstream floor then {e.get('floor_then')}, floors (s from it, rv) "
+            f"{e['floors']}; proxy relists "
             f"{e['proxy_relists']}; the proxy's log before it:"
         )
         out += [f"    {line}" for line in e["proxy_log"]]

@@ -61,6 +61,7 @@ def test_a_relist_put_on_the_proxy_carries_its_evidence_into_the_summary(tmp_pat
     e = c.evidence(inf, PhaseResult("combined", 0.0), t0, 60, "too old resource version: 60 (70)", {})
     assert e["message"] == "too old resource version: 60 (70)"
     assert e["floors"] == [(-5.0, 50)]  # the one 30 s later is not about it
+    assert e["floor_then"] == 50  # what ``cause_of`` compared the rv with
     assert e["proxy_log"] == ["2026-11-27 11:38:19,500 WARNING supervisor: worker 1 exited"]
     text = summary(
         {
