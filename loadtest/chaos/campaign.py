@@ -731,12 +731,15 @@ class Campaign:
         past ``rv`` because the upstream answered it 410 (the client held part of a relist diff, or
         resumed from before the relist); else "proxy": a fault of the proxy's own (worker kill,
         rolling restart, a bug). Times have 0.5 s of slack: the floor is polled."""
-        floor = max((v for t, v in self.floors.get(resource, ()) if t <= when + 0.5), default=0)
-        if rv < floor:
+        if rv < self.floor_at(resource, when):
             return "upstream"
         if any(r > rv and t <= when + 0.5 for t, r in relists.get(resource, ())):
             return "upstream"
         return "proxy"
+
+    def floor_at(self, resource: str, when: float) -> int:
+        """The upstream's floor for ``resource`` at ``when``: the last one known by then, 0.5 s of slack."""
+        return max((v for t, v in self.floors.get(resource, ()) if t <= when + 0.5), default=0)
 
     def evidence(
         self,
@@ -759,7 +762,7 @@ class Campaign:
             "rv": rv,
             "message": message,
             # The floor ``cause_of`` compared the rv with (the last one polled by then), and those around it.
-            "floor_then": max((v for t, v in self.floors.get(resource, ()) if t <= when + 0.5), default=0),
+            "floor_then": self.floor_at(resource, when),
             "floors": [(round(t - when, 2), v) for t, v in self.floors.get(resource, ()) if abs(t - when) < 10],
             "proxy_relists": [(round(t - when, 2), r) for t, r in relists.get(resource, ()) if abs(t - when) < 10],
             "proxy_log": lines_near(self.dir / "proxy.log", when),
