@@ -7,7 +7,8 @@ Each ``Informer`` does what a client-go reflector does, over raw HTTP (aiohttp):
 2. WATCH from the list's rv with ``allowWatchBookmarks=true`` and a ``timeoutSeconds``;
 3. when the stream ends (timeout, server shutdown, broken connection), WATCH again from the
    newest rv seen (event or bookmark), after a short backoff on errors;
-4. on 410 Gone (HTTP status or ERROR event) LIST again.
+4. on 410 Gone (HTTP status or ERROR event) LIST again; on any other error (a 429: retry later)
+   back off and WATCH again from the same rv.
 
 Every step is appended to ``records`` in the checker's format (``harness.checker``).
 Connections are never reused (``force_close``), so with SO_REUSEPORT each watch lands on
@@ -116,6 +117,8 @@ class Informer:
         self._paused_until = 0.0
         self._stop = asyncio.Event()
         self._backoff = self.config.backoff[0]
+        # The stream being read had an ERROR event other than 410.
+        self._errored = False
 
     # ------------------------------------------------------------------ recording
 
@@ -223,9 +226,12 @@ class Informer:
                 self._record(("error", resp.status))
                 await self._sleep_backoff()
                 return False
+            self._errored = False
             gone = await self._read_stream(resp)
         if gone:
             self._record(("relist",))
+        elif self._errored:  # an ERROR event other than 410 (a 429: retry later): back off, keep the rv
+            await self._sleep_backoff()
         return gone
 
     async def _read_stream(self, resp: aiohttp.ClientResponse) -> bool:
@@ -266,6 +272,7 @@ class Informer:
                 self.gone_at.append((time.time(), self.last_rv, str(obj.get("message") or "")))
             else:
                 self.counters.errors += 1
+                self._errored = True
             self._record(("error", code))
             return code == GONE
         rv = int(obj["metadata"]["resourceVersion"])

@@ -287,6 +287,9 @@ def _backfill(g: Group) -> None:
                    "history, fetched once for every client that needs it, instead of 410 and a relist "
                    "(docs/reliability.md; default %(default)s)")
     _flag(g, "--backfill-wait", _POSITIVE, b.wait, "seconds a request waits for that history before its 410")
+    _flag(g, "--backfill-unreachable-for", _NOT_NEGATIVE, b.unreachable_for, "seconds of failing fetches in "
+          "a row during which an upstream that cannot be asked (refused, cut, 429, 5xx) gets its requests 429 with "
+          "Retry-After (clients come back from the same resourceVersion) before 410 (they relist); 0: 410 at once")
     _flag(g, "--backfill-max-events", _AT_LEAST_1, b.max_events, "events one fetch may bring (how far back it "
           "reaches); more: 410")
     _flag(g, "--backfill-max-bytes", _AT_LEAST_1, b.max_bytes, "object bytes of those events")

@@ -37,10 +37,24 @@ def upstream_span(rv: int) -> Span:
 
 
 class FakeUpstream:
-    def __init__(self, *, delay: float = 0.0, gone_below: int = 0, fail: bool = False, failures: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        delay: float = 0.0,
+        gone_below: int = 0,
+        fail: bool = False,
+        failures: int = 0,
+        unreachable: bool = False,
+    ) -> None:
         self.delay = delay
         self.gone_below = gone_below
         self.fail = fail
+        # How its failures fail: a connection refused (UNREACHABLE), else a malformed answer (FAILED).
+        self.failure = (
+            BackfillFailed(BackfillFailed.UNREACHABLE, "connection refused")
+            if unreachable
+            else BackfillFailed(BackfillFailed.FAILED, "a malformed answer")
+        )
         # The first ``failures`` fetches fail (a passing fault that ends by itself, not when a test says).
         self.failures = failures
         self.fetched: list[int] = []
@@ -49,7 +63,7 @@ class FakeUpstream:
         self.fetched.append(rv)
         await asyncio.sleep(self.delay)
         if self.fail or len(self.fetched) <= self.failures:
-            raise BackfillFailed(BackfillFailed.FAILED, "connection refused")
+            raise BackfillFailed(self.failure.outcome, str(self.failure))
         if rv < self.gone_below:
             raise BackfillFailed(BackfillFailed.GONE, f"the upstream compacted {rv}")
         return Fetched(len(cacher.backfill(upstream_span(rv))), 0)
@@ -132,6 +146,42 @@ def test_a_failing_upstream_is_asked_a_bounded_number_of_times_whatever_the_clie
     assert fetch.fetched == [10, 10, 10]  # --attempts, for 100 requests
     assert all(r is not None and r.outcome == BackfillFailed.FAILED for r in results)
     assert later is not None and later.outcome == BackfillFailed.DEADLINE  # waited for the next attempt
+
+
+def test_an_unreachable_source_gets_its_requests_told_to_retry_for_a_bounded_time_then_410() -> None:
+    """429 (retry from the same rv) while the upstream cannot be asked, for ``unreachable_for`` seconds of
+    failures in a row; then FAILED (410, relist), so no client retries for ever; a quiet gap restarts it."""
+
+    async def go() -> tuple[list[BackfillFailed | None], Backfills]:
+        fetch = FakeUpstream(fail=True, unreachable=True)
+        cacher = cacher_with(fetch, attempts=1, backoff=Backoff(0.0, 0.0), unreachable_for=0.3)
+        assert cacher.backfills is not None
+        got = [await reach_back(cacher, 10, 5.0)]
+        await asyncio.sleep(0.2)
+        got.append(await reach_back(cacher, 10, 5.0))  # 0.2 s of failures in a row: still passing
+        await asyncio.sleep(0.2)
+        got.append(await reach_back(cacher, 10, 5.0))  # 0.4 s: longer than unreachable_for
+        await asyncio.sleep(0.4)
+        got.append(await reach_back(cacher, 10, 5.0))  # after a gap with no fetch: a new outage
+        return got, cacher.backfills
+
+    got, backfills = asyncio.run(go())
+    assert [r.outcome if r else None for r in got] == ["unreachable", "unreachable", "failed", "unreachable"]
+    assert all("connection refused" in str(r) for r in got)
+    assert backfills.fetches == {"unreachable": 4}  # what the fetches met
+    assert backfills.requests == {"unreachable": 3, "failed": 1}  # what the requests were told
+
+
+def test_a_request_whose_wait_runs_out_while_the_source_is_unreachable_is_told_to_retry() -> None:
+    """Waiting out the backoff between fetches that found the upstream down is not a slow fetch: 429, not 410."""
+
+    async def go() -> BackfillFailed | None:
+        cacher = cacher_with(FakeUpstream(fail=True, unreachable=True), backoff=Backoff(5.0, 5.0))
+        return await reach_back(cacher, 10, 0.2)
+
+    failed = asyncio.run(go())
+    assert failed is not None and failed.outcome == BackfillFailed.UNREACHABLE
+    assert re.fullmatch(r"the history before \d+ was not fetched within 0.2s: connection refused", str(failed))
 
 
 def test_a_request_gives_up_at_its_deadline_and_the_fetch_serves_the_next_ones() -> None:
@@ -298,13 +348,35 @@ def test_a_lagging_watcher_whose_backfill_fails_gets_410_saying_why(
         assert message.startswith("too old resource version: 90 (") and why in message, message
 
 
+def test_a_lagging_watcher_whose_backfill_cannot_reach_the_upstream_is_told_to_retry_from_its_rv() -> None:
+    """A 429 ERROR event: client-go's reflector backs off and watches again from its rv (it relists on 410)."""
+
+    async def go() -> tuple[Watcher, list[dict], Cacher]:
+        cacher, w, _ = lagging_watcher_past_its_window(FakeUpstream(fail=True, unreachable=True))
+        assert cacher.backfills is not None
+        cacher.backfills.backoff = Backoff(0.01, 0.01)
+        assert not cacher.catch_up(w) and not w.closed
+        await until(lambda: w.closed)
+        return w, [orjson.loads(line) for line in b"".join(w.take()[0]).splitlines()], cacher
+
+    w, got, cacher = asyncio.run(go())
+    assert w.close_reason == CloseReason.RETRY_LATER
+    [error] = got
+    status = error["object"]
+    assert error["type"] == "ERROR" and (status["code"], status["reason"]) == (429, "TooManyRequests"), status
+    assert status["details"]["retryAfterSeconds"] == 1
+    assert "too old" not in status["message"] and "connection refused" in status["message"], status
+    assert (cacher.watchers_expired, cacher.watchers_retry_later, cacher.watchers_terminated) == (0, 1, 1)
+
+
 @pytest.mark.parametrize(
     ("fetch", "outcome", "level"),
     [
         (FakeUpstream(gone_below=1000), BackfillFailed.GONE, logging.INFO),  # a client's ordinary path: 410, relist
-        (FakeUpstream(fail=True), BackfillFailed.FAILED, logging.WARNING),  # the upstream could not be asked
+        (FakeUpstream(fail=True), BackfillFailed.FAILED, logging.WARNING),  # a malformed answer
+        (FakeUpstream(fail=True, unreachable=True), BackfillFailed.UNREACHABLE, logging.WARNING),  # down
     ],
-    ids=["compacted-info", "upstream-failing-warning"],
+    ids=["compacted-info", "upstream-failing-warning", "upstream-down-warning"],
 )
 def test_a_failed_fetch_is_logged_at_the_level_of_its_cause_once_a_minute(
     fetch: FakeUpstream, outcome: str, level: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch

@@ -121,10 +121,19 @@ def test_backfills_fetches_requests_and_what_they_brought() -> None:
     fetches = {
         dict(key[1])["outcome"]: v for key, v in samples.items() if key[0] == "watchcache_backfill_fetches_total"
     }
-    assert fetches == {"ok": 2, "gone": 1, "bound": 0, "mismatch": 0, "relist": 0, "failed": 0}
+    assert fetches == {"ok": 2, "gone": 1, "bound": 0, "mismatch": 0, "relist": 0, "unreachable": 0, "failed": 0}
     requests = {dict(key[1])["outcome"]: v for key, v in samples.items()
                 if key[0] == "watchcache_backfill_requests_total"}  # fmt: skip
-    assert requests == {"served": 2, "gone": 1, "bound": 0, "mismatch": 0, "relist": 0, "failed": 0, "deadline": 0}
+    assert requests == {
+        "served": 2,
+        "gone": 1,
+        "bound": 0,
+        "mismatch": 0,
+        "relist": 0,
+        "unreachable": 0,
+        "failed": 0,
+        "deadline": 0,
+    }
     assert samples[k("watchcache_backfill_events_total", **POD)] == 8
     assert samples[k("watchcache_backfill_bytes_total", **POD)] == 2 * 2048  # the 410 brought nothing
     assert samples[k("watchcache_backfill_waiting", **POD)] == 0

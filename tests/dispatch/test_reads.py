@@ -31,6 +31,8 @@ from watchcache.dispatch.outcomes import (
     Delegation,
     Expired,
     NotReady,
+    Refusal,
+    RetryLater,
     TooLarge,
 )
 from watchcache.resources import PODS
@@ -226,6 +228,24 @@ def test_a_list_and_a_watch_at_the_same_old_rv_say_the_same_about_why_the_histor
     why = f" (the proxy could not fetch the older history: the reason ({outcome}))" if said else ""
     assert listed.message == LIST_TOO_OLD + why
     assert watched.message == "too old resource version: 10 (12)" + why
+
+
+def test_a_list_and_a_watch_at_an_old_rv_whose_upstream_cannot_be_asked_now_are_told_to_retry_not_to_relist() -> None:
+    async def go() -> tuple[Refusal, Refusal]:
+        c, ctx = history_after_writes()
+        fetch = FailingFetch(BackfillFailed(BackfillFailed.UNREACHABLE, "ConnectionResetError: EOF"))
+        c.backfills = Backfills(c, fetch, coalesce=0.0, attempts=1)
+        listed = await reads.list_snapshot(ctx, c, plan(Mode.EXACT, 10), None)
+        watched = await reads.start_watch(ctx, c, WatchRequest(ALL, watch_from(10)), NullSink())
+        assert len(c.dispatcher) == 0 and ctx.waits == 2
+        assert not isinstance(listed, Snapshot) and not isinstance(watched, Watcher)
+        return listed, watched
+
+    listed, watched = asyncio.run(go())
+    message = "the proxy could not fetch the history older than its cache now, retry: ConnectionResetError: EOF"
+    assert listed == watched == RetryLater(message)
+    status = listed.status()
+    assert (status.code, status.reason, status.retry_after) == (429, "TooManyRequests", 1)
 
 
 @arun

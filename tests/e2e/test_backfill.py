@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.processes import Proc, free_port, start, wait_ready
+from harness.processes import Proc, free_port, python_m, start, wait_ready
 from tests.support.httpkube import WatchStream, configmap, get, get_ok, path_with, request, rv_of
 
 CM = "/api/v1/namespaces/ns-0/configmaps"
@@ -192,3 +192,60 @@ def test_two_tiers_restarted_backfill_through_each_other(sim: Proc, tmp_path: Pa
     finally:
         kill_group(outer)
         kill_group(inner)
+
+
+def first_event(url: str, rv: int) -> dict:
+    """The first event of a watch from ``rv`` (through the proxy: a 410 or 429 comes as an ERROR event)."""
+    path = path_with(CM, watch="1", resourceVersion=str(rv), allowWatchBookmarks=True, timeoutSeconds=20)
+    with WatchStream(url, path, timeout=30) as stream:
+        assert stream.status == 200
+        event = stream.next(30)
+    assert event is not None, f"the watch from {rv} ended without an event"
+    return event
+
+
+def test_a_watch_from_before_the_window_is_told_to_retry_while_the_upstream_is_down_then_gets_its_410(
+    tmp_path: Path,
+) -> None:
+    """The campaign's race, on purpose: the upstream dies as a client resumes from before a restarted proxy's window.
+
+    The history the client needs may still be upstream, so it gets 429 with Retry-After (client-go's
+    reflector backs off and watches again from the same rv), not 410 (it would relist). Once the
+    upstream is back from its journal, whose window starts at its revision, the retry meets the
+    upstream's own 410, in kube's words.
+    """
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(32))
+    sim_port = free_port()
+    argv = python_m("watchcache", "sim", "--listen", f"127.0.0.1:{sim_port}", "--objects", "10", "--namespaces", "1")
+    sim = Proc([*argv, "--churn", "0", "--state-file", str(tmp_path / "journal")], name="sim").up(30)
+    port = free_port()
+    proxy = start_proxy(sim, port, key, "--backfill-wait", "2")
+    try:
+        for i in range(3):
+            assert request(sim.url, "POST", CM, configmap(f"c{i}", "ns-0", v="0")).status == 201
+        held = rv_of(get_ok(proxy.url, CM, resourceVersion=str(write(sim, "c0", round="0")), limit=1))
+        for i in range(5):
+            write(sim, f"c{i % 3}", round=str(i + 1))
+        kill_group(proxy)
+        proxy = start_proxy(sim, port, key, "--backfill-wait", "2")  # its window starts after ``held``
+        sim.kill()
+        event = first_event(proxy.url, held)
+        status = event["object"]
+        assert event["type"] == "ERROR" and (status["code"], status["reason"]) == (429, "TooManyRequests"), event
+        assert status["details"]["retryAfterSeconds"] == 1, status
+        assert "could not fetch the history older than its cache now" in status["message"], status
+        assert metric(proxy.url, "watchcache_backfill_requests_total", outcome="unreachable") >= 1
+        assert metric(proxy.url, "watchcache_backfill_requests_total", outcome="failed") == 0
+        sim.up(30)  # back on its port from its journal: same objects and revision, no history
+        deadline = time.monotonic() + 60
+        while (event := first_event(proxy.url, held))["object"]["code"] == 429:  # as a reflector: back off, retry
+            assert time.monotonic() < deadline, "still 429 a minute after the upstream came back"
+            time.sleep(1)
+        status = event["object"]
+        assert (status["code"], status["reason"]) == (410, "Expired"), event
+        assert re.fullmatch(rf"too old resource version: {held} \(\d+\)", status["message"]), status
+        assert metric(proxy.url, "watchcache_backfill_fetches_total", outcome="gone") >= 1
+    finally:
+        kill_group(proxy)
+        sim.stop()

@@ -288,7 +288,7 @@ async def test_a_backfill_answer_that_raises_cuts_only_that_follower(tmp_path: P
         monkeypatch.setattr(owner, "span_to_pb", spans)
         assert await reach_back(c1, 3, 5.0) is None  # asked again, after a backoff, on the next stream
         assert spans.calls == 2 and f1.resumes == 1  # its stream was cut once; it resumed from its rv
-        assert c1.backfills is not None and c1.backfills.fetches == {"failed": 1, "ok": 1}
+        assert c1.backfills is not None and c1.backfills.fetches == {"unreachable": 1, "ok": 1}
         worker.cacher.apply([up.write("p4", "after")])
         await until(lambda: c2.rv == up.rv and c1.rv == up.rv)
         assert frames(local) == frames(remote) == [(MODIFIED, "p4", up.rv)]
@@ -316,9 +316,10 @@ async def test_an_owner_whose_backfill_answer_always_raises_is_asked_a_bounded_n
         failed = await reach_back(c1, 3, 5.0)
         # Each stream cut fails one fetch; the follower's Backfills tries --attempts times with its
         # backoff, then says why: no re-ask loop (it was 970 cut streams in 5 s), no wait to the deadline.
-        assert failed is not None and failed.outcome == BackfillFailed.FAILED, failed
+        # (The owner could not answer: the client is told to retry, 429, for --backfill-unreachable-for.)
+        assert failed is not None and failed.outcome == BackfillFailed.UNREACHABLE, failed
         assert "stream ended before the owner answered" in str(failed)
-        assert c1.backfills is not None and c1.backfills.fetches == {"failed": 3}
+        assert c1.backfills is not None and c1.backfills.fetches == {"unreachable": 3}
         assert spans.calls == 3
         monkeypatch.setattr(owner, "span_to_pb", spans.real)
         await until(lambda: f1.resumes == 3 and f1.live.is_set())  # it follows on from its rv

@@ -13,8 +13,12 @@ import random
 import time
 from collections.abc import AsyncIterator
 
+import pytest
+
+from harness.processes import free_port
 from harness.waiting import until
 from tests.support.simserver import SimServer, sim_server, upstream_client
+from tests.upstream.fakeapi import fake_api
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.backfill import BackfillFailed, BackfillLimits, reach_back
@@ -207,3 +211,42 @@ def test_a_window_that_would_overflow_refuses_the_span() -> None:
                 assert "do not fit" in str(failed)
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("list_error", "outcome"),
+    [
+        (503, BackfillFailed.UNREACHABLE),  # "not now": its requests are told to retry (429)
+        (500, BackfillFailed.UNREACHABLE),
+        (429, BackfillFailed.UNREACHABLE),
+        (403, BackfillFailed.FAILED),  # the proxy's own credentials: asking again will not help
+        (0, BackfillFailed.FAILED),  # an exact LIST answered at another rv: a wrong answer
+    ],
+)
+def test_an_upstream_that_says_not_now_is_unreachable_and_a_wrong_answer_failed(list_error: int, outcome: str) -> None:
+    async def go() -> BackfillFailed:
+        async with fake_api() as (api, client):
+            api.list_error = list_error
+            cacher = Cacher(PODS)
+            cacher.replace([], 100)
+            with pytest.raises(BackfillFailed) as failed:
+                await UpstreamBackfill(client, BackfillLimits())(cacher, 10)
+            assert api.requests["list"] == 1
+            return failed.value
+
+    failed = asyncio.run(go())
+    assert failed.outcome == outcome, failed
+    assert (f"the upstream answered {list_error}" if list_error else "an exact list at 10 answered 100") in str(failed)
+
+
+def test_an_upstream_that_refuses_the_connection_is_unreachable() -> None:
+    async def go() -> BackfillFailed:
+        async with upstream_client(f"http://127.0.0.1:{free_port()}") as client:  # nothing listens there
+            cacher = Cacher(PODS)
+            cacher.replace([], 100)
+            with pytest.raises(BackfillFailed) as failed:
+                await UpstreamBackfill(client, BackfillLimits())(cacher, 10)
+            return failed.value
+
+    failed = asyncio.run(go())
+    assert failed.outcome == BackfillFailed.UNREACHABLE, failed

@@ -17,6 +17,12 @@ delay, not a relist; the requests waiting when ``attempts`` fetches in a row hav
 the last failure. Every wait is bounded by its request's deadline (``--backfill-wait``), and
 fetches by the backoff, so a failing upstream is asked a few times, not once per client; a
 fetch is not cancelled when its requests give up (its span serves the next ones).
+
+An upstream that cannot be asked now (``BackfillFailed.UNREACHABLE``: it was killed, restarts,
+sheds load) makes its requests answer 429, so that clients come back later from the same rv
+instead of relisting (``dispatch.outcomes.before_window``). That lasts ``unreachable_for`` seconds
+of failing fetches in a row at most: after that the failure is ``FAILED`` and the 410 comes, so
+no client is told to retry for ever.
 """
 
 from __future__ import annotations
@@ -60,10 +66,15 @@ class BackfillLimits:
     coalesce: float = 0.1
     # A fetch gives up after this long, whoever waits for it.
     fetch_timeout: float = 30.0
+    # Seconds an unreachable upstream answers its requests 429 (retry) before 410 (relist): a
+    # client-go reflector backs off up to 30 s between retries, so a few of them.
+    unreachable_for: float = 60.0
 
     def check(self) -> None:
         if self.wait <= 0 or self.fetch_timeout <= 0:
             raise ValueError("--backfill-wait must be positive")
+        if self.unreachable_for < 0:
+            raise ValueError("--backfill-unreachable-for must not be negative")
         if min(self.max_events, self.max_bytes, self.concurrency, self.memory_bytes) < 1:
             raise ValueError("--backfill-max-events, -max-bytes, -concurrency and -memory-bytes must be at least 1")
 
@@ -101,6 +112,7 @@ class Backfills:
         source: str = "the upstream",
         attempts: int = 3,
         backoff: Backoff | None = None,
+        unreachable_for: float = 60.0,
     ) -> None:
         self.cacher = cacher
         self.fetch = fetch
@@ -110,6 +122,9 @@ class Backfills:
         self.source = source
         self.attempts = attempts
         self.backoff = backoff or Backoff(0.5, 10.0)
+        self.unreachable_for = unreachable_for
+        # (first, last, the last's error) of the fetches that found the source unreachable, in a row.
+        self._unreachable: tuple[float, float, BackfillFailed] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._pump: asyncio.Task[None] | None = None
         self._retry_at = 0.0
@@ -147,10 +162,12 @@ class Backfills:
             async with asyncio.timeout(timeout):
                 await asyncio.shield(fut)
         except TimeoutError:
-            self.requests[BackfillFailed.DEADLINE] += 1
-            raise BackfillFailed(
-                BackfillFailed.DEADLINE, f"the history before {cache.oldest_rv} was not fetched within {timeout:g}s"
-            ) from None
+            # Waiting out the backoff of fetches that found the source unreachable is that, not a slow fetch.
+            unreachable = self._unreachable_now()
+            outcome = BackfillFailed.DEADLINE if unreachable is None else BackfillFailed.UNREACHABLE
+            self.requests[outcome] += 1
+            message = f"the history before {cache.oldest_rv} was not fetched within {timeout:g}s"
+            raise BackfillFailed(outcome, message if unreachable is None else f"{message}: {unreachable}") from None
         except BackfillFailed as e:
             self.requests[e.outcome] += 1
             raise
@@ -188,18 +205,19 @@ class Backfills:
             started = time.monotonic()
             try:
                 fetched = await self.fetch(self.cacher, rv)
-            except BackfillFailed as e:
+            except BackfillFailed as failed:
                 self.durations.observe(time.monotonic() - started)
-                self.fetches[e.outcome] += 1
-                self._report(rv, e, time.monotonic() - started)
+                self.fetches[failed.outcome] += 1
+                self._report(rv, failed, time.monotonic() - started)
+                told = self._passing(failed)  # what the requests get
                 failures += 1
                 if failures >= self.attempts:
-                    self._settle(e)  # those waiting now get it; later requests start over
-                    if e.outcome not in BackfillFailed.PER_RV:
+                    self._settle(told)  # those waiting now get it; later requests start over
+                    if told.outcome not in BackfillFailed.PER_RV:
                         self._retry_at = time.monotonic() + self.backoff.next()
                     return
-                if e.outcome in BackfillFailed.PER_RV:
-                    self._settle(e, upto=rv)  # the others may still be served: at once
+                if told.outcome in BackfillFailed.PER_RV:
+                    self._settle(told, upto=rv)  # the others may still be served: at once
                     continue
                 delay = self.backoff.next()
                 self._retry_at = time.monotonic() + delay
@@ -236,6 +254,33 @@ class Backfills:
             failures = 0
             self.backoff.reset()
             self._retry_at = 0.0
+            self._unreachable = None
+
+    def _passing(self, failed: BackfillFailed) -> BackfillFailed:
+        """``failed`` as its requests get it: an unreachable source stops passing after ``unreachable_for``.
+
+        The clock runs over failures in a row; a gap longer than ``unreachable_for`` between two (no
+        fetch was needed meanwhile, the source may have been back) starts it again.
+        """
+        if failed.outcome not in BackfillFailed.RETRY:
+            self._unreachable = None
+            return failed
+        now = time.monotonic()
+        first = now
+        if self._unreachable is not None and now - self._unreachable[1] <= self.unreachable_for:
+            first = self._unreachable[0]
+        self._unreachable = (first, now, failed)
+        if now - first < self.unreachable_for:
+            return failed
+        return BackfillFailed(BackfillFailed.FAILED, f"{failed} (for {now - first:.0f}s)")
+
+    def _unreachable_now(self) -> BackfillFailed | None:
+        """The last fetch's failure if the source has been unreachable for less than ``unreachable_for``."""
+        if self._unreachable is None:
+            return None
+        first, last, failed = self._unreachable
+        now = time.monotonic()
+        return failed if now - first < self.unreachable_for and now - last <= self.unreachable_for else None
 
     def _report(self, rv: int, failed: BackfillFailed, seconds: float) -> None:
         """Log a failed fetch at the level its cause deserves, once per cause and minute.

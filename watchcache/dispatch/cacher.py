@@ -32,7 +32,8 @@ what the watcher has pending and tells ``catch_up`` when its client has drained:
     LAGGING --catch_up() replays up to the newest event----------> ACTIVE       (same step: no gap)
     LAGGING --history moved past resume_rv: history_gone()-------> LAGGING, backfilling: catch_up()
                                                                     again once it is there, else
-                                                                    CLOSED (410 Expired)
+                                                                    CLOSED (410 Expired; 429 while
+                                                                    the upstream cannot be asked)
     any ------close(reason): timeout, client gone, shutdown, error-> CLOSED --ended()--> unregistered
 """
 
@@ -59,7 +60,7 @@ from watchcache.cache.semantics import Mode, WatchPlan
 from watchcache.cache.store import CacheConfig, ResourceCache, ResourceVersionTooOld, Span
 from watchcache.dispatch.bodies import ListBodies
 from watchcache.dispatch.dispatcher import Dispatcher
-from watchcache.dispatch.outcomes import BackfillFailed, expired
+from watchcache.dispatch.outcomes import BackfillFailed, RetryLater, before_window
 from watchcache.resources import ResourceType
 from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.watcher import CloseReason, Watcher, WatchSink
@@ -166,6 +167,7 @@ class Cacher:
         "watchers_caught_up",
         "watchers_expired",
         "watchers_lagged",
+        "watchers_retry_later",
         "watchers_terminated",
     )
 
@@ -202,10 +204,12 @@ class Cacher:
         self.list_returned = 0
         self.watch_frames_sent = 0
         self.watch_bytes_sent = 0
-        # Slow-watcher outcomes: fell behind, caught up from history, ended with 410.
+        # Slow-watcher outcomes: fell behind, caught up from history, ended with 410, or with 429
+        # (the history it fell into could not be fetched now: the client watches again from its rv).
         self.watchers_lagged = 0
         self.watchers_caught_up = 0
         self.watchers_expired = 0
+        self.watchers_retry_later = 0
         # Groups of events sharing an rv that arrived in more than one batch (see _group_continued).
         self.split_groups = 0
         # Deliveries that raised, by path ("flush", "dispatch", "replica"): each ended only the
@@ -616,15 +620,20 @@ class Cacher:
             watcher.close(CloseReason.INTERNAL_ERROR)
 
     def _expire(self, watcher: Watcher, error: ResourceVersionTooOld, backfill: BackfillFailed | None) -> None:
+        refusal = before_window(str(error), backfill)
+        if isinstance(refusal, RetryLater):  # the client watches again from its rv, later
+            self.watchers_retry_later += 1
+            watcher.expire(watcher.encoding.error_frame(refusal.status()), CloseReason.RETRY_LATER)
+            return
         self.watchers_expired += 1
-        watcher.expire(watcher.encoding.error_frame(expired(str(error), backfill).status()))
+        watcher.expire(watcher.encoding.error_frame(refusal.status()))
 
     # WatchOwner: told by the watchers ``start_watch`` registered.
     def lagged(self, watcher: Watcher) -> None:
         self.watchers_lagged += 1
 
     def ended(self, watcher: Watcher, reason: str) -> None:
-        if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.EXPIRED):
+        if reason in (CloseReason.BUFFER_OVERFLOW, CloseReason.EXPIRED, CloseReason.RETRY_LATER):
             self.watchers_terminated += 1
         self._backfilled.pop(watcher, None)
         self.dispatcher.remove(watcher)

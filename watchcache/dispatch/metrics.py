@@ -100,7 +100,8 @@ class CacherCollector(Collector):
         }
         slow = CounterMetricFamily(
             "watchcache_slow_watchers",
-            "Watchers that fell behind (lagged), then caught up from history or were ended with 410 (expired)",
+            "Watchers that fell behind (lagged), then caught up from history or were ended with 410 (expired) "
+            "or with 429 (retry_later: the upstream that has the history they need could not be asked)",
             labels=[*lbl, "outcome"],
         )
         failures = CounterMetricFamily(
@@ -146,6 +147,7 @@ class CacherCollector(Collector):
             slow.add_metric([*lv, "lagged"], cacher.watchers_lagged)
             slow.add_metric([*lv, "caught_up"], cacher.watchers_caught_up)
             slow.add_metric([*lv, "expired"], cacher.watchers_expired)
+            slow.add_metric([*lv, "retry_later"], cacher.watchers_retry_later)
             for path in ("flush", "dispatch", "replica"):
                 failures.add_metric([*lv, path], cacher.failures.get(path, 0))
         yield from g.values()
@@ -160,6 +162,7 @@ _FETCH_OUTCOMES = (
     BackfillFailed.BOUND,
     BackfillFailed.MISMATCH,
     BackfillFailed.RELIST,
+    BackfillFailed.UNREACHABLE,
     BackfillFailed.FAILED,
 )
 _REQUEST_OUTCOMES = ("served", *_FETCH_OUTCOMES[1:], BackfillFailed.DEADLINE)
@@ -177,13 +180,14 @@ class BackfillCollector(Collector):
             "watchcache_backfill_fetches",
             "Fetches of history older than the window (from the upstream, or a follower's from its owner), by "
             "outcome: ok, gone (the upstream's 410), bound (a --backfill-* limit or the window's size), mismatch "
-            "(refused: it did not replay to the cache's state), relist, failed",
+            "(refused: it did not replay to the cache's state), relist, unreachable (a connection refused or cut, "
+            "a 429 or 5xx), failed",
             labels=[*lbl, "outcome"],
         )
         requests = CounterMetricFamily(
             "watchcache_backfill_requests",
             "Reads and watches older than the window that waited for a backfill: served, or the outcome that "
-            "made them 410 (deadline: --backfill-wait ran out)",
+            "made them 410 (deadline: --backfill-wait ran out), or 429 (unreachable)",
             labels=[*lbl, "outcome"],
         )
         events = CounterMetricFamily(

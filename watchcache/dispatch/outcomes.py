@@ -2,11 +2,12 @@
 
 A read (``dispatch/reads.py``) or a lagging watcher (``dispatch/cacher.py``) that the cache cannot
 serve ends with a ``Refusal``: not synced yet (429), an rv the cache did not reach in time (504
-"Too large resource version"), an rv before its history (410 Expired), or a read the upstream
-answers instead (``Delegated``). They are values, not HTTP: ``server/`` writes them as a Status,
-an ERROR event of a watch, or a pass-through by reason. Their texts are kube-apiserver's, built
-here once, so that a LIST and a watch at the same old resourceVersion say the same about why the
-proxy could not reach back (``expired``).
+"Too large resource version"), an rv before its history (410 Expired; 429 while the upstream that
+has that history cannot be asked: ``RetryLater``), or a read the upstream answers instead
+(``Delegated``). They are values, not HTTP: ``server/`` writes them as a Status, an ERROR event of
+a watch, or a pass-through by reason. Their texts are kube-apiserver's, built here once, so that a
+LIST and a watch at the same old resourceVersion say the same about why the proxy could not reach
+back (``before_window``).
 
 ``BackfillFailed`` is here, below the cacher, because both the read path and a lagging watcher's
 410 word it (``dispatch/backfill.py`` raises it).
@@ -28,7 +29,10 @@ class BackfillFailed(Exception):
     BOUND = "bound"  # a limit: span events or bytes, memory budget, room in the window
     MISMATCH = "mismatch"  # the span did not replay to the cache's state (ResourceCache.backfill refused it)
     RELIST = "relist"  # the rv is before a relist of this cache
-    FAILED = "failed"  # the upstream (or the owner) could not be asked: error, timeout, connection
+    # The upstream (or the owner) could not be asked now: a connection refused or cut, a 429 or 5xx
+    # answer. Passing: the client is told to retry (429), not to relist (see ``before_window``).
+    UNREACHABLE = "unreachable"
+    FAILED = "failed"  # anything else: a malformed answer, no proof of completeness, the fetch's timeout
     DEADLINE = "deadline"  # the request's wait ran out
     OFF = "off"  # this cache has no source of older history
 
@@ -37,6 +41,8 @@ class BackfillFailed(Exception):
     # Outcomes after which the proxy says what kube-apiserver says, nothing added: the history is
     # gone upstream too, or this cache never reaches back (as kube's watch cache).
     AS_KUBE = frozenset({GONE, OFF})
+    # Outcomes that may pass: the request is answered 429 with Retry-After instead of 410.
+    RETRY = frozenset({UNREACHABLE})
 
     def __init__(self, outcome: str, message: str) -> None:
         super().__init__(message)
@@ -83,6 +89,21 @@ class Expired(Refusal):
         return apierrors.resource_expired(self.message, list_continue=self.list_continue)
 
 
+@dataclass(frozen=True, slots=True)
+class RetryLater(Refusal):
+    """The history before the window is upstream, which cannot be asked now: kube's 429 with Retry-After.
+
+    Not 410: a client-go reflector relists on 410, and backs off and watches again from the same
+    rv on 429 (also as a watch's ERROR event), as it does when kube-apiserver refuses a connection.
+    The retry is served once the upstream answers, or meets the upstream's own 410.
+    """
+
+    message: str
+
+    def status(self) -> apierrors.StatusError:
+        return apierrors.too_many_requests(self.message, 1)
+
+
 class Delegation(enum.Enum):
     """Why the upstream answers a cached read instead (``server/`` counts it as a pass-through reason)."""
 
@@ -106,16 +127,23 @@ CONTINUE_TOO_OLD = (
 )
 
 
-def expired(kube_message: str, backfill: BackfillFailed | None, list_continue: str | None = None) -> Expired:
-    """The 410 of a read or watch before the window: kube's words, and why the proxy could not reach back.
+def before_window(
+    kube_message: str, backfill: BackfillFailed | None, list_continue: str | None = None
+) -> Expired | RetryLater:
+    """The answer to a read or watch before the window: kube's 410, and why the proxy could not reach back.
 
     ``kube_message`` is what kube-apiserver says to that request (``LIST_TOO_OLD`` to a LIST, "too old
     resource version: N (M)" to a watch). Nothing is added when no backfill was tried, when the
     upstream itself has compacted the rv, or when this cache has no source of older history
-    (``BackfillFailed.AS_KUBE``): the client is told what kube-apiserver tells it. Any other outcome
-    (a bound, a relist of this cache, an upstream that could not be asked, the wait running out) is
-    the proxy's own limit, said in the same words to a LIST and to a watch.
+    (``BackfillFailed.AS_KUBE``): the client is told what kube-apiserver tells it. An upstream that
+    could not be asked now (``BackfillFailed.RETRY``) gets ``RetryLater``: the history may still be
+    there, and a relist is what the proxy exists to spare. Any other outcome (a bound, a relist of
+    this cache, the wait running out) is the proxy's own limit, said in the same words to a LIST and
+    to a watch.
     """
     if backfill is None or backfill.outcome in BackfillFailed.AS_KUBE:
         return Expired(kube_message, list_continue)
+    if backfill.outcome in BackfillFailed.RETRY:
+        # Not kube's words for an old rv: a client that matched "too old" in the message would relist.
+        return RetryLater(f"the proxy could not fetch the history older than its cache now, retry: {backfill}")
     return Expired(f"{kube_message} (the proxy could not fetch the older history: {backfill})", list_continue)

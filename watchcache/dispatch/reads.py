@@ -17,6 +17,7 @@ and writes the outcome::
     the state read, with no await from here on (invariants 2, 3, 4)
       |  GET: the object (or None)      LIST: the Snapshot      WATCH: a registered Watcher
       +--before the window: Expired (410; kube's words, and why the proxy could not reach back)
+      +--before the window, the upstream that has its history unreachable now: RetryLater (429)
       +--Exact before the window, an upstream that may still have it: Delegated(OLD_EXACT_READ)
 
 A GET without resourceVersion never gets here when the upstream reads it from etcd: that is known
@@ -49,8 +50,9 @@ from watchcache.dispatch.outcomes import (
     Expired,
     NotReady,
     Refusal,
+    RetryLater,
     TooLarge,
-    expired,
+    before_window,
 )
 from watchcache.resources import ResourceType
 from watchcache.watchers.watcher import Watcher, WatchSink
@@ -209,7 +211,7 @@ def snapshot_at(
             return Expired(CONTINUE_TOO_OLD, token)
         if ctx.upstream.answers_old_reads:
             return _OLD_EXACT_READ
-        return expired(LIST_TOO_OLD, backfill)
+        return before_window(LIST_TOO_OLD, backfill)
     except ResourceVersionTooNew as e:  # the cache moved backwards: a relist restarted it
         return TooLarge(e.requested, e.current)
 
@@ -227,11 +229,14 @@ async def admit_watch(ctx: ReadContext, cacher: Cacher, plan: WatchPlan, namespa
     return refused
 
 
-async def start_watch(ctx: ReadContext, cacher: Cacher, request: WatchRequest, sink: WatchSink) -> Watcher | Expired:
+async def start_watch(
+    ctx: ReadContext, cacher: Cacher, request: WatchRequest, sink: WatchSink
+) -> Watcher | Expired | RetryLater:
     """Start an admitted watch: a registered watcher whose first frames are its initial events or backlog.
 
     A start rv before the window waits for the history before it first; then ``Cacher.start_watch``
-    runs without an ``await`` (invariant 2). Before the window still: ``Expired``, nothing registered.
+    runs without an ``await`` (invariant 2). Before the window still: ``Expired`` (or ``RetryLater``),
+    nothing registered.
     """
     plan = request.plan
     backfill = None
@@ -240,4 +245,4 @@ async def start_watch(ctx: ReadContext, cacher: Cacher, request: WatchRequest, s
     try:
         return cacher.start_watch(request, sink)
     except ResourceVersionTooOld as e:
-        return expired(str(e), backfill)
+        return before_window(str(e), backfill)

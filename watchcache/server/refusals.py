@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from watchcache.dispatch.outcomes import Delegated, Delegation, Expired, NotReady, Refusal, TooLarge
+from watchcache.dispatch.outcomes import Delegated, Delegation, Expired, NotReady, Refusal, RetryLater, TooLarge
 from watchcache.server.negotiation import PassReason
 
 
@@ -31,5 +31,5 @@ def refuse(refusal: Refusal) -> NoReturn:
     """Raise what answers ``refusal``: ``PassThrough`` by its reason, else its Status (``StatusError``)."""
     if isinstance(refusal, Delegated):
         raise PassThrough(_PASS_REASONS[refusal.reason])
-    assert isinstance(refusal, (NotReady, TooLarge, Expired)), refusal
+    assert isinstance(refusal, (NotReady, TooLarge, Expired, RetryLater)), refusal
     raise refusal.status()

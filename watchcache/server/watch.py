@@ -21,7 +21,7 @@ from watchcache.cache.encoding import FULL_JSON, Encoding
 from watchcache.cache.semantics import ListOptions, plan_watch
 from watchcache.dispatch import reads
 from watchcache.dispatch.cacher import Cacher, WatchRequest
-from watchcache.dispatch.outcomes import Expired, Refusal, TooLarge
+from watchcache.dispatch.outcomes import Expired, Refusal, RetryLater, TooLarge
 from watchcache.http.flowcontrol import ConnectionClosed
 from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
@@ -268,12 +268,12 @@ async def serve_watch(
             max_pending_bytes=ctx.config.watch_max_pending_bytes,
             budget=ctx.watch_budget,
         )
-        outcome = await reads.start_watch(ctx, cacher, request, stream)  # a Watcher, or 410 before the window
+        outcome = await reads.start_watch(ctx, cacher, request, stream)  # a Watcher, or 410/429 before the window
     else:
         outcome = refused  # an rv the cache did not reach in time: 504
     if isinstance(outcome, Refusal):
         # Once a watch is accepted, kube reports errors as an ERROR event, then ends it.
-        assert isinstance(outcome, (TooLarge, Expired)), outcome
+        assert isinstance(outcome, (TooLarge, Expired, RetryLater)), outcome
         response.write_chunk([encoding.error_frame(outcome.status())])
         response.end_chunked()
         return None

@@ -227,6 +227,7 @@ def _backfill(args: argparse.Namespace) -> BackfillLimits:
     limits = BackfillLimits(
         enabled=args.backfill,
         wait=args.backfill_wait,
+        unreachable_for=args.backfill_unreachable_for,
         max_events=args.backfill_max_events,
         max_bytes=args.backfill_max_bytes,
         concurrency=args.backfill_concurrency,

@@ -106,7 +106,7 @@ class Follower:
             # the next stream: if answering it is what cut the stream (the owner's answer raised), an
             # immediate re-ask cuts the next one too, in a loop (970 streams in 5 s, seen in a test).
             # ``Backfills`` retries a failed fetch after its backoff, a bounded number of times.
-            ended = BackfillFailed(BackfillFailed.FAILED, "the follow stream ended before the owner answered")
+            ended = BackfillFailed(BackfillFailed.UNREACHABLE, "the follow stream ended before the owner answered")
             for fut in self._asked.values():
                 if not fut.done():
                     fut.set_exception(ended)
@@ -344,7 +344,12 @@ class Followers:
             follower.fetch_timeout = limits.fetch_timeout
             owner = f"the owner ({os.path.basename(follower.socket_path)})"
             cacher.backfills = Backfills(
-                cacher, follower.fetch, wait=limits.wait, coalesce=limits.coalesce, source=owner
+                cacher,
+                follower.fetch,
+                wait=limits.wait,
+                coalesce=limits.coalesce,
+                source=owner,
+                unreachable_for=limits.unreachable_for,
             )
         self.cachers[resource] = cacher
         self.followers[resource] = (follower, asyncio.ensure_future(follower.run()))

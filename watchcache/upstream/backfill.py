@@ -59,6 +59,11 @@ WATCH_TIMEOUT = 3
 # Watches without a proof before the fetch gives up (bookmarks are best effort): ~9 s.
 WATCH_ROUNDS = 3
 
+# Answers that say "not now" (kube-apiserver's 429, and what a failing apiserver or the load
+# balancer before it answers): the fetch is worth asking again later, so clients are told to
+# retry rather than to relist (``dispatch.outcomes.before_window``).
+_PASSING_CODES = frozenset({429, 500, 502, 503, 504})
+
 _REFUSED = {
     BackfillRefused.RELIST: BackfillFailed.RELIST,
     BackfillRefused.ROOM: BackfillFailed.BOUND,
@@ -120,7 +125,10 @@ class UpstreamBackfill:
     def backfills(self, cacher: Cacher, codec: Codec | None = None) -> Backfills:
         """The single flight of ``cacher``'s backfills, fetching here in ``codec``'s encoding (JSON by default)."""
         fetch = functools.partial(self.__call__, codec=codec or JsonCodec(cacher.resource))
-        return Backfills(cacher, fetch, wait=self.limits.wait, coalesce=self.limits.coalesce)
+        limits = self.limits
+        return Backfills(
+            cacher, fetch, wait=limits.wait, coalesce=limits.coalesce, unreachable_for=limits.unreachable_for
+        )
 
     async def __call__(self, cacher: Cacher, rv: int, codec: Codec | None = None) -> Fetched:
         limits = self.limits
@@ -133,8 +141,11 @@ class UpstreamBackfill:
         except UpstreamError as e:
             if e.code == 410:
                 raise BackfillFailed(BackfillFailed.GONE, f"the upstream answered 410: {_message(e)}") from None
-            raise BackfillFailed(BackfillFailed.FAILED, f"the upstream answered {e.code}: {_message(e)}") from None
-        except (aiohttp.ClientError, WatchStalled, OSError, ValueError, KeyError, TypeError) as e:
+            outcome = BackfillFailed.UNREACHABLE if e.code in _PASSING_CODES else BackfillFailed.FAILED
+            raise BackfillFailed(outcome, f"the upstream answered {e.code}: {_message(e)}") from None
+        except (aiohttp.ClientError, WatchStalled, OSError) as e:  # refused, reset, cut mid-answer, silent
+            raise BackfillFailed(BackfillFailed.UNREACHABLE, f"{type(e).__name__}: {e}") from None
+        except (ValueError, KeyError, TypeError) as e:  # a malformed answer
             raise BackfillFailed(BackfillFailed.FAILED, f"{type(e).__name__}: {e}") from None
 
 

@@ -71,6 +71,9 @@ class CloseReason(enum.StrEnum):
     BUFFER_OVERFLOW = "buffer_overflow"
     SHUTDOWN = "shutdown"
     EXPIRED = "expired"
+    # It fell behind its window and the history it needs could not be fetched now (the upstream
+    # unreachable): a 429 ERROR event, after which a client watches again from its rv.
+    RETRY_LATER = "retry_later"
     # Delivering to this watcher raised (a bug on its path); its client resumes or relists.
     INTERNAL_ERROR = "internal_error"
     # The cache of its kind stopped (idle, over the memory budget, or its CRD deleted): the stream
@@ -296,14 +299,14 @@ class Watcher:
         self._enqueue(frame, rv)
         return True
 
-    def expire(self, error: bytes) -> None:
-        """End the watch with ``error`` (an ERROR frame, 410) after what is pending: the client relists."""
+    def expire(self, error: bytes, reason: CloseReason = CloseReason.EXPIRED) -> None:
+        """End the watch with ``error`` (an ERROR frame) after what is pending: on 410 the client relists."""
         if self.closed:
             return
         self.pending.append(error)
         self.pending_rv.append(self.last_rv)
         self.pending_n.append(0)
-        self.close(CloseReason.EXPIRED)
+        self.close(reason)
 
     def _enqueue(self, frame: bytes, rv: int, count: int = 1) -> None:
         was_empty = not self.pending
