@@ -230,6 +230,20 @@ def test_a_fetch_that_returns_without_reaching_the_rv_fails_its_requests() -> No
     assert result is not None and result.outcome == BackfillFailed.FAILED
 
 
+def test_requests_waiting_when_the_cache_stops_are_told_to_retry_not_to_relist() -> None:
+    """A shutdown (or a cache dropped) under a waiting request: the history is still upstream, 429 not 410."""
+
+    async def go() -> BackfillFailed | None:
+        cacher = cacher_with(FakeUpstream(delay=5.0))
+        waiting = asyncio.ensure_future(reach_back(cacher, 90, 5.0))
+        await until(lambda: cacher.backfills is not None and cacher.backfills.waiting == 1)
+        cacher.stop()
+        return await waiting
+
+    failed = asyncio.run(go())
+    assert failed is not None and failed.outcome == BackfillFailed.UNREACHABLE and "stopped" in str(failed)
+
+
 @pytest.mark.parametrize("rv", [HEAD, HEAD + 5])
 def test_no_fetch_for_an_rv_the_window_reaches(rv: int) -> None:
     async def go() -> tuple[BackfillFailed | None, FakeUpstream]:

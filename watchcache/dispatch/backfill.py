@@ -187,9 +187,11 @@ class Backfills:
     def stop(self) -> None:
         if self._pump is not None:
             self._pump.cancel()
+        # The cache stops (the proxy shuts down, or it is dropped): its history is still upstream, so
+        # 429 (retry from the same rv, on the next process or cache), not 410.
         for _, fut in self._waiters:
             if not fut.done():
-                fut.set_exception(BackfillFailed(BackfillFailed.FAILED, "shutting down"))
+                fut.set_exception(BackfillFailed(BackfillFailed.UNREACHABLE, "the cache stopped (shutting down)"))
                 fut.exception()  # retrieved: its request may be gone
 
     async def _run(self) -> None:
