@@ -20,7 +20,7 @@ import pytest
 from loadtest.locust import report, stack
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_SECONDS = 20
+RUN_SECONDS = 10
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def small_stack() -> Iterator[stack.Stack]:
 
 @pytest.mark.timeout(120)
 def test_steady_run_has_traffic_timed_events_and_no_failures(small_stack: stack.Stack, tmp_path: Path) -> None:
-    # One test, one run: split in two, xdist could run two 20-s locust runs at once.
+    # One test, one run: split in two, xdist could run two locust runs at once.
     cmd = [
         sys.executable,
         "-m",
