@@ -34,7 +34,10 @@ def relist_points_in(lines: Iterable[str]) -> dict[str, set[int]]:
     return out
 
 
-def _log_time(line: str) -> float:
+def log_time(line: str) -> float | None:
+    """The wall-clock time a watchcache log line is stamped with (its local time), None if it has no stamp."""
+    if not LOG_TIME.match(line):
+        return None
     return time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
 
 
@@ -45,7 +48,8 @@ def lines_near(log_path: Path, when: float, before: float = 3.0, after: float = 
         return []
     out = []
     for line in log_path.read_text("utf-8", "replace").splitlines():
-        if LOG_TIME.match(line) and when - before <= _log_time(line) <= when + after:
+        t = log_time(line)
+        if t is not None and when - before <= t <= when + after:
             out.append(line[:300])
     return out[-limit:]
 
@@ -59,6 +63,7 @@ def relist_times(log_path: Path) -> dict[str, list[tuple[float, int]]]:
         return out
     for line in log_path.read_text("utf-8", "replace").splitlines():
         m = RELISTED.search(line)
-        if m and LOG_TIME.match(line):
-            out.setdefault(m.group(1), []).append((_log_time(line), int(m.group(2))))
+        t = log_time(line) if m else None
+        if m and t is not None:
+            out.setdefault(m.group(1), []).append((t, int(m.group(2))))
     return out

@@ -34,19 +34,13 @@ import sys
 import tempfile
 import time
 import urllib.request
-from datetime import datetime
 from pathlib import Path
 
+from harness.proxylog import log_time
 from loadtest.bench import lib as bl
 
-STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 PHASES = ("supervisor up", "workers up", "listening", "discovered", "synced", "group ready", "/readyz 200",
           "client watching")  # fmt: skip
-
-
-def stamp(line: str) -> float | None:
-    m = STAMP.match(line)
-    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() if m else None
 
 
 def phases(log: str, t0: float, workers: int) -> dict[str, float]:
@@ -55,7 +49,7 @@ def phases(log: str, t0: float, workers: int) -> dict[str, float]:
     first: dict[str, float] = {}
     last_of: dict[str, float] = {}
     for line in log.splitlines():
-        t = stamp(line)
+        t = log_time(line)
         if t is None:
             continue
         rel = t - t0
