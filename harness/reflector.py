@@ -16,8 +16,9 @@ Written from client-go v1.36 (``tools/cache/reflector.go``, ``util/watchlist``, 
 The reflector's rules, as client-go: LIST with ``resourceVersion=0&limit=500`` at start (the pager
 follows ``continue`` tokens), then WATCH from the list's resourceVersion with bookmarks; a watch
 that ends is resumed from the last resourceVersion seen (event or bookmark) without a list; a 410
-(or a too-large resourceVersion) relists (from ``""``); a decode error or an ERROR event ends the
-watch with an error, and the reflector relists; a watch that ends within a second with no event is
+(or a too-large resourceVersion) relists (from ``""``); a 429 (the watch's status or an ERROR
+event) backs off and watches again from the same resourceVersion; a decode error or any other ERROR
+event ends the watch with an error, and the reflector relists; a watch that ends within a second with no event is
 "very short" and relists too. Every list, watch, 410 and decode error is counted. A decode error is
 what client-go's decoder would refuse: an object of another kind than the informer's (typed:
 ``kind``/``apiVersion`` of each watch object, as the JSON decoder needs them; protobuf: the
@@ -77,12 +78,20 @@ FLAVORS = {
 }
 
 
+# client-go's first backoff (reflector.go, defaultBackoffInit) before it watches again after a 429.
+RETRY_AFTER_429 = 0.8
+
+
 class DecodeError(Exception):
     pass
 
 
 class Expired(Exception):
     pass
+
+
+class TooManyRequests(Exception):
+    """A 429 to a watch (its status, or an ERROR event): client-go backs off and watches again from its rv."""
 
 
 @dataclass(repr=False)
@@ -104,6 +113,7 @@ class Informer:
     list_requests: int = 0  # LIST requests (pages)
     watches: int = 0
     expired: int = 0  # 410s and too-large resourceVersions
+    retried: int = 0  # watches answered 429 and tried again from the same rv (no relist)
     decode_errors: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     events: int = 0
@@ -117,6 +127,7 @@ class Informer:
     def __repr__(self) -> str:
         counts = (
             f"lists={self.lists} list_requests={self.list_requests} watches={self.watches} expired={self.expired} "
+            f"retried={self.retried} "
             f"decode_errors={len(self.decode_errors)} events={self.events} bookmarks={self.bookmarks}"
         )
         media = ",".join(sorted(m.removeprefix("application/") for m in self.media))
@@ -135,6 +146,9 @@ class Informer:
             except Expired:
                 self.expired += 1
                 self.rv_unavailable = True
+            except TooManyRequests:  # a watch-list's: client-go tries it again after its backoff
+                self.retried += 1
+                self.stop.wait(RETRY_AFTER_429)
             except DecodeError as e:
                 self.decode_errors.append(str(e))
             except (OSError, ValueError, AssertionError) as e:
@@ -219,6 +233,9 @@ class Informer:
         if stream.status in (410, 504):
             stream.close()
             raise Expired(f"watch: {stream.status}")
+        if stream.status == 429:
+            stream.close()
+            raise TooManyRequests("watch: 429")
         if stream.status != 200:
             body = stream.resp.read()[:300]
             stream.close()
@@ -229,10 +246,15 @@ class Informer:
     def watch(self, stream: WatchReader | None) -> None:
         """Watches from ``rv`` until stopped; returns to relist (an Expired or DecodeError propagates)."""
         while not self.stop.is_set():
-            if stream is None:
-                params = {"allowWatchBookmarks": True, "resourceVersion": self.rv,
-                          "timeoutSeconds": self.watch_seconds, "watch": True}  # fmt: skip
-                stream = self.open_watch(params)
+            try:
+                if stream is None:
+                    params = {"allowWatchBookmarks": True, "resourceVersion": self.rv,
+                              "timeoutSeconds": self.watch_seconds, "watch": True}  # fmt: skip
+                    stream = self.open_watch(params)
+            except TooManyRequests:
+                self.retried += 1
+                self.stop.wait(RETRY_AFTER_429)
+                continue
             started, count = time.monotonic(), 0
             try:
                 while True:
@@ -250,6 +272,10 @@ class Informer:
                         self.store.pop(_key(meta), None)
                     else:
                         self.store[_key(meta)] = meta
+            except TooManyRequests:
+                self.retried += 1
+                self.stop.wait(RETRY_AFTER_429)
+                continue  # (the stream is closed below)
             finally:
                 stream.close()
                 stream = None
@@ -270,6 +296,8 @@ class Informer:
             code = obj.get("code")
             if code in (410, 504):
                 raise Expired(f"watch ERROR {code}")
+            if code == 429:
+                raise TooManyRequests(f"watch ERROR: {obj}")
             raise OSError(f"watch ERROR: {obj}")
         if kind not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
             raise DecodeError(f"unknown watch event type {kind!r}")
