@@ -34,7 +34,10 @@ NAMESPACE, POD = "watchcache", "watchcache-0"
 RESOURCES = ("pods", "configmaps", "namespaces")
 # Scraped every 2 s (a 2-worker /metrics gathers both workers: slow on a loaded machine): rates over
 # 20 s have about 10 points.
-VARIABLES = {"$__rate_interval": "20s", "$namespace": NAMESPACE, "$pod": ".*", "${datasource}": ""}
+# Seconds of traffic, of the rate window the queries read, and of scrapes that must all have
+# succeeded: 6 scrapes at 2 s, enough for every rate() and quantile the dashboard draws.
+WINDOW = 12
+VARIABLES = {"$__rate_interval": f"{WINDOW}s", "$namespace": NAMESPACE, "$pod": ".*", "${datasource}": ""}
 
 
 @dataclass
@@ -93,7 +96,7 @@ def start_prometheus(target: str) -> Prometheus:
     raise AssertionError("prometheus did not scrape the proxy in 30 s")
 
 
-def wait_scraped(prometheus: Prometheus, seconds: float = 20.0, timeout: float = 90.0) -> None:
+def wait_scraped(prometheus: Prometheus, seconds: float = WINDOW, timeout: float = 90.0) -> None:
     """Until every scrape of the last ``seconds`` succeeded (a scrape can time out on a loaded machine)."""
     deadline = time.monotonic() + timeout
     query = f'min_over_time(up{{job="watchcache"}}[{seconds:.0f}s]) == 1'

@@ -17,6 +17,7 @@ import pytest
 from harness.tools import require
 from tests.deploy.livedashboard import (
     RESOURCES,
+    WINDOW,
     LiveStack,
     alert_expressions,
     evaluate,
@@ -34,7 +35,7 @@ WATCHES = 24  # half on pods, half on configmaps
 def stack() -> Iterator[LiveStack]:
     require("prometheus", "apt-get install prometheus (.ci/run does)")
     with live_stack(WATCHES) as s:
-        traffic(s, 20)
+        traffic(s, WINDOW)
         wait_scraped(s.prometheus)
         yield s
 
