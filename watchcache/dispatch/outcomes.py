@@ -10,7 +10,7 @@ LIST and a watch at the same old resourceVersion say the same about why the prox
 back (``before_window``).
 
 ``BackfillFailed`` is here, below the cacher, because both the read path and a lagging watcher's
-410 word it (``dispatch/backfill.py`` raises it).
+410 (or 429) word it (``dispatch/backfill.py`` raises it).
 """
 
 from __future__ import annotations
