@@ -114,6 +114,8 @@ class PhaseResult:
     relists_proxy: int = 0
     relists_upstream: int = 0
     errors: int = 0
+    # Of the errors, 429s: the client backs off and watches again from its rv (no relist).
+    retried: int = 0
     violations: int = 0
 
 
@@ -809,6 +811,8 @@ class Campaign:
                             p.relists_upstream += 1
                     else:
                         p.errors += 1
+                        if rec[1] == 429:
+                            p.retried += 1
             for pi in affected:
                 self.phases[pi].clients_affected += 1
             for v in by_client[inf.id].violations:
@@ -961,7 +965,8 @@ def summary(result: dict[str, Any]) -> str:
     )
     out.append(
         f"relists caused by the proxy's own faults: {t['relists_proxy']:,}; forced by the upstream (compacted or "
-        f"outside its window, or after the proxy's relist on the upstream's 410): {t['relists_upstream']:,}"
+        f"outside its window, or after the proxy's relist on the upstream's 410): {t['relists_upstream']:,}; "
+        f"429s (the client retried from its rv): {sum(p.get('retried', 0) for p in result['phases']):,}"
     )
     lin = result["linearizability"]
     out.append(

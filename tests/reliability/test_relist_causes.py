@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from harness.proxylog import relist_times
@@ -75,3 +76,32 @@ def test_a_relist_put_on_the_proxy_carries_its_evidence_into_the_summary(tmp_pat
         }
     )  # fmt: skip
     assert "c007" in text and "too old resource version: 60 (70)" in text and "worker 1 exited" in text
+
+
+def test_a_429_is_an_error_the_client_retried_from_its_rv_and_no_relist(tmp_path: Path) -> None:
+    """The proxy tells a client to come back (429) while the history it needs cannot be fetched: the
+    report counts those apart from the 410s, which are relists."""
+    from harness.checker import ClientResult, Report, WatchSpec
+    from harness.fleet import Informer
+    from loadtest.chaos.campaign import PhaseResult, summary
+
+    c = campaign(tmp_path)
+    c.phases = [PhaseResult("combined", 0.0)]
+    inf = Informer("c001", "http://127.0.0.1:1", WatchSpec(resource="pods"), session=None)  # type: ignore[arg-type]
+    inf.records = [("list", 40, {}, None), ("reconnect", 40), ("error", 429), ("reconnect", 40), ("error", 500)]
+    inf.marks = [(0, 0)]
+    c.informers = [inf]
+    c.attribute(Report(clients=[ClientResult("c001", inf.spec)]))
+    [p] = c.phases
+    assert (p.errors, p.retried, p.relists, p.reconnects) == (2, 1, 0, 1)
+    text = summary(
+        {
+            "totals": {"events": 0, "reconnects": 1, "relists": 0, "relists_proxy": 0, "relists_upstream": 0,
+                       "violations": 0},
+            "phases": [asdict(p)], "clients": 1, "upstream_writes": 0, "final_rv": 0, "writes_ok": 0,
+            "writes_failed": 0, "relist_groups_accepted": 0, "replays_tolerated": 0, "not_converged": [],
+            "check_seconds": 0, "wall_seconds": 0, "violations_by_kind": {}, "known_bugs": "none", "violations": [],
+            "linearizability": {"operations": 0, "violations": 0, "examples": []},
+        }
+    )  # fmt: skip
+    assert "429s (the client retried from its rv): 1" in text
