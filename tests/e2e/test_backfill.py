@@ -220,7 +220,9 @@ def test_a_watch_from_before_the_window_is_told_to_retry_while_the_upstream_is_d
     argv = python_m("watchcache", "sim", "--listen", f"127.0.0.1:{sim_port}", "--objects", "10", "--namespaces", "1")
     sim = Proc([*argv, "--churn", "0", "--state-file", str(tmp_path / "journal")], name="sim").up(30)
     port = free_port()
-    proxy = start_proxy(sim, port, key, "--backfill-wait", "2")
+    # (A follower's request hears "unreachable" from its owner after the owner's three attempts, ~1.5 s:
+    # a wait shorter than that would end in the proxy's own deadline, a 410, on a loaded machine.)
+    proxy = start_proxy(sim, port, key, "--backfill-wait", "5")
     try:
         for i in range(3):
             assert request(sim.url, "POST", CM, configmap(f"c{i}", "ns-0", v="0")).status == 201
@@ -228,7 +230,7 @@ def test_a_watch_from_before_the_window_is_told_to_retry_while_the_upstream_is_d
         for i in range(5):
             write(sim, f"c{i % 3}", round=str(i + 1))
         kill_group(proxy)
-        proxy = start_proxy(sim, port, key, "--backfill-wait", "2")  # its window starts after ``held``
+        proxy = start_proxy(sim, port, key, "--backfill-wait", "5")  # its window starts after ``held``
         sim.kill()
         event = first_event(proxy.url, held)
         status = event["object"]
