@@ -153,21 +153,23 @@ def test_an_unreachable_source_gets_its_requests_told_to_retry_for_a_bounded_tim
     failures in a row; then FAILED (410, relist), so no client retries for ever; a quiet gap restarts it."""
 
     async def go() -> tuple[list[BackfillFailed | None], Backfills]:
+        now = [0.0]
         fetch = FakeUpstream(fail=True, unreachable=True)
-        cacher = cacher_with(fetch, attempts=1, backoff=Backoff(0.0, 0.0), unreachable_for=0.3)
+        cacher = cacher_with(fetch, attempts=1, backoff=Backoff(0.0, 0.0), unreachable_for=60.0, clock=lambda: now[0])
         assert cacher.backfills is not None
         got = [await reach_back(cacher, 10, 5.0)]
-        await asyncio.sleep(0.2)
-        got.append(await reach_back(cacher, 10, 5.0))  # 0.2 s of failures in a row: still passing
-        await asyncio.sleep(0.2)
-        got.append(await reach_back(cacher, 10, 5.0))  # 0.4 s: longer than unreachable_for
-        await asyncio.sleep(0.4)
-        got.append(await reach_back(cacher, 10, 5.0))  # after a gap with no fetch: a new outage
+        now[0] = 30.0
+        got.append(await reach_back(cacher, 10, 5.0))  # 30 s of failures in a row: still passing
+        now[0] = 61.0
+        got.append(await reach_back(cacher, 10, 5.0))  # 61 s: longer than unreachable_for
+        now[0] = 200.0
+        got.append(await reach_back(cacher, 10, 5.0))  # after a gap with no fetch (139 s): a new outage
         return got, cacher.backfills
 
     got, backfills = asyncio.run(go())
     assert [r.outcome if r else None for r in got] == ["unreachable", "unreachable", "failed", "unreachable"]
     assert all("connection refused" in str(r) for r in got)
+    assert str(got[2]).endswith("(for 61s)")
     assert backfills.fetches == {"unreachable": 4}  # what the fetches met
     assert backfills.requests == {"unreachable": 3, "failed": 1}  # what the requests were told
 

@@ -113,6 +113,7 @@ class Backfills:
         attempts: int = 3,
         backoff: Backoff | None = None,
         unreachable_for: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cacher = cacher
         self.fetch = fetch
@@ -123,6 +124,8 @@ class Backfills:
         self.attempts = attempts
         self.backoff = backoff or Backoff(0.5, 10.0)
         self.unreachable_for = unreachable_for
+        # Times the unreachable streak (tests move it; the backoff and waits run on the loop's time).
+        self.clock = clock
         # (first, last, the last's error) of the fetches that found the source unreachable, in a row.
         self._unreachable: tuple[float, float, BackfillFailed] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -267,7 +270,7 @@ class Backfills:
         if failed.outcome not in BackfillFailed.RETRY:
             self._unreachable = None
             return failed
-        now = time.monotonic()
+        now = self.clock()
         first = now
         if self._unreachable is not None and now - self._unreachable[1] <= self.unreachable_for:
             first = self._unreachable[0]
@@ -281,7 +284,7 @@ class Backfills:
         if self._unreachable is None:
             return None
         first, last, failed = self._unreachable
-        now = time.monotonic()
+        now = self.clock()
         return failed if now - first < self.unreachable_for and now - last <= self.unreachable_for else None
 
     def _report(self, rv: int, failed: BackfillFailed, seconds: float) -> None:
