@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 
 import orjson
 import pytest
@@ -175,15 +176,53 @@ def test_an_unreachable_source_gets_its_requests_told_to_retry_for_a_bounded_tim
 
 
 def test_a_request_whose_wait_runs_out_while_the_source_is_unreachable_is_told_to_retry() -> None:
-    """Waiting out the backoff between fetches that found the upstream down is not a slow fetch: 429, not 410."""
+    """Waiting for a fetch that follows one that found the upstream down is not a slow fetch: 429, not 410."""
 
-    async def go() -> BackfillFailed | None:
-        cacher = cacher_with(FakeUpstream(fail=True, unreachable=True), backoff=Backoff(5.0, 5.0))
-        return await reach_back(cacher, 10, 0.2)
+    async def go() -> tuple[BackfillFailed | None, list[int]]:
+        fetched: list[int] = []
 
-    failed = asyncio.run(go())
+        async def down_then_slow(cacher: Cacher, rv: int) -> Fetched:
+            fetched.append(rv)
+            if len(fetched) == 1:
+                raise BackfillFailed(BackfillFailed.UNREACHABLE, "connection refused")
+            await asyncio.sleep(30)  # the second attempt hangs past the request's wait
+            raise AssertionError("not reached")
+
+        cacher = Cacher(PODS)
+        cacher.replace([pod("a", "ns", HEAD)], HEAD)
+        cacher.backfills = Backfills(cacher, down_then_slow, coalesce=0.0, backoff=Backoff(0.01, 0.01))
+        failed = await reach_back(cacher, 10, 0.3)
+        cacher.backfills.stop()
+        return failed, fetched
+
+    failed, fetched = asyncio.run(go())
+    assert fetched == [10, 10]  # it waited through the second attempt
     assert failed is not None and failed.outcome == BackfillFailed.UNREACHABLE
-    assert re.fullmatch(r"the history before \d+ was not fetched within 0.2s: connection refused", str(failed))
+    assert re.fullmatch(r"the history before \d+ was not fetched within 0.3s: connection refused", str(failed))
+
+
+def test_while_the_source_is_down_a_request_that_would_wait_past_the_next_attempt_is_told_at_once() -> None:
+    """When the backoff has grown past a request's wait, it cannot be served in time: the 429 comes now,
+    for those waiting (when the fetch fails) and for those arriving (before the next attempt)."""
+
+    async def go() -> tuple[list[BackfillFailed | None], FakeUpstream, float]:
+        fetch = FakeUpstream(fail=True, unreachable=True)
+        cacher = cacher_with(fetch, backoff=Backoff(30.0, 30.0))  # the next attempt 15-30 s away
+        started = time.monotonic()
+        waiting = await reach_back(cacher, 10, 10.0)  # fails with the first fetch, not at 10 s
+        arriving = await reach_back(cacher, 10, 10.0)  # fails before any fetch
+        return [waiting, arriving], fetch, time.monotonic() - started
+
+    got, fetch, seconds = asyncio.run(go())
+    assert fetch.fetched == [10]
+    for failed in got:
+        assert failed is not None and failed.outcome == BackfillFailed.UNREACHABLE
+        assert re.fullmatch(
+            r"the history before \d+ cannot be fetched before this request's wait ends"
+            r" \(the next attempt is in \d+\.\ds\): connection refused",
+            str(failed),
+        ), failed
+    assert seconds < 10.0  # neither waited for its wait to end
 
 
 def test_a_request_gives_up_at_its_deadline_and_the_fetch_serves_the_next_ones() -> None:

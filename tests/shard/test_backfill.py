@@ -255,6 +255,38 @@ async def test_an_rv_the_upstream_compacted_is_the_followers_410_too(tmp_path: P
         worker.kill()
 
 
+@arun
+async def test_an_owner_that_cannot_reach_the_upstream_is_asked_once_and_its_429_is_the_followers(
+    tmp_path: Path,
+) -> None:
+    """The owner answers "unreachable" after its own attempts: the follower does not ask again (each ask
+    would repeat them behind the owner's growing backoff), so its client hears the 429 as soon as the
+    owner's do, not at the end of its wait."""
+    up = Upstream()
+    for i in range(6):
+        up.write(f"p{i % 5}", str(i))
+    worker = Worker(str(tmp_path / "w0.sock"), up.owner())
+    asked: list[int] = []
+
+    async def down(cacher: Cacher, rv: int) -> Fetched:
+        asked.append(rv)
+        raise BackfillFailed(BackfillFailed.UNREACHABLE, "ConnectionRefusedError: the upstream is down")
+
+    worker.cacher.backfills = Backfills(worker.cacher, down, coalesce=0.0, backoff=Backoff(0.01, 0.01))
+    await worker.start()
+    _, cacher, task = follower_of(worker.path, 1)
+    try:
+        await until(lambda: cacher.ready)
+        failed = await reach_back(cacher, 3, 30.0)
+        assert failed is not None and failed.outcome == BackfillFailed.UNREACHABLE, failed
+        assert "the upstream is down" in str(failed)
+        assert cacher.backfills is not None and cacher.backfills.fetches == {"unreachable": 1}  # one ask
+        assert asked == [3, 3, 3]  # the owner's three attempts, once
+    finally:
+        task.cancel()
+        worker.kill()
+
+
 class FailingSpans:
     """``owner.span_to_pb`` that raises its first ``failures`` calls (a bug in answering a backfill)."""
 

@@ -14,15 +14,18 @@ requests at or below that rv at once and is tried again for the others. One that
 any other reason (an error, a timeout, no proof of completeness, a span that did not check)
 is tried again after a backoff while requests wait, so a passing fault costs a client a
 delay, not a relist; the requests waiting when ``attempts`` fetches in a row have failed get
-the last failure. Every wait is bounded by its request's deadline (``--backfill-wait``), and
-fetches by the backoff, so a failing upstream is asked a few times, not once per client; a
-fetch is not cancelled when its requests give up (its span serves the next ones).
+the last failure. A source that already retried (an owner worker answering a follower: its own
+``Backfills`` made its attempts) is not asked again in the same run: its failure is the last.
+Every wait is bounded by its request's deadline (``--backfill-wait``), and fetches by the
+backoff, so a failing upstream is asked a few times, not once per client; a fetch is not
+cancelled when its requests give up (its span serves the next ones).
 
 An upstream that cannot be asked now (``BackfillFailed.UNREACHABLE``: it was killed, restarts,
 sheds load) makes its requests answer 429, so that clients come back later from the same rv
 instead of relisting (``dispatch.outcomes.before_window``). That lasts ``unreachable_for`` seconds
 of failing fetches in a row at most: after that the failure is ``FAILED`` and the 410 comes, so
-no client is told to retry for ever.
+no client is told to retry for ever. While it lasts, a request whose wait ends before the next
+attempt (the backoff grows past it) is told at once, not at the end of its wait.
 """
 
 from __future__ import annotations
@@ -128,7 +131,8 @@ class Backfills:
         self.clock = clock
         # (first, last, the last's error) of the fetches that found the source unreachable, in a row.
         self._unreachable: tuple[float, float, BackfillFailed] | None = None
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # (rv, deadline on time.monotonic, its future) of the requests waiting.
+        self._waiters: list[tuple[int, float, asyncio.Future[None]]] = []
         self._pump: asyncio.Task[None] | None = None
         self._retry_at = 0.0
         # Requests that needed a backfill, by outcome ("served" or a BackfillFailed outcome).
@@ -156,8 +160,13 @@ class Backfills:
                 BackfillFailed.RELIST,
                 f"this cache relisted at {cache.relisted_at}: older resourceVersions cannot be served exactly",
             )
+        unreachable = self._unreachable_now()
+        if unreachable is not None and self._retry_at > time.monotonic() + timeout:
+            # The source is down and will not be asked again before this request's wait ends: say so now.
+            self.requests[unreachable.outcome] += 1
+            raise BackfillFailed(unreachable.outcome, self._too_late(unreachable))
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (rv, fut)
+        entry = (rv, time.monotonic() + timeout, fut)
         self._waiters.append(entry)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.ensure_future(self._run())
@@ -192,7 +201,7 @@ class Backfills:
             self._pump.cancel()
         # The cache stops (the proxy shuts down, or it is dropped): its history is still upstream, so
         # 429 (retry from the same rv, on the next process or cache), not 410.
-        for _, fut in self._waiters:
+        for _, _, fut in self._waiters:
             if not fut.done():
                 fut.set_exception(BackfillFailed(BackfillFailed.UNREACHABLE, "the cache stopped (shutting down)"))
                 fut.exception()  # retrieved: its request may be gone
@@ -203,7 +212,7 @@ class Backfills:
         await asyncio.sleep(max(self.coalesce, self._retry_at - time.monotonic()))
         while True:
             self._settle(None)
-            pending = [rv for rv, fut in self._waiters if not fut.done()]
+            pending = [rv for rv, _, fut in self._waiters if not fut.done()]
             if not pending:
                 return
             rv = min(pending)
@@ -216,7 +225,7 @@ class Backfills:
                 self._report(rv, failed, time.monotonic() - started)
                 told = self._passing(failed)  # what the requests get
                 failures += 1
-                if failures >= self.attempts:
+                if failures >= self.attempts or (failed.retried and told.outcome not in BackfillFailed.PER_RV):
                     self._settle(told)  # those waiting now get it; later requests start over
                     if told.outcome not in BackfillFailed.PER_RV:
                         self._retry_at = time.monotonic() + self.backoff.next()
@@ -226,6 +235,8 @@ class Backfills:
                     continue
                 delay = self.backoff.next()
                 self._retry_at = time.monotonic() + delay
+                if told.outcome in BackfillFailed.RETRY:
+                    self._tell_early(told)
                 await asyncio.sleep(delay)
                 continue
             except asyncio.CancelledError:
@@ -279,6 +290,21 @@ class Backfills:
             return failed
         return BackfillFailed(BackfillFailed.FAILED, f"{failed} (for {now - first:.0f}s)")
 
+    def _too_late(self, failed: BackfillFailed) -> str:
+        """The message of a request told before its wait ends that it would end before the next fetch."""
+        after = max(0.0, self._retry_at - time.monotonic())
+        return (
+            f"the history before {self.cacher.cache.oldest_rv} cannot be fetched before this request's wait"
+            f" ends (the next attempt is in {after:.1f}s): {failed}"
+        )
+
+    def _tell_early(self, failed: BackfillFailed) -> None:
+        """Fail now, with ``failed``, the waiters whose wait ends before the next fetch (``_retry_at``)."""
+        for _, deadline, fut in self._waiters:
+            if not fut.done() and deadline < self._retry_at:
+                fut.set_exception(BackfillFailed(failed.outcome, self._too_late(failed)))
+                fut.exception()
+
     def _unreachable_now(self) -> BackfillFailed | None:
         """The last fetch's failure if the source has been unreachable for less than ``unreachable_for``."""
         if self._unreachable is None:
@@ -319,7 +345,7 @@ class Backfills:
     def _settle(self, error: BackfillFailed | None, upto: int | None = None) -> None:
         """Wake the waiters the window now reaches; with ``error``, fail those at or below ``upto`` (None: all)."""
         oldest = self.cacher.cache.oldest_rv
-        for rv, fut in self._waiters:
+        for rv, _, fut in self._waiters:
             if fut.done():
                 continue
             if rv >= oldest:

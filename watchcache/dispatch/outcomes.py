@@ -44,9 +44,12 @@ class BackfillFailed(Exception):
     # Outcomes that may pass: the request is answered 429 with Retry-After instead of 410.
     RETRY = frozenset({UNREACHABLE})
 
-    def __init__(self, outcome: str, message: str) -> None:
+    def __init__(self, outcome: str, message: str, *, retried: bool = False) -> None:
         super().__init__(message)
         self.outcome = outcome
+        # The source already retried before failing (an owner worker's answer comes after its own
+        # ``Backfills`` attempts): asking it again at once only repeats them, behind its backoff.
+        self.retried = retried
 
 
 class Refusal:

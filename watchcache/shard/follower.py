@@ -257,7 +257,9 @@ class _Session:
                 self._backfill(parts)
         elif kind == "backfill_failed":
             answer = batch.backfill_failed
-            follower.answered(answer.resource_version, None, BackfillFailed(answer.outcome, answer.message))
+            # The owner's answer comes after its own attempts (and its own wait): final for this fetch.
+            failed = BackfillFailed(answer.outcome, answer.message, retried=True)
+            follower.answered(answer.resource_version, None, failed)
         elif kind == "snapshot":
             self.objects.extend(object_from_pb(o) for o in batch.snapshot.objects)
             if batch.snapshot.last:
