@@ -11,9 +11,12 @@ reacts the same way whichever server the controllers use.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import http.client
 import json
 import queue
+import socket
 import threading
 from typing import Any
 
@@ -39,6 +42,8 @@ class FakeKubelet:
         self.started_pods: set[str] = set()
         self.errors: list[str] = []
         self._threads: list[threading.Thread] = []
+        # The pod watch's connection, shut on exit: its thread waits in a read for the next event.
+        self._watching: http.client.HTTPConnection | None = None
 
     # ---------------------------------------------------------------- nodes
 
@@ -92,7 +97,7 @@ class FakeKubelet:
                         self._offer(pod)
                     rv = doc["metadata"]["resourceVersion"]
                 rv = self._stream(rv)
-            except (ApiError, OSError, ValueError) as e:
+            except (ApiError, OSError, ValueError, http.client.HTTPException) as e:
                 if not self.stop.is_set():
                     self.errors.append(f"pod watch: {e}")
                 rv = ""
@@ -101,6 +106,7 @@ class FakeKubelet:
     def _stream(self, rv: str) -> str:
         path = with_query("/api/v1/pods", watch=1, resourceVersion=rv, allowWatchBookmarks=True, timeoutSeconds=10)
         conn = self.api.connect(30)  # the server ends the watch after 10 s; stop is checked between events
+        self._watching = conn
         try:
             conn.request("GET", path, headers=self.api.headers())
             resp = conn.getresponse()
@@ -173,6 +179,11 @@ class FakeKubelet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
+        conn = self._watching
+        if conn is not None and conn.sock is not None:
+            # Not SSLSocket.shutdown, which drops the TLS object under the reading thread: the socket's.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
         for _ in range(2):
             self.work.put(None)
         for t in self._threads:

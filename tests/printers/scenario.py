@@ -95,7 +95,9 @@ class Scenario:
         if control_plane:
             self.workloads()
 
-    def cleanup(self) -> None:
+    def cleanup(self, wait: bool = True) -> None:
+        """Delete what ``create`` made. ``wait``: until the namespace is gone (its controller takes 5-10 s),
+        as ``create`` needs to make it again; a teardown need not: the next ``create`` waits if it must."""
         api = self.api
         if self.kubelet is not None:
             self.kubelet.__exit__(None, None, None)
@@ -108,7 +110,8 @@ class Scenario:
                     )
             api.delete(self.path("pods"), gracePeriodSeconds=0)
             api.delete(f"/api/v1/namespaces/{self.ns}")
-            wait_for(lambda: not api.exists(f"/api/v1/namespaces/{self.ns}"), 120, f"namespace {self.ns} gone")
+            if wait:
+                wait_for(lambda: not api.exists(f"/api/v1/namespaces/{self.ns}"), 120, f"namespace {self.ns} gone")
         for name in self.node_names():
             api.delete(f"/api/v1/nodes/{name}")
         for name in (f"{self.prefix}-kubelet-0", f"{self.prefix}-kubelet-1"):
