@@ -9,6 +9,7 @@ events. The reflector over them is ``harness.reflector``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import http.client
 import json
@@ -227,6 +228,12 @@ class WatchReader:
         self.resp.close()
         self.conn.close()
         self.sock.close()
+
+    def interrupt(self) -> None:
+        """End a read that another thread is waiting in (it sees the stream end): a client stopping."""
+        # The socket's own shutdown, not SSLSocket's, which drops the TLS object under the reader.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
 
     def __enter__(self) -> WatchReader:
         return self

@@ -32,6 +32,7 @@ LIST's. The campaigns' recording informers are ``harness.fleet`` (why two: its d
 from __future__ import annotations
 
 import builtins
+import http.client
 import json
 import threading
 import time
@@ -119,6 +120,7 @@ class Informer:
     events: int = 0
     bookmarks: int = 0
     media: set[str] = field(default_factory=set)  # the content types the server answered in
+    _stream: WatchReader | None = field(default=None, init=False, compare=False)  # read now; ``halt`` cuts it
 
     @property
     def expected(self) -> tuple[str, str]:
@@ -150,11 +152,19 @@ class Informer:
                 self.retried += 1
                 self.stop.wait(RETRY_AFTER_429)
             except DecodeError as e:
-                self.decode_errors.append(str(e))
-            except (OSError, ValueError, AssertionError) as e:
+                if not self.stop.is_set():  # not a frame cut by ``halt``
+                    self.decode_errors.append(str(e))
+            except (OSError, ValueError, AssertionError, http.client.HTTPException) as e:
                 if not self.stop.is_set():
                     self.errors.append(repr(e))
                     time.sleep(0.2)
+
+    def halt(self) -> None:
+        """Stop now: ``run`` returns without waiting for its watch to end (``watch_seconds``)."""
+        self.stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.interrupt()
 
     def wait_for(self, key: str, timeout: float) -> bool:
         """Until ``key`` (namespace/name) is in the store."""
@@ -230,6 +240,9 @@ class Informer:
     def open_watch(self, params: dict[str, Any]) -> WatchReader:
         self.watches += 1
         stream = WatchReader(self.target, query(self.path, **params), self.flavor.watch_accept, timeout=30)
+        self._stream = stream
+        if self.stop.is_set():  # halted while it was being opened
+            stream.interrupt()
         if stream.status in (410, 504):
             stream.close()
             raise Expired(f"watch: {stream.status}")

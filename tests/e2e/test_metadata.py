@@ -272,7 +272,7 @@ def test_metadata_informers_sync_without_decode_errors_or_relists_over_churn(chu
             assert informer.wait_for("ns-0/informer-final", 30)
     finally:
         for informer in informers:
-            informer.stop.set()
+            informer.halt()
         for t in threads:
             t.join(30)
     for informer in informers:

@@ -142,7 +142,7 @@ def test_informers_through_the_proxy_match_the_apiserver_after_churn(env: Env) -
             wait_for(lambda inf=inf: f"{NS}/final" in inf.store, 60, str(inf))
     finally:
         for inf in informers:
-            inf.stop.set()
+            inf.halt()
         for t in threads:
             t.join(30)
     print("\n" + "\n".join(str(i) for i in informers))

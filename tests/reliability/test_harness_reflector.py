@@ -94,7 +94,7 @@ def test_a_429_to_a_watch_is_retried_from_the_same_rv_not_relisted(
     try:
         assert wait_until(lambda: "ns/b" in informer.store, 10), (informer, Script.watches, informer.errors)
     finally:
-        informer.stop.set()
+        informer.halt()
         thread.join(10)
     assert Script.watches[:3] == ["5", "5", "5"], Script.watches  # each retry from the list's rv
     assert (informer.lists, len(Script.lists), informer.retried, informer.expired) == (1, 1, 2, 0), informer
