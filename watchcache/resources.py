@@ -154,6 +154,9 @@ class ResourceType:
     # The field whose exact value indexes watchers (kube: pods by spec.nodeName).
     trigger_field: str | None = None
     categories: tuple[str, ...] = ()
+    # Field labels kube's conversion accepts that its field set never holds (a pod's status.podIPs:
+    # pkg/apis/core/v1/conversion.go names it, ToSelectableFields does not): they select as "".
+    unset_fields: tuple[str, ...] = ()
     # False for a kind whose selectable fields this table does not hold (a built-in kind learned from
     # discovery, e.g. events): a field selector beyond metadata.name/namespace goes to the upstream.
     known_fields: bool = True
@@ -193,7 +196,7 @@ class ResourceType:
 
     @property
     def selectable_fields(self) -> frozenset[str]:
-        return frozenset(self.getters)
+        return frozenset((*self.getters, *self.unset_fields))
 
     @property
     def qualified(self) -> str:
@@ -230,21 +233,25 @@ PODS = ResourceType(
     ),
     "spec.nodeName",
     ("all",),
+    unset_fields=("status.podIPs",),
 )
 CONFIGMAPS = ResourceType(CORE, "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",), (), "metadata.name")
 SECRETS = ResourceType(CORE, "v1", "secrets", "Secret", True, "secret", (), ("type",), "metadata.name")
 NODES = ResourceType(CORE, "v1", "nodes", "Node", False, "node", ("no",), ("spec.unschedulable",), "metadata.name")
-SERVICES = ResourceType(CORE, "v1", "services", "Service", True, "service", ("svc",), (), None, ("all",))
+# A Service's spec.clusterIP and spec.type (kube >= 1.31): kubelet's and kube-proxy's Service informers
+# select spec.clusterIP!=None.
+SERVICES = ResourceType(
+    CORE, "v1", "services", "Service", True, "service", ("svc",), ("spec.clusterIP", "spec.type"), None, ("all",)
+)
 SERVICEACCOUNTS = ResourceType(CORE, "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",))
 DEPLOYMENTS = ResourceType(
     "apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), (), None, ("all",)
 )
 # The rest of the proxy's default resources (upstream/discovery.py DEFAULT_RESOURCES), with kube's short
-# names, categories and selectable fields (pkg/registry/.../strategy.go: a ReplicaSet's status.replicas).
+# names and categories. (A ReplicaSet's status.replicas is in its strategy's field set, but apps/v1
+# registers no conversion for the label: kube refuses it, "is not a known field selector".)
 ENDPOINTS = ResourceType(CORE, "v1", "endpoints", "Endpoints", True, "endpoints", ("ep",))
-REPLICASETS = ResourceType(
-    "apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), ("status.replicas",), None, ("all",)
-)
+REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), (), None, ("all",))
 STATEFULSETS = ResourceType(
     "apps", "v1", "statefulsets", "StatefulSet", True, "statefulset", ("sts",), (), None, ("all",)
 )

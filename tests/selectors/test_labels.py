@@ -122,11 +122,11 @@ def test_parse(text: str, expected: list[tuple[str, Operator, tuple[str, ...]]],
 ERROR_CASES = [
     ("bad-key-char", "a@b", key_error("a@b", "name part " + NAME_RULE)),
     ("bad-key-start", "-a", key_error("-a", "name part " + NAME_RULE)),
-    ("key-too-long", "k" * 64, key_error("k" * 64, "name part must be no more than 63 characters")),
+    ("key-too-long", "k" * 64, key_error("k" * 64, "name part must be no more than 63 bytes")),
     (
         "key-too-long-and-bad",
         "k" * 63 + "-",
-        key_error("k" * 63 + "-", "name part must be no more than 63 characters; name part " + NAME_RULE),
+        key_error("k" * 63 + "-", "name part must be no more than 63 bytes; name part " + NAME_RULE),
     ),
     ("key-empty-prefix", "/a", key_error("/a", "prefix part must be non-empty")),
     ("key-empty-name", "a/", key_error("a/", "name part must be non-empty; name part " + NAME_RULE)),
@@ -134,7 +134,7 @@ ERROR_CASES = [
     (
         "key-prefix-too-long",
         "a" * 254 + "/b",
-        key_error("a" * 254 + "/b", "prefix part must be no more than 253 characters"),
+        key_error("a" * 254 + "/b", "prefix part must be no more than 253 bytes"),
     ),
     (
         "key-two-slashes",
@@ -154,7 +154,7 @@ ERROR_CASES = [
     (
         "value-too-long",
         "a=" + "v" * 64,
-        REQ + f'values[0][a]: Invalid value: "{"v" * 64}": must be no more than 63 characters',
+        REQ + f'values[0][a]: Invalid value: "{"v" * 64}": must be no more than 63 bytes',
     ),
     ("gt-not-integer", "a>x", REQ + 'values[0]: Invalid value: "x": ' + INT_RULE),
     ("gt-empty", "a>", REQ + 'values[0]: Invalid value: "": ' + INT_RULE),

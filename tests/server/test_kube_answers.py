@@ -6,9 +6,12 @@ compares against it live when the kit is there); these run without the kit, on t
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.support.handlers import Harness, arun
+from watchcache.server.options import parse_bool, parse_list_options
 
 
 @arun
@@ -188,3 +191,106 @@ async def test_a_continue_token_is_read_before_the_resource_version_next_to_it()
         400,
         "specifying resource version is not allowed when using continue",
     )
+
+
+# ---------------------------------------------------------------------- found by a differential fuzz (session 45)
+
+
+@pytest.mark.parametrize("watch", ["1", "true", ""], ids=["1", "true", "empty"])
+@arun
+async def test_a_get_of_one_object_with_a_watch_parameter_is_a_get(watch: str):
+    # kube's RequestInfoFactory turns a GET into a watch only when it names no object; the GET
+    # handler ignores ?watch. The proxy served such a GET as a watch (and without a timeout, hung).
+    resp = await asyncio.wait_for((Harness()).get("p1", watch=watch), 5)
+    assert resp.status == 200
+    assert (resp.json()["kind"], resp.json()["metadata"]["name"]) == ("Pod", "p1")
+
+
+@pytest.mark.parametrize(("value", "watch"), [("", True), ("garbage", True), ("0", False), ("FALSE", False)])
+def test_a_boolean_parameter_is_false_only_when_absent_0_or_false(value: str, watch: bool):
+    # apimachinery's Convert_Slice_string_To_bool: "Any other value (including empty string) resolves to true."
+    assert parse_bool(value) is watch
+    assert parse_list_options({"watch": [value], "allowWatchBookmarks": [value]}).watch is watch
+    assert parse_bool(None) is False
+
+
+@arun
+async def test_an_empty_watch_parameter_starts_a_watch():
+    # ?watch= is a watch at kube (with initial events, as from an unset rv).
+    events = (await (Harness()).watch(watch="", resourceVersion="0")).events()
+    assert [e["type"] for e in events] == ["ADDED"] * 5
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [(" 2", "invalid syntax"), ("1_0", "invalid syntax"), ("2 ", "invalid syntax"),
+     ("9223372036854775808", "value out of range"), ("9" * 5000, "value out of range")],
+)  # fmt: skip
+@arun
+async def test_an_integer_parameter_is_parsed_as_go_parses_it(value: str, why: str):
+    # strconv.ParseInt(s, 10, 64): no spaces or underscores (Python's int() takes both).
+    resp = await (Harness()).list(limit=value)
+    assert (resp.status, resp.json()["message"]) == (400, f'strconv.ParseInt: parsing "{value}": {why}')
+    assert (await (Harness()).list(limit="+2")).status == 200
+
+
+@arun
+async def test_a_resource_version_is_parsed_as_go_parses_it():
+    # ParseUint: leading zeros are fine at any length; past 2^64-1 the words are "value out of range".
+    h = Harness()
+    assert (await h.list(resourceVersion="0" * 30 + "10")).status == 200
+    for rv in ("99999999999999999999999", "1" + "0" * 5000):
+        resp = await h.list(resourceVersion=rv)
+        assert (resp.status, resp.json()["message"]) == (
+            400,
+            f'invalid resource version: resourceVersion: Invalid value: "{rv}": strconv.ParseUint: parsing "{rv}": '
+            "value out of range",
+        )
+
+
+@arun
+async def test_a_watch_with_a_negative_timeout_and_a_resource_version_ends_at_once_with_no_event():
+    # kube: no freshness wait to fail, so no ERROR event (without a resourceVersion: the test above).
+    for rv in ("10", "0", "1"):
+        resp = await (Harness()).start_watch(timeoutSeconds="-1", resourceVersion=rv).ended(2.0)
+        assert (resp.status, resp.events()) == (200, [])
+
+
+@arun
+async def test_an_empty_partial_object_metadata_list_has_null_items():
+    # kube: "items":null (a nil slice of PartialObjectMetadata); a typed list's empty items are [].
+    h = Harness()
+    accept = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+    req = h.make_request("/api/v1/namespaces/default/pods", {"labelSelector": "nope=1"})
+    req.headers["accept"] = accept
+    resp = await h.send(req)
+    assert resp.status == 200 and resp.json()["items"] is None
+    assert (await h.list(labelSelector="nope=1")).json()["items"] == []
+
+
+@arun
+async def test_a_pods_status_pod_ips_field_label_is_accepted_and_empty():
+    # kube's conversion accepts status.podIPs; its field set for a pod never holds it: "" for all.
+    h = Harness()
+    assert (await h.list(fieldSelector="status.podIPs=10.0.0.1")).json()["items"] == []
+    assert len((await h.list(fieldSelector="status.podIPs=")).json()["items"]) == 5
+
+
+@arun
+async def test_a_get_ignores_list_options():
+    # kube decodes a GET's GetOptions only: limit, timeoutSeconds, resourceVersionMatch beside it are ignored.
+    h = Harness()
+    for query in ({"limit": "1.5"}, {"resourceVersionMatch": "bogus"}, {"timeoutSeconds": "x", "limit": " 2"}):
+        resp = await h.get("p1", resourceVersion="0", **query)
+        assert (resp.status, resp.json()["metadata"]["name"]) == (200, "p1"), query
+
+
+def test_services_select_on_cluster_ip_and_type_and_replica_sets_on_metadata_only():
+    # kube >= 1.31 (kubelet's and kube-proxy's informers send spec.clusterIP!=None); apps/v1 has no
+    # conversion for a ReplicaSet's status.replicas.
+    from watchcache.resources import REPLICASETS, SERVICES
+
+    assert SERVICES.selectable_fields == {"metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"}
+    headless = {"metadata": {"name": "h"}, "spec": {"clusterIP": "None", "type": "ClusterIP"}}
+    assert SERVICES.extract_fields(headless)["spec.clusterIP"] == "None"
+    assert REPLICASETS.selectable_fields == {"metadata.name", "metadata.namespace"}

@@ -214,13 +214,17 @@ class MetadataJson(_PartialObjectMetadata):
         shard_info: str | None = None,
     ) -> list[bytes]:
         # kube's PartialObjectMetadataList copies resourceVersion, continue and remainingItemCount: no shardInfo.
-        parts = [self.list_prefix + json_list_meta(rv, continue_token, remaining) + b',"items":[']
+        # Its items are a nil slice when nothing matched: ``null`` in JSON, not ``[]``.
+        meta = self.list_prefix + json_list_meta(rv, continue_token, remaining)
+        if not items:
+            return [meta + b',"items":null}']
+        parts = [meta + b',"items":[']
         head = self.item_head
         between = b"}," + head
         for i, obj in enumerate(items):
             parts.append(between if i else head)
             parts.append(metadata_json(obj, resource))
-        parts.append(b"}]}" if items else b"]}")
+        parts.append(b"}]}")
         return parts
 
     def event_frame(self, event: WatchEvent, as_type: str) -> bytes:

@@ -72,11 +72,14 @@ def parse_resource_version(text: str) -> int:
     500 without a reason; only a LIST gets the 400. A 500 for bad input is not copied: it would make
     a client's mistake look like a server fault, and no client library sends one.)
     """
-    if text.isascii() and text.isdigit() and len(text) <= 20 and int(text) < 1 << 64:
-        return int(text)
-    raise apierrors.bad_request(
-        f'resourceVersion: Invalid value: "{text}": strconv.ParseUint: parsing "{text}": invalid syntax'
-    )
+    if text.isascii() and text.isdigit():  # leading zeros and all: Go's ParseUint(s, 10, 64)
+        digits = text.lstrip("0")
+        if len(digits) <= 20 and (number := int(digits or "0")) < 1 << 64:
+            return number
+        why = "value out of range"
+    else:
+        why = "invalid syntax"
+    raise apierrors.bad_request(f'resourceVersion: Invalid value: "{text}": strconv.ParseUint: parsing "{text}": {why}')
 
 
 def _forbidden(field: str, detail: str) -> tuple[str, str, str]:

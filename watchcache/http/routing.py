@@ -119,8 +119,6 @@ def _parse(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
             verb = "watch" if watch_param else "list"
         elif verb == "delete":
             verb = "deletecollection"
-    elif watch_prefix or (verb == "get" and watch_param):
-        verb = "watch"
     return RequestInfo(
         True,
         path,

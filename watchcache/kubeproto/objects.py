@@ -195,6 +195,7 @@ SELECTABLE: Mapping[tuple[str, str], Mapping[str, tuple[tuple[int, ...], str]]] 
     ("", "Namespace"): {"status.phase": ((3, 1), "string")},
     ("", "Secret"): {"type": ((3,), "string")},
     ("", "Node"): {"spec.unschedulable": ((2, 4), "bool")},
+    ("", "Service"): {"spec.clusterIP": ((2, 3), "string"), "spec.type": ((2, 4), "string")},
 }
 
 

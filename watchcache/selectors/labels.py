@@ -103,7 +103,8 @@ def _regex_error(msg: str, fmt: str, *examples: str) -> str:
 
 
 def _max_len_error(n: int) -> str:
-    return f"must be no more than {n} characters"
+    # apimachinery's label validation counts bytes, and says so (an object's name still says "characters").
+    return f"must be no more than {n} bytes"
 
 
 def _blen(s: str) -> int:

@@ -52,7 +52,7 @@ from watchcache.server.negotiation import (
     TableRequest,
     render_error,
 )
-from watchcache.server.options import parse_bool, parse_list_options
+from watchcache.server.options import parse_bool, parse_get_options, parse_list_options
 from watchcache.server.reads import serve_get, serve_list
 from watchcache.server.refusals import PassThrough
 from watchcache.server.seats import Seat, Seats
@@ -576,7 +576,11 @@ class ApiHandler:
         if cacher is None:
             cacher = self.ctx.cachers[resource]
         cacher.touch()
-        opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=self.ctx.config.max_limit)
+        if info.verb == "get":
+            opts = parse_get_options(request.query)
+        else:
+            max_limit = self.ctx.config.max_limit
+            opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=max_limit)
         started = slot.release if slot else None
         if isinstance(encoding, TableRequest):
             return await serve_table(self.ctx, self.tables, cacher, info, opts, request, response, encoding.version,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from watchcache import apierrors
 from watchcache.cache.semantics import ListOptions
 
 _INT64_MAX = (1 << 63) - 1
+_GO_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 def _first(query: Mapping[str, list[str]], name: str) -> str | None:
@@ -16,8 +18,9 @@ def _first(query: Mapping[str, list[str]], name: str) -> str | None:
 
 
 def parse_bool(value: str | None) -> bool:
-    """kube's ``Convert_Slice_string_To_bool``: "0"/"false" (any case) and "" are false."""
-    if value is None or value == "" or value == "0":
+    """kube's ``Convert_Slice_string_To_bool``: absent, "0" and "false" (any case) are false; anything
+    else is true, the empty value of ``?watch`` or ``?watch=`` included."""
+    if value is None or value == "0":
         return False
     return value.lower() != "false"
 
@@ -26,14 +29,20 @@ def _int(query: Mapping[str, list[str]], name: str) -> int | None:
     value = _first(query, name)
     if value is None or value == "":
         return None
-    text = value.strip()
-    try:
-        number = int(text, 10)
-    except ValueError:
-        raise apierrors.bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax') from None
-    if not -_INT64_MAX - 1 <= number <= _INT64_MAX:
+    # Go's ParseInt(s, 10, 64): an optional sign and ASCII digits, nothing else (Python's int()
+    # would take spaces and underscores).
+    if _GO_INT.fullmatch(value) is None:
+        raise apierrors.bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax')
+    digits = value.lstrip("+-").lstrip("0")
+    if len(digits) > 19 or not -_INT64_MAX - 1 <= (number := int(value, 10)) <= _INT64_MAX:
         raise apierrors.bad_request(f'strconv.ParseInt: parsing "{value}": value out of range')
     return number
+
+
+def parse_get_options(query: Mapping[str, list[str]]) -> ListOptions:
+    """A GET's ``GetOptions``: its resourceVersion only. kube decodes nothing else for a GET, so a
+    ``limit`` or ``resourceVersionMatch`` beside it is ignored, never a 400."""
+    return ListOptions(resource_version=_first(query, "resourceVersion") or "")
 
 
 def parse_list_options(query: Mapping[str, list[str]], *, watch_path: bool = False, max_limit: int = 0) -> ListOptions:

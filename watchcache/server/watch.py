@@ -243,9 +243,12 @@ async def serve_watch(
         opts = dataclasses.replace(opts, field_selector=",".join(s for s in (opts.field_selector, selector) if s))
     predicate = parse_predicate(cacher.resource, namespace, opts)
     if opts.timeout_seconds is not None and opts.timeout_seconds < 0:
-        # kube: the watch's context is past its deadline before it starts.
+        # kube: the watch's context is past its deadline before it starts. Without a resourceVersion
+        # its wait for freshness fails on it (an ERROR event); with one there is no wait, and the
+        # watch ends at once with no event.
         response.start_chunked(200, content_type=encoding.watch_content_type, headers=headers)
-        response.write_chunk([encoding.error_frame(apierrors.internal_error("context deadline exceeded"))])
+        if not opts.resource_version:
+            response.write_chunk([encoding.error_frame(apierrors.internal_error("context deadline exceeded"))])
         response.end_chunked()
         return None
     refused = await reads.admit_watch(ctx, cacher, plan, namespace or None)
