@@ -65,6 +65,7 @@ class InstantUpstream:
     """An upstream that proves every scope at once and answers nothing else."""
 
     answers_old_reads = False
+    answers_reads_ahead = False
     delegates_consistent_gets = False
 
     async def current_rv(self, cacher: Cacher, timeout: float) -> int:
@@ -76,6 +77,9 @@ class InstantUpstream:
     @contextlib.contextmanager
     def proving(self, cacher: Cacher) -> Iterator[None]:
         yield
+
+    def unprovable(self, cacher: Cacher) -> bool:
+        return False
 
     def send_early(self, request: Request) -> None:
         return None  # never asked: every GET is answered here (``delegates_consistent_gets``)

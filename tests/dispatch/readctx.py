@@ -16,6 +16,8 @@ class ProvingUpstream:
     """The upstream at ``rv``: a scope is proven once the cache reaches it (by the test's writes) in time."""
 
     answers_old_reads = False
+    answers_reads_ahead = False
+    no_bookmarks = False
 
     def __init__(self, rv: int = 0) -> None:
         self.rv = rv
@@ -36,6 +38,9 @@ class ProvingUpstream:
     def proving(self, cacher: Cacher) -> Iterator[None]:
         self._note_seat()
         yield
+
+    def unprovable(self, cacher: Cacher) -> bool:
+        return self.no_bookmarks
 
     def _note_seat(self) -> None:
         if self.ctx is not None:

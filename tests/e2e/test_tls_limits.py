@@ -224,11 +224,14 @@ def test_waiting_watches_hold_no_seat_until_too_many_wait_and_watch_param_is_not
     try:
         url = proc.url
         future = int(get(url, "/api/v1/pods").json()["metadata"]["resourceVersion"]) + 1000
-        # Two watches waiting for an rv that will not come: the first waits without a seat, the second
-        # finds the waiting room full and keeps its seat, the only one.
+        # Two watch-lists waiting for an rv that will not come: the first waits without a seat, the
+        # second finds the waiting room full and keeps its seat, the only one. (A watch-list waits for
+        # freshness and ends with 504, as kube's; a plain watch from that rv would wait for it.)
+        query = {"watch": 1, "resourceVersion": future, "sendInitialEvents": "true",
+                 "resourceVersionMatch": "NotOlderThan"}  # fmt: skip
         for _ in range(2):
             conn = http.client.HTTPConnection(*proc.host_port.split(":"), timeout=10)
-            conn.request("GET", path_with("/api/v1/pods", watch=1, resourceVersion=future))
+            conn.request("GET", path_with("/api/v1/pods", **query))
             waiting.append(conn)
         deadline = time.monotonic() + 4
         while True:

@@ -41,6 +41,7 @@ from harness.kube.kit import (
 from harness.metaclient import Target, WatchReader, decode_protobuf
 from harness.processes import Proc
 from tests.support.continuetokens import KUBE_SAYS, UNSIGNED, raw
+from watchcache.kubeproto import objects
 
 pytestmark = [pytest.mark.reference, needs_kube]
 
@@ -517,6 +518,24 @@ def test_initial_events_and_their_end_bookmark_are_the_apiservers(env: Env, para
     assert results["got"] == results["want"]
 
 
+def test_a_watch_from_an_rv_ahead_waits_for_it_as_at_the_apiserver(env: Env) -> None:
+    # kube (v1.36) accepts a watch from an rv its cache has not reached and sends nothing until events
+    # come after it: no 504. Only a watch-list (sendInitialEvents=true) waits for freshness and fails.
+    ahead = str(int(env.rvs[-1]) + 10_000_000)
+    path = with_query(CONFIGMAPS, watch=1, resourceVersion=ahead, timeoutSeconds=4, labelSelector=LABEL)
+    direct, proxy = _targets(env)
+    results: dict[str, list[Any]] = {}
+    threads = [
+        threading.Thread(target=lambda n=n, t=t: results.__setitem__(n, _frames(t, path)))
+        for n, t in (("want", direct), ("got", proxy))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert results == {"want": [], "got": []}
+
+
 def test_a_watch_gets_a_bookmark_before_its_timeout_as_from_the_apiserver(env: Env) -> None:
     # A bookmark carries the cache's rv and only one past the watch's start is sent: a write the
     # watch does not select (no label) moves both caches on while the watches wait.
@@ -605,12 +624,34 @@ def test_refusals_are_encoded_for_the_client_as_by_the_apiserver(env: Env, accep
         assert got.doc() == want.doc()
 
 
+def _passed_through(env: Env, reason: str) -> float:
+    metrics = env.proxy.raw("GET", "/metrics", accept="text/plain")[2].decode()
+    prefix = f'watchcache_passthrough_requests_total{{reason="{reason}"'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith(prefix))
+
+
+_SERVICE_FIELDS = objects.field_tree(objects.SELECTABLE["", "Service"])
 SERVICE_FIELDS = ["spec.clusterIP!=None", "spec.clusterIP=None", "spec.type=ClusterIP", "spec.ports=80"]
 
 
 @pytest.mark.parametrize("selector", SERVICE_FIELDS)
 @pytest.mark.parametrize("rv", ["0", None], ids=["rv0", "consistent"])
-def test_service_field_selectors_are_the_apiservers(env: Env, selector: str, rv: str | None) -> None:
-    # kubelet's and kube-proxy's Service informers list and watch spec.clusterIP!=None (kube >= 1.31).
-    want, got = env.both(with_query(SERVICES, resourceVersion=rv, fieldSelector=selector, labelSelector=LABEL))
-    assert_same(want, got, what=selector)
+@pytest.mark.parametrize("accept", ["application/json", TYPED_PROTOBUF], ids=["json", "protobuf"])
+def test_service_field_selectors_are_the_apiservers(env: Env, selector: str, rv: str | None, accept: str) -> None:
+    # kubelet's and kube-proxy's Service informers list and watch spec.clusterIP!=None (kube >= 1.31),
+    # in protobuf.
+    path = with_query(SERVICES, resourceVersion=rv, fieldSelector=selector, labelSelector=LABEL)
+    before = _passed_through(env, "protobuf")
+    want, got = env.both(path, accept=accept)
+    assert _passed_through(env, "protobuf") == before, "a protobuf LIST of services passed through"
+    expected = {"spec.clusterIP!=None": ["web"], "spec.clusterIP=None": ["headless"]}.get(selector, ["headless", "web"])
+    if accept == "application/json" or want.status != 200:
+        assert_same(want, got, what=selector)
+        if want.status == 200:
+            assert [i["metadata"]["name"] for i in got.doc()["items"]] == expected
+        return
+    # A typed protobuf list: kube's item messages, byte for byte (the proxy keeps them as kube wrote them).
+    assert (want.status, got.status, got.content_type) == (200, 200, want.content_type)
+    kube_items, proxy_items = (objects.list_page(objects.unknown(a.body).raw).items for a in (want, got))
+    assert proxy_items == kube_items
+    assert [objects.read_object(raw, _SERVICE_FIELDS).name for raw in proxy_items] == expected

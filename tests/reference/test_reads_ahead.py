@@ -12,6 +12,7 @@ read got 504 "Too large resource version" after ``--fresh-wait`` (3 s).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -57,4 +58,65 @@ def test_lists_at_an_rv_ahead_of_a_quiet_cache_are_proven_and_served(tmp_path: P
         through.close()
         proc.stop()
         drop_namespace(direct, NS, ("configmaps",))
+        direct.close()
+
+
+def test_events_ahead_of_the_cache_are_the_apiservers_answers_and_a_watch_from_there_waits(tmp_path: Path) -> None:
+    """kube-apiserver serves events from etcd (no watch cache by default): their watches send no
+    bookmark, so no probe proves the proxy's events cache, and kube answers a read at any rv at once.
+    After a probe has ended without one, a GET or LIST ahead of the cache goes to kube at once (its
+    200), and a watch from an rv ahead waits for the events after it, as kube's does (no 504)."""
+    kube = KubeEnv.from_environ()
+    direct = Api(kube.url, kube.token, kube.ca)
+    drop_namespace(direct, NS, ("configmaps", "events"))
+    direct.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+    serving = Serving.make(tmp_path)
+    proc = start_proxy(kube, serving, "--workers", "1", resources="events")
+    through = Api(proc.url, kube.token, str(serving.ca.crt), timeout=15)
+    events = f"/api/v1/namespaces/{NS}/events"
+    try:
+
+        def ahead(i: int) -> int:
+            cm = direct.create(f"/api/v1/namespaces/{NS}/configmaps", {"metadata": {"name": f"ev-{i}"}})
+            return int(cm["metadata"]["resourceVersion"])
+
+        # The first read ahead waits for a probe (--fresh-wait); once one has ended without a bookmark,
+        # reads ahead are kube's answers, at once.
+        through.raw("GET", f"{events}?resourceVersion={ahead(0)}")
+        deadline = time.monotonic() + 10
+        while "no_bookmark" not in through.raw("GET", "/metrics", accept="text/plain")[2].decode():
+            assert time.monotonic() < deadline, "no probe of events ended without a bookmark"
+            time.sleep(0.2)
+        for i, match in enumerate(("NotOlderThan", "Exact", "NotOlderThan"), start=1):
+            r = ahead(i)
+            query = f"{events}?resourceVersion={r}&resourceVersionMatch={match}"
+            started = time.monotonic()
+            status, _, body = through.raw("GET", query)
+            took = time.monotonic() - started
+            want_status, _, want_body = direct.raw("GET", query)
+            assert (status, want_status) == (200, 200), (match, body[:300])
+            assert json.loads(body)["items"] == json.loads(want_body)["items"]
+            assert took < 1.0, f"{took:.2f}s"
+        # A watch from an rv ahead: nothing until an event after it, which comes (no ERROR 504).
+        r = ahead(9)
+        reader = Api(proc.url, kube.token, str(serving.ca.crt), timeout=20)
+        got: list[Any] = []
+
+        def watch() -> None:
+            status, _, body = reader.raw("GET", f"{events}?watch=1&resourceVersion={r}&timeoutSeconds=6")
+            got.extend((status, json.loads(line)["type"]) for line in body.splitlines() if line)
+
+        t = threading.Thread(target=watch)
+        t.start()
+        time.sleep(4)  # past --fresh-wait (3 s): the proxy used to end it with a 504 ERROR here
+        about = {"kind": "ConfigMap", "name": "ev-9", "namespace": NS}
+        event = {"metadata": {"name": "ev-ahead"}, "involvedObject": about, "reason": "Ahead", "type": "Normal"}
+        direct.create(events, event)
+        t.join(15)
+        reader.close()
+        assert got == [(200, "ADDED")], got
+    finally:
+        through.close()
+        proc.stop()
+        drop_namespace(direct, NS, ("configmaps", "events"))
         direct.close()

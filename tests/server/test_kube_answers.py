@@ -294,3 +294,67 @@ def test_services_select_on_cluster_ip_and_type_and_replica_sets_on_metadata_onl
     headless = {"metadata": {"name": "h"}, "spec": {"clusterIP": "None", "type": "ClusterIP"}}
     assert SERVICES.extract_fields(headless)["spec.clusterIP"] == "None"
     assert REPLICASETS.selectable_fields == {"metadata.name", "metadata.namespace"}
+
+
+@arun
+async def test_a_watch_from_an_rv_ahead_of_the_cache_waits_for_it_instead_of_a_504():
+    # kube's cacher (v1.36) accepts a watch from an rv it has not reached and sends the events after
+    # it; only a watch-list (sendInitialEvents=true) fails with 504 (tests/server/test_watch.py).
+    h = Harness(fresh_wait=0.05)
+    stream = h.start_watch(resourceVersion="12", timeoutSeconds="30")
+    await asyncio.sleep(0.2)  # past --fresh-wait: still waiting, no frame, no ERROR
+    assert not stream.task.done() and stream.resp.events() == []
+    h.write("MODIFIED", "p1", labels={"i": "a"})  # 11: not after 12
+    h.write("MODIFIED", "p2", labels={"i": "b"})  # 12: the rv it waits for, not after it either
+    await stream.started()
+    h.write("MODIFIED", "p3", labels={"i": "c"})  # 13: the first event after 12
+    resp = await stream.close()
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in resp.events()] == [("MODIFIED", "p3")]
+
+
+@arun
+async def test_a_watch_from_an_rv_that_never_comes_ends_at_its_timeout_with_no_event():
+    h = Harness(fresh_wait=0.05)
+    resp = await h.start_watch(resourceVersion="99", timeoutSeconds="1").ended(3.0)
+    assert (resp.status, resp.events()) == (200, [])
+    assert len(h.cacher._waiters) == 0  # nothing left waiting
+
+
+@arun
+async def test_a_watch_waiting_for_an_rv_ahead_ends_when_its_client_goes():
+    h = Harness(fresh_wait=0.05)
+    stream = h.start_watch(resourceVersion="99", timeoutSeconds="600")
+    await asyncio.sleep(0.2)
+    assert len(h.cacher._waiters) == 1 and not stream.task.done()
+    stream.resp.disconnect()
+    await stream.ended(1.0)
+    await asyncio.sleep(0)
+    assert len(h.cacher._waiters) == 0 and h.handler.inflight == 0
+
+
+@arun
+async def test_a_read_ahead_of_a_cache_the_upstream_cannot_prove_goes_to_the_upstream_at_once():
+    # kube serves events from etcd: their probes get no bookmark, and kube answers a read at any rv
+    # at once (200, or its own 504). A GET or LIST goes there without a wait; a watch waits for events.
+    h = Harness(fresh_wait=2.0)
+    h.upstream.answers_reads_ahead = True
+    h.upstream.no_bookmarks = True
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await h.list(resourceVersion="50")
+    await h.get("p1", resourceVersion="50")
+    await h.list(resourceVersion="50", resourceVersionMatch="Exact")
+    assert loop.time() - started < 0.5
+    assert h.upstream.forwarded == ["/api/v1/namespaces/default/pods", "/api/v1/namespaces/default/pods/p1",
+                                    "/api/v1/namespaces/default/pods"]  # fmt: skip
+    assert h.handler.passed_through == {"unreached-rv": 3}
+    stream = h.start_watch(resourceVersion="12", timeoutSeconds="30")
+    h.write("MODIFIED", "p1", labels={"i": "a"})
+    h.write("MODIFIED", "p2", labels={"i": "b"})
+    await stream.started()
+    h.write("MODIFIED", "p3", labels={"i": "c"})
+    resp = await stream.close()
+    assert [e["object"]["metadata"]["name"] for e in resp.events()] == ["p3"]
+    # A resource the upstream proves: a read ahead still waits, then 504 (kube's answer).
+    h.upstream.no_bookmarks = False
+    assert (await h.list(resourceVersion="99")).status == 504

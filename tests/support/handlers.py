@@ -52,6 +52,8 @@ class FakeUpstream:
     # As the simulated cluster: an rv older than the window is compacted (a proxy's upstream may
     # still have it: tests set this to True to see such reads passed through).
     answers_old_reads = False
+    answers_reads_ahead = False
+    no_bookmarks = False  # unprovable(): the upstream's probes of this resource end without a bookmark
     # As the simulated cluster: GETs without resourceVersion from the cache (tests of the proxy's
     # delegation set it).
     delegates_consistent_gets = False
@@ -84,6 +86,9 @@ class FakeUpstream:
             return Reached.EVENTS if await cacher.wait_for_rv(self.rv, timeout) else Reached.TIMEOUT
         finally:
             self.proving_now -= 1
+
+    def unprovable(self, cacher: Cacher) -> bool:
+        return self.no_bookmarks
 
     @contextlib.contextmanager
     def proving(self, cacher: Cacher) -> Iterator[None]:

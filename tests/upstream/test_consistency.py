@@ -272,3 +272,31 @@ def test_scope_proofs_are_bounded_per_namespace_and_their_counts_never_go_back(m
                 assert dict(((r.resource, o), n) for r, o, n in reads.scope_fetches()) == {(PODS.resource, "ok"): i + 1}
 
     run(go())
+
+
+def test_a_resource_whose_probes_get_no_bookmark_is_unprovable_for_a_while_then_probed_again() -> None:
+    # kube-apiserver serves events from etcd (no watch cache by default): their watches send no
+    # bookmark, so no probe proves a cache's progress; reads ahead of the cache stop waiting for one.
+    async def go() -> list[bool]:
+        async with fake_api() as (api, client):
+            api.rv = 150
+            api.bookmark_after = 99.0  # never
+            cacher = Cacher(PODS)
+            cacher.replace([], 100)
+            limits = ProbeLimits(
+                timeout_seconds=1, unprovable_for=0.5, linger=0.0, backoff_initial=0.01, backoff_max=0.01
+            )
+            reads = ConsistentReads(client, fresh_wait=1.5, probes=limits)
+            seen = [reads.unprovable(cacher)]
+            assert not (await reach(cacher, 150, reads, 1.5)).reached
+            await until(lambda: reads.unprovable(cacher))  # the probe's watch ended without a bookmark
+            seen.append(reads.unprovable(cacher))
+            await until(lambda: reads.prober(cacher).running == 0)  # the last probe's end marks it last
+            await asyncio.sleep(0.6)
+            seen.append(reads.unprovable(cacher))  # it expired: the next read waits for a probe again
+            api.bookmark_after = 0.05
+            assert (await reach(cacher, 150, reads, 1.5)).reached
+            seen.append(reads.unprovable(cacher))
+            return seen
+
+    assert run(go()) == [False, True, False, False]

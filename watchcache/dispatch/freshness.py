@@ -42,6 +42,11 @@ class Progress(Protocol):
     def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
         """While entered, the upstream works at proving ``cacher``'s progress (bounded, shared)."""
 
+    def unprovable(self, cacher: Cacher) -> bool:
+        """True while proofs of ``cacher``'s progress are known to end without a bookmark: the
+        upstream serves the resource from its storage (kube-apiserver's events, which it does not
+        cache by default), so no wait for a proof is worth making."""
+
     async def prove_scope(self, cacher: Cacher, namespace: str | None, timeout: float) -> Reached:
         """Whether the cache's state of ``namespace`` (None: every one) is at least the upstream's as of
         this call: PROGRESS or EVENTS if it is, IMPATIENT if not; raises NoTarget."""

@@ -112,6 +112,7 @@ class Delegation(enum.Enum):
 
     CONSISTENT_READ = "consistent-read"  # a consistent LIST or watch whose scope was not proven fresh in time
     OLD_EXACT_READ = "old-exact-read"  # an Exact LIST older than the window, which the upstream may still have
+    UNREACHED_RV = "unreached-rv"  # a GET or LIST at an rv the cache did not reach in time, which the upstream may have
 
 
 @dataclass(frozen=True, slots=True)

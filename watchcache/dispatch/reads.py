@@ -9,7 +9,9 @@ and writes the outcome::
       v
     freshness, per read mode (invariant 8)
       |  Most Recent: the scope's proof (reach_scope) --------> Delegated(CONSISTENT_READ) if not proven
-      |  NotOlderThan / Exact / continue: reach the rv -------> TooLarge (504) if not reached
+      |  NotOlderThan / Exact / continue: reach the rv -------> TooLarge (504) if not reached (a watch
+      |                                                         waits on); a GET or LIST of a resource the
+      |                                                         upstream cannot prove: Delegated(UNREACHED_RV)
       v
     reaching back (an Exact read or continue, a watch from an rv, before the window)
       |  the backfill of the older history (dispatch/backfill.py; --backfill-wait)
@@ -30,6 +32,7 @@ event or a pass-through. A request gives its in-flight seat up while it waits he
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -64,6 +67,7 @@ _AT_RV = (Mode.NOT_OLDER_THAN, Mode.EXACT, Mode.CONTINUE)
 _EXACT = (Mode.EXACT, Mode.CONTINUE)
 _CONSISTENT_READ = Delegated(Delegation.CONSISTENT_READ)
 _OLD_EXACT_READ = Delegated(Delegation.OLD_EXACT_READ)
+_UNREACHED_RV = Delegated(Delegation.UNREACHED_RV)
 
 
 class ReadUpstream(Progress, Protocol):
@@ -73,6 +77,10 @@ class ReadUpstream(Progress, Protocol):
     # (kube-apiserver reads it from etcd until etcd compacts it): such a LIST passes through
     # instead of getting our 410. False when the upstream's history is this cache's own (the sim).
     answers_old_reads: bool
+    # True when a GET or LIST at an rv this cache did not reach in time may be answered by the
+    # upstream (kube-apiserver: from etcd, for a resource it does not cache, or from its cache ahead
+    # of this one); False when the upstream's rv is this cache's (the sim): 504 stays the answer.
+    answers_reads_ahead: bool
 
 
 class WaitObserver(Protocol):
@@ -137,6 +145,8 @@ async def _fresh(ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespac
             metrics.waited(cacher.resource, wait, consistent=True)
         return None if wait.reached else _CONSISTENT_READ
     if mode in _AT_RV and cacher.rv < rv:
+        if ctx.upstream.answers_reads_ahead and ctx.upstream.unprovable(cacher):
+            return TooLarge(rv, cacher.rv)  # no proof will come: a GET or LIST goes upstream, a watch waits
         with ctx.waiting():
             wait = await freshness.reach(cacher, rv, ctx.upstream, ctx.config.fresh_wait)
         metrics = ctx.metrics
@@ -145,6 +155,25 @@ async def _fresh(ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespac
         if not wait.reached:
             return TooLarge(rv, cacher.rv)
     return None
+
+
+def _ahead(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, refused: Refusal | None) -> Refusal | None:
+    """A GET or LIST at an rv the cache has not reached, of a resource whose progress the upstream
+    cannot prove (its watches send no bookmark: kube-apiserver serves it from etcd, as events by
+    default), goes to the upstream: it answers such reads at once, 200 or its own 504.
+
+    Not a continue token's page: its token is this proxy's, signed for a snapshot of its own. Not a
+    resource the upstream proves: there a 504 after ``--fresh-wait`` is kube's own answer, and a
+    flood of reads at a far-future rv stays here rather than going upstream.
+    """
+    if (
+        isinstance(refused, TooLarge)
+        and plan.mode is not Mode.CONTINUE
+        and ctx.upstream.answers_reads_ahead
+        and ctx.upstream.unprovable(cacher)
+    ):
+        return _UNREACHED_RV
+    return refused
 
 
 async def _reach_back(ctx: ReadContext, cacher: Cacher, rv: int) -> BackfillFailed | None:
@@ -165,7 +194,7 @@ async def read_object(
     """A GET: the object at a state at least as new as ``plan`` asks, None if there is none, or a refusal."""
     refused: Refusal | None = await ready(ctx, cacher)
     if refused is None:
-        refused = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace)
+        refused = _ahead(ctx, cacher, plan, await _fresh(ctx, cacher, plan.mode, plan.rv, namespace))
     if refused is not None:
         return refused
     return cacher.cache.get(object_key(namespace if cacher.resource.namespaced else "", name))
@@ -179,7 +208,7 @@ async def list_snapshot(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, namesp
     """
     refused: Refusal | None = await ready(ctx, cacher)
     if refused is None:
-        refused = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace)
+        refused = _ahead(ctx, cacher, plan, await _fresh(ctx, cacher, plan.mode, plan.rv, namespace))
     if refused is not None:
         return refused
     if plan.mode not in _EXACT:
@@ -227,6 +256,28 @@ async def admit_watch(ctx: ReadContext, cacher: Cacher, plan: WatchPlan, namespa
     if refused is None:
         refused = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace)
     return refused
+
+
+async def await_watch_start(
+    ctx: ReadContext, cacher: Cacher, rv: int, timeout: float, gone: asyncio.Future[None]
+) -> bool:
+    """A watch from an rv the cache did not reach within ``--fresh-wait`` (no initial events): wait on.
+
+    kube-apiserver's cacher (v1.36) accepts such a watch and sends the events after the rv when they
+    come; only a watch-list (``sendInitialEvents=true``) waits for freshness and fails with 504. So
+    the watch waits, without its seat and without more proofs, for the cache's own events (or a
+    later proof made for another read) to carry it to ``rv``, until its timeout or its client goes.
+    True: it may start now (from ``rv``, so no change it already has comes again); False: it ends
+    with no event, as kube's does when nothing comes.
+    """
+    with ctx.waiting():
+        reached = asyncio.ensure_future(cacher.wait_for_rv(rv, timeout))
+        try:
+            await asyncio.wait((reached, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not reached.done():
+                reached.cancel()
+    return reached.done() and not reached.cancelled() and reached.result() and not gone.done()
 
 
 async def start_watch(

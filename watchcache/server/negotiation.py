@@ -64,6 +64,7 @@ class PassReason(enum.StrEnum):
     FIELD_SELECTOR = "field-selector"  # a custom resource's field only its CRD knows (selectableFields)
     UPGRADE = "upgrade"
     OLD_EXACT_READ = "old-exact-read"  # an Exact LIST older than the history window (kube reads etcd)
+    UNREACHED_RV = "unreached-rv"  # a GET or LIST at an rv the cache did not reach within --fresh-wait
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,10 @@ class ProxyUpstream:
     # kube-apiserver answers an Exact LIST older than its watch cache from etcd (200 until etcd
     # compacts that revision, then 410): only it can say which.
     answers_old_reads = True
+    # A read at an rv this cache did not reach in time may be one the apiserver has: it serves some
+    # resources from etcd (events, by default: no watch cache, so no bookmark proves this cache's
+    # progress) and its own cache may be ahead of this one. Its answer, 200 or its 504, is kube's.
+    answers_reads_ahead = True
     # kube-apiserver reads a consistent GET from etcd (``ShouldDelegateConsistentRead``): one round
     # trip, which no proof of the cache's freshness beats, and which costs it what it costs anyway.
     delegates_consistent_gets = True
@@ -42,6 +46,9 @@ class ProxyUpstream:
 
     def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
         return self.consistent.proving(cacher)
+
+    def unprovable(self, cacher: Cacher) -> bool:
+        return self.consistent.unprovable(cacher)
 
     async def prove_scope(self, cacher: Cacher, namespace: str | None, timeout: float) -> Reached:
         return await self.consistent.prove_scope(cacher, namespace, timeout)

@@ -24,6 +24,7 @@ class PassThrough(Exception):
 _PASS_REASONS = {
     Delegation.CONSISTENT_READ: PassReason.CONSISTENT_READ,
     Delegation.OLD_EXACT_READ: PassReason.OLD_EXACT_READ,
+    Delegation.UNREACHED_RV: PassReason.UNREACHED_RV,
 }
 
 

@@ -259,6 +259,21 @@ async def serve_watch(
     detached = response.outlives_handler
     stream = HttpWatchStream(response, ctx.flusher, cacher, ctx.metrics, detached=detached)
     timeout = _watch_timeout(ctx, opts)
+    if isinstance(refused, TooLarge) and not plan.initial_events:
+        # kube accepts a watch from an rv ahead of its cache, and sends what comes after it.
+        began = time.monotonic()
+        gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def went() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        response.add_close_callback(went)
+        if not await reads.await_watch_start(ctx, cacher, plan.rv, timeout, gone):
+            if not gone.done():
+                response.end_chunked()  # its timeout: no event came, as at kube
+            return None
+        refused, timeout = None, max(timeout - (time.monotonic() - began), 0.001)
     outcome: Watcher | Refusal
     if refused is None:
         request = WatchRequest(

@@ -41,6 +41,8 @@ _WRITES = frozenset({"create", "update", "patch", "delete"})
 class SimUpstream:
     # The cluster's history is its caches' own: an rv older than their window is compacted.
     answers_old_reads = False
+    # Its rv is this cache's own upstream: a read ahead of the cache is ahead of the cluster.
+    answers_reads_ahead = False
     # A consistent GET is the cluster's own state: served from its cache like any read.
     delegates_consistent_gets = False
 
@@ -68,6 +70,9 @@ class SimUpstream:
 
     def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
         return contextlib.nullcontext()
+
+    def unprovable(self, cacher: Cacher) -> bool:
+        return False
 
     async def prove_scope(self, cacher: Cacher, namespace: str | None, timeout: float) -> Reached:
         return Reached.AT_ONCE

@@ -208,6 +208,10 @@ class ConsistentReads:
         with self.prober(cacher).wanted():
             yield
 
+    def unprovable(self, cacher: Cacher) -> bool:
+        prober = self._probers.get(cacher)
+        return prober is not None and prober.unprovable
+
     # ------------------------------------------------------------------ the rest
 
     def prober(self, cacher: Cacher) -> Prober:

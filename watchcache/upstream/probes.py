@@ -66,6 +66,9 @@ class ProbeLimits:
     # After a probe that failed (error status, refused, no bookmark): wait, doubling per failure.
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
+    # After a probe that ended without a bookmark, reads of the resource at an rv the cache has not
+    # reached wait for no proof this long: a GET or LIST goes to the upstream, a watch waits for events.
+    unprovable_for: float = 300.0
 
 
 class Outcome:
@@ -107,11 +110,20 @@ class Prober:
         self._pump: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._nudging = False
+        # Until when the last probe's end without a bookmark counts (a proof clears it at once).
+        self._unprovable_until = 0.0
 
     @property
     def running(self) -> int:
         """Probes in flight now."""
         return len(self._probes)
+
+    @property
+    def unprovable(self) -> bool:
+        """The last probe got no bookmark, within ``limits.unprovable_for``: the upstream watches this
+        resource from its storage, with no bookmarks (kube-apiserver's events). After that long a read
+        waits for a probe again, in case the upstream has changed."""
+        return time.monotonic() < self._unprovable_until
 
     @contextlib.contextmanager
     def wanted(self) -> Iterator[None]:
@@ -171,8 +183,11 @@ class Prober:
         else:
             outcome = task.result()
         self.outcomes[(self.cacher.resource, outcome)] += 1
+        if outcome == Outcome.NO_BOOKMARK:
+            self._unprovable_until = time.monotonic() + self.limits.unprovable_for
         if outcome == Outcome.PROVED:
             self.backoff.reset()
+            self._unprovable_until = 0.0
         elif outcome != Outcome.CANCELLED:
             # A probe that fails fast must not be restarted at once: that was a loop of hundreds
             # of upstream watches per second for one waiting read.
