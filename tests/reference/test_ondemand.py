@@ -294,14 +294,16 @@ def test_a_cluster_bigger_than_the_memory_budget_keeps_the_worker_within_it(
             cached = through.get(path)
             here = direct.get(path, resourceVersion=cached["metadata"]["resourceVersion"], resourceVersionMatch="Exact")
             assert [i["metadata"]["name"] for i in cached["items"]] == [i["metadata"]["name"] for i in here["items"]]
-        # The stated overhead: the idle process, plus the largest kind's list while it synced (a kind is
-        # accounted once synced; what the allocator keeps of that peak stays with the process).
-        largest = max(len(direct.raw("GET", path)[2]) for path in kinds)
+        # The stated overhead: the idle process, plus the lists of the kinds that synced at once (a kind
+        # is accounted once synced; what the allocator keeps of those peaks stays with the process).
+        # The three kinds here start together. (Bounded by the largest list alone, this failed once
+        # under `make test`, its cluster busy with other tests' Events: +20.3 MB against 17.6.)
+        lists = [len(direct.raw("GET", path)[2]) for path in kinds]
         print(
             f"\nbudget {budget} B: accounted {view['accounted_bytes']} B, dropped {view['over_budget']}; "
-            f"RSS idle {idle_rss // 1024} MB, after {rss // 1024} MB; largest list {largest // 1024} KB"
+            f"RSS idle {idle_rss // 1024} MB, after {rss // 1024} MB; lists {[n // 1024 for n in lists]} KB"
         )
-        assert rss - idle_rss < (budget + largest) // 1024, (idle_rss, rss, largest)
+        assert rss - idle_rss < (budget + sum(lists)) // 1024, (idle_rss, rss, lists)
     finally:
         through.close()
         proc.stop()
