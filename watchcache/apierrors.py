@@ -64,8 +64,13 @@ class StatusError(Exception):
         status["code"] = self.code
         return status
 
-    def body(self) -> bytes:
+    def json(self) -> bytes:
+        """The Status as compact JSON (an ERROR watch event's object)."""
         return orjson.dumps(self.to_status())
+
+    def body(self) -> bytes:
+        """An answer's body: kube's json.Encoder ends it with a newline."""
+        return orjson.dumps(self.to_status()) + b"\n"
 
     def __repr__(self) -> str:
         return f"StatusError({self.code}, {self.reason!r}, {self.message!r})"

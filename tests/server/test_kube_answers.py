@@ -358,3 +358,15 @@ async def test_a_read_ahead_of_a_cache_the_upstream_cannot_prove_goes_to_the_ups
     # A resource the upstream proves: a read ahead still waits, then 504 (kube's answer).
     h.upstream.no_bookmarks = False
     assert (await h.list(resourceVersion="99")).status == 504
+
+
+@arun
+async def test_a_json_answer_ends_with_a_newline_as_kubes_encoder_writes_it():
+    h = Harness()
+    assert (await h.get("p1", resourceVersion="0")).body.endswith(b"}\n")
+    assert (await h.list(resourceVersion="0")).body.endswith(b"]}\n")
+    missing = await h.get("nope", resourceVersion="0")
+    assert missing.status == 404 and missing.body.endswith(b"}\n")
+    # a watch's ERROR event is one line: the Status inside it has no newline of its own
+    resp = await h.start_watch(timeoutSeconds="-1").ended(2.0)
+    assert b"".join(resp.chunks).count(b"\n") == 1

@@ -80,6 +80,9 @@ class Encoding:
     name = "json"
     content_type = JSON
     watch_content_type = JSON
+    # What ends a GET's or LIST's answer: kube's JSON encoder (json.Encoder.Encode) writes a newline
+    # after every object; protobuf has nothing after its message.
+    answer_end = b"\n"
     # Applied to a watcher's first frame when it is written (a Table's column definitions), or None.
     lead: Callable[[bytes], bytes] | None = None
     # A body that depends only on the snapshot, so identical LISTs at one snapshot may share it. A
@@ -167,7 +170,7 @@ class Encoding:
         return json_frame(BOOKMARK, resource.typed_prefix, bookmark_meta(rv, initial_events_end, relist_diff_end), b"}")
 
     def error_frame(self, error: StatusError) -> bytes:
-        return json_frame(ERROR, error.body())
+        return json_frame(ERROR, error.json())
 
 
 FULL_JSON = Encoding()
@@ -248,6 +251,7 @@ class MetadataProtobuf(_PartialObjectMetadata):
 
     content_type = PROTOBUF
     watch_content_type = PROTOBUF + ";stream=watch"
+    answer_end = b""
 
     def __init__(self, version: str) -> None:
         self.name = f"metadata-protobuf-{version}"

@@ -95,6 +95,7 @@ class FullProtobuf(Encoding):
     name = "protobuf"
     content_type = PROTOBUF
     watch_content_type = PROTOBUF + ";stream=watch"
+    answer_end = b""
 
     def __init__(self) -> None:
         self._type_meta: dict[tuple[str, str], bytes] = {}

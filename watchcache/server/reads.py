@@ -42,7 +42,10 @@ async def serve_get(
         raise apierrors.not_found(resource.group, resource.resource, info.name)
     if isinstance(obj, Refusal):
         refuse(obj)
-    response.send(200, encoding.object_parts(resource, obj), content_type=encoding.content_type, headers=headers)
+    parts = encoding.object_parts(resource, obj)
+    if encoding.answer_end:
+        parts = (*parts, encoding.answer_end)
+    response.send(200, parts, content_type=encoding.content_type, headers=headers)
 
 
 async def serve_list(
@@ -70,5 +73,7 @@ async def serve_list(
         refuse(snapshot)
     # In the step the snapshot was taken in: it cannot change under the answer.
     parts = list_parts(ctx.codec, cacher, snapshot, plan, predicate, info.namespace, opts, encoding)
+    if encoding.answer_end:
+        parts = [*parts, encoding.answer_end]  # (a copy: the parts may be a shared answer's)
     # The parts are immutable cached bytes: the snapshot stays consistent while they are written.
     await response.send_stream(200, parts, content_type=encoding.content_type, headers=headers)
