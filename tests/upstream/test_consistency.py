@@ -284,12 +284,17 @@ def test_a_resource_whose_probes_get_no_bookmark_is_unprovable_for_a_while_then_
             cacher = Cacher(PODS)
             cacher.replace([], 100)
             limits = ProbeLimits(
-                timeout_seconds=1, unprovable_for=0.5, linger=0.0, backoff_initial=0.01, backoff_max=0.01
+                timeout_seconds=1,
+                unprovable_after=2,
+                unprovable_for=0.5,
+                linger=0.0,
+                backoff_initial=0.01,
+                backoff_max=0.01,
             )
             reads = ConsistentReads(client, fresh_wait=1.5, probes=limits)
             seen = [reads.unprovable(cacher)]
             assert not (await reach(cacher, 150, reads, 1.5)).reached
-            await until(lambda: reads.unprovable(cacher))  # the probe's watch ended without a bookmark
+            await until(lambda: reads.unprovable(cacher))  # two probes' watches ended without a bookmark
             seen.append(reads.unprovable(cacher))
             await until(lambda: reads.prober(cacher).running == 0)  # the last probe's end marks it last
             await asyncio.sleep(0.6)
@@ -300,3 +305,26 @@ def test_a_resource_whose_probes_get_no_bookmark_is_unprovable_for_a_while_then_
             return seen
 
     assert run(go()) == [False, True, False, False]
+
+
+def test_a_resource_the_upstream_caches_is_not_unprovable_for_one_missed_bookmark() -> None:
+    # kube's cacher now and then sends a watcher no bookmark (its timer against the deadline): only
+    # unprovable_after probes in a row without one, no proof between, mark the resource.
+    from collections import Counter
+
+    from watchcache.ratelimit import TokenBucket
+    from watchcache.upstream.probes import Outcome
+
+    async def go() -> list[bool]:
+        limits = ProbeLimits(unprovable_after=3)
+        prober = Prober(None, Cacher(PODS), limits, TokenBucket(10, 10, 0.0), Counter())  # type: ignore[arg-type]
+        seen = []
+        for outcome in (Outcome.NO_BOOKMARK, Outcome.NO_BOOKMARK, Outcome.PROVED, Outcome.NO_BOOKMARK,
+                        Outcome.FAILED, Outcome.NO_BOOKMARK, Outcome.NO_BOOKMARK):  # fmt: skip
+            done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            done.set_result(outcome)
+            prober._ended(done)  # type: ignore[arg-type]
+            seen.append(prober.unprovable)
+        return seen
+
+    assert run(go()) == [False, False, False, False, False, False, True]

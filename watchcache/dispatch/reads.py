@@ -145,8 +145,6 @@ async def _fresh(ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespac
             metrics.waited(cacher.resource, wait, consistent=True)
         return None if wait.reached else _CONSISTENT_READ
     if mode in _AT_RV and cacher.rv < rv:
-        if ctx.upstream.answers_reads_ahead and ctx.upstream.unprovable(cacher):
-            return TooLarge(rv, cacher.rv)  # no proof will come: a GET or LIST goes upstream, a watch waits
         with ctx.waiting():
             wait = await freshness.reach(cacher, rv, ctx.upstream, ctx.config.fresh_wait)
         metrics = ctx.metrics
@@ -155,6 +153,17 @@ async def _fresh(ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespac
         if not wait.reached:
             return TooLarge(rv, cacher.rv)
     return None
+
+
+def _goes_upstream(ctx: ReadContext, cacher: Cacher, plan: ReadPlan) -> bool:
+    """A GET or LIST at an rv ahead of a cache the upstream cannot prove: no wait is worth making."""
+    return (
+        plan.mode in _AT_RV
+        and plan.mode is not Mode.CONTINUE
+        and cacher.rv < plan.rv
+        and ctx.upstream.answers_reads_ahead
+        and ctx.upstream.unprovable(cacher)
+    )
 
 
 def _ahead(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, refused: Refusal | None) -> Refusal | None:
@@ -194,6 +203,8 @@ async def read_object(
     """A GET: the object at a state at least as new as ``plan`` asks, None if there is none, or a refusal."""
     refused: Refusal | None = await ready(ctx, cacher)
     if refused is None:
+        refused = _UNREACHED_RV if _goes_upstream(ctx, cacher, plan) else None
+    if refused is None:
         refused = _ahead(ctx, cacher, plan, await _fresh(ctx, cacher, plan.mode, plan.rv, namespace))
     if refused is not None:
         return refused
@@ -207,6 +218,8 @@ async def list_snapshot(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, namesp
     same step, so the snapshot cannot change under it.
     """
     refused: Refusal | None = await ready(ctx, cacher)
+    if refused is None:
+        refused = _UNREACHED_RV if _goes_upstream(ctx, cacher, plan) else None
     if refused is None:
         refused = _ahead(ctx, cacher, plan, await _fresh(ctx, cacher, plan.mode, plan.rv, namespace))
     if refused is not None:

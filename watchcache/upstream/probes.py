@@ -66,8 +66,9 @@ class ProbeLimits:
     # After a probe that failed (error status, refused, no bookmark): wait, doubling per failure.
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
-    # After a probe that ended without a bookmark, reads of the resource at an rv the cache has not
-    # reached wait for no proof this long: a GET or LIST goes to the upstream, a watch waits for events.
+    # After this many probes in a row ended without a bookmark, a GET or LIST of the resource at an rv
+    # the cache has not reached waits for no proof, for ``unprovable_for`` s: it goes to the upstream.
+    unprovable_after: int = 3
     unprovable_for: float = 300.0
 
 
@@ -110,7 +111,9 @@ class Prober:
         self._pump: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._nudging = False
-        # Until when the last probe's end without a bookmark counts (a proof clears it at once).
+        # Probes ended without a bookmark since the last proof; past ``limits.unprovable_after`` of them,
+        # until when the resource counts as one the upstream cannot prove (a proof clears it at once).
+        self._no_bookmarks = 0
         self._unprovable_until = 0.0
 
     @property
@@ -120,8 +123,10 @@ class Prober:
 
     @property
     def unprovable(self) -> bool:
-        """The last probe got no bookmark, within ``limits.unprovable_for``: the upstream watches this
-        resource from its storage, with no bookmarks (kube-apiserver's events). After that long a read
+        """``limits.unprovable_after`` probes in a row got no bookmark, the last within
+        ``limits.unprovable_for``: the upstream watches this resource from its storage, with no
+        bookmarks (kube-apiserver's events). A resource it caches may miss one bookmark now and then
+        (kube's timer against a deadline): that takes more than one. After ``unprovable_for`` a read
         waits for a probe again, in case the upstream has changed."""
         return time.monotonic() < self._unprovable_until
 
@@ -184,9 +189,12 @@ class Prober:
             outcome = task.result()
         self.outcomes[(self.cacher.resource, outcome)] += 1
         if outcome == Outcome.NO_BOOKMARK:
-            self._unprovable_until = time.monotonic() + self.limits.unprovable_for
+            self._no_bookmarks += 1
+            if self._no_bookmarks >= self.limits.unprovable_after:
+                self._unprovable_until = time.monotonic() + self.limits.unprovable_for
         if outcome == Outcome.PROVED:
             self.backoff.reset()
+            self._no_bookmarks = 0
             self._unprovable_until = 0.0
         elif outcome != Outcome.CANCELLED:
             # A probe that fails fast must not be restarted at once: that was a loop of hundreds
