@@ -72,7 +72,8 @@ def test_events_ahead_of_the_cache_are_the_apiservers_answers_and_a_watch_from_t
     drop_namespace(direct, NS, ("configmaps", "events"))
     direct.create("/api/v1/namespaces", {"metadata": {"name": NS}})
     serving = Serving.make(tmp_path)
-    proc = start_proxy(kube, serving, "--workers", "1", resources="events")
+    # --fresh-wait 1: the reads ahead before the mark get their 504 sooner (the probes take their 3 s).
+    proc = start_proxy(kube, serving, "--workers", "1", "--fresh-wait", "1", resources="events")
     through = Api(proc.url, kube.token, str(serving.ca.crt), timeout=15)
     events = f"/api/v1/namespaces/{NS}/events"
     try:
@@ -82,7 +83,7 @@ def test_events_ahead_of_the_cache_are_the_apiservers_answers_and_a_watch_from_t
             return int(cm["metadata"]["resourceVersion"])
 
         # The first reads ahead wait for probes (--fresh-wait each) and get 504 until three probes in a
-        # row have ended without a bookmark; then reads ahead are kube's answers, at once.
+        # row have ended without a bookmark (3 s each, 0.8 s apart); then reads ahead are kube's answers.
         deadline = time.monotonic() + 20
         for i in itertools.count(100):
             if through.raw("GET", f"{events}?resourceVersion={ahead(i)}")[0] == 200:
@@ -105,12 +106,12 @@ def test_events_ahead_of_the_cache_are_the_apiservers_answers_and_a_watch_from_t
         got: list[Any] = []
 
         def watch() -> None:
-            status, _, body = reader.raw("GET", f"{events}?watch=1&resourceVersion={r}&timeoutSeconds=6")
+            status, _, body = reader.raw("GET", f"{events}?watch=1&resourceVersion={r}&timeoutSeconds=3")
             got.extend((status, json.loads(line)["type"]) for line in body.splitlines() if line)
 
         t = threading.Thread(target=watch)
         t.start()
-        time.sleep(4)  # past --fresh-wait (3 s): the proxy used to end it with a 504 ERROR here
+        time.sleep(1.5)  # past --fresh-wait (1 s): the proxy used to end it with a 504 ERROR here
         about = {"kind": "ConfigMap", "name": "ev-9", "namespace": NS}
         event = {"metadata": {"name": "ev-ahead"}, "involvedObject": about, "reason": "Ahead", "type": "Normal"}
         direct.create(events, event)
