@@ -370,3 +370,17 @@ async def test_a_json_answer_ends_with_a_newline_as_kubes_encoder_writes_it():
     # a watch's ERROR event is one line: the Status inside it has no newline of its own
     resp = await h.start_watch(timeoutSeconds="-1").ended(2.0)
     assert b"".join(resp.chunks).count(b"\n") == 1
+
+
+@arun
+async def test_a_watch_waiting_for_an_rv_ahead_ends_at_shutdown_with_no_event():
+    # Not a watcher yet, so no final bookmark: the shutdown ends its wait, and its stream, at once
+    # (before, it held the shutdown's wait for in-flight requests until the caches stopped).
+    h = Harness(fresh_wait=0.05)
+    stream = h.start_watch(resourceVersion="99", timeoutSeconds="600")
+    await asyncio.sleep(0.2)
+    assert len(h.ctx.waiting_watches) == 1 and not stream.task.done()
+    h.ctx.end_waiting_watches()
+    resp = await stream.ended(1.0)
+    assert (resp.status, resp.events(), resp.ended) == (200, [], True)
+    assert len(h.ctx.waiting_watches) == 0 and len(h.cacher._waiters) == 0

@@ -155,15 +155,14 @@ async def _fresh(ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespac
     return None
 
 
+def _upstream_answers(ctx: ReadContext, cacher: Cacher, plan: ReadPlan) -> bool:
+    """The upstream answers this GET or LIST at an rv its proofs cannot bring the cache to (see ``_ahead``)."""
+    return plan.mode is not Mode.CONTINUE and ctx.upstream.answers_reads_ahead and ctx.upstream.unprovable(cacher)
+
+
 def _goes_upstream(ctx: ReadContext, cacher: Cacher, plan: ReadPlan) -> bool:
     """A GET or LIST at an rv ahead of a cache the upstream cannot prove: no wait is worth making."""
-    return (
-        plan.mode in _AT_RV
-        and plan.mode is not Mode.CONTINUE
-        and cacher.rv < plan.rv
-        and ctx.upstream.answers_reads_ahead
-        and ctx.upstream.unprovable(cacher)
-    )
+    return plan.mode in _AT_RV and cacher.rv < plan.rv and _upstream_answers(ctx, cacher, plan)
 
 
 def _ahead(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, refused: Refusal | None) -> Refusal | None:
@@ -175,12 +174,7 @@ def _ahead(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, refused: Refusal | 
     resource the upstream proves: there a 504 after ``--fresh-wait`` is kube's own answer, and a
     flood of reads at a far-future rv stays here rather than going upstream.
     """
-    if (
-        isinstance(refused, TooLarge)
-        and plan.mode is not Mode.CONTINUE
-        and ctx.upstream.answers_reads_ahead
-        and ctx.upstream.unprovable(cacher)
-    ):
+    if isinstance(refused, TooLarge) and _upstream_answers(ctx, cacher, plan):
         return _UNREACHED_RV
     return refused
 
@@ -272,25 +266,26 @@ async def admit_watch(ctx: ReadContext, cacher: Cacher, plan: WatchPlan, namespa
 
 
 async def await_watch_start(
-    ctx: ReadContext, cacher: Cacher, rv: int, timeout: float, gone: asyncio.Future[None]
+    ctx: ReadContext, cacher: Cacher, rv: int, timeout: float, ended: asyncio.Future[bool]
 ) -> bool:
     """A watch from an rv the cache did not reach within ``--fresh-wait`` (no initial events): wait on.
 
     kube-apiserver's cacher (v1.36) accepts such a watch and sends the events after the rv when they
     come; only a watch-list (``sendInitialEvents=true``) waits for freshness and fails with 504. So
     the watch waits, without its seat and without more proofs, for the cache's own events (or a
-    later proof made for another read) to carry it to ``rv``, until its timeout or its client goes.
+    later proof made for another read) to carry it to ``rv``, until its timeout or ``ended`` (its
+    client went, or the server is shutting down).
     True: it may start now (from ``rv``, so no change it already has comes again); False: it ends
     with no event, as kube's does when nothing comes.
     """
     with ctx.waiting():
         reached = asyncio.ensure_future(cacher.wait_for_rv(rv, timeout))
         try:
-            await asyncio.wait((reached, gone), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((reached, ended), return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not reached.done():
                 reached.cancel()
-    return reached.done() and not reached.cancelled() and reached.result() and not gone.done()
+    return reached.done() and not reached.cancelled() and reached.result() and not ended.done()
 
 
 async def start_watch(

@@ -5,6 +5,7 @@ continue-token codec, waits, metrics, and the seat a waiting read gives up."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -93,12 +94,21 @@ class ApiContext:
     # The upstream is an apiserver with continue tokens of its own: a page token this cache did not
     # sign belongs to a list the upstream answered, and goes to it (else: 400).
     upstream_continue_tokens: bool = False
+    # Watches waiting for the cache to reach their rv (``server/watch.py``), each by the future that
+    # ends its wait: False at shutdown (``end_waiting_watches``), True when its client goes.
+    waiting_watches: set[asyncio.Future[bool]] = field(default_factory=set)
     # The last failure of the proxy's own upstream requests, per resource (None: no upstream client).
     upstream_failures: LastFailures | None = None
     # The upstream, for /readyz?verbose: where and how (never a secret).
     upstream_description: str = ""
     # Every watch's timeout, on one loop timer.
     watch_deadlines: WatchDeadlines = field(default_factory=WatchDeadlines)
+
+    def end_waiting_watches(self) -> None:
+        """At shutdown: a watch still waiting for its rv ends now, with no event (it has none to give)."""
+        for ended in self.waiting_watches:
+            if not ended.done():
+                ended.set_result(False)
 
     def waiting(self) -> AbstractContextManager[object]:
         """While entered, the request being served waits without its in-flight seat (``server/seats.py``)."""

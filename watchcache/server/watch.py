@@ -262,16 +262,21 @@ async def serve_watch(
     if isinstance(refused, TooLarge) and not plan.initial_events:
         # kube accepts a watch from an rv ahead of its cache, and sends what comes after it.
         began = time.monotonic()
-        gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
         def went() -> None:
-            if not gone.done():
-                gone.set_result(None)
+            if not ended.done():
+                ended.set_result(True)
 
         response.add_close_callback(went)
-        if not await reads.await_watch_start(ctx, cacher, plan.rv, timeout, gone):
-            if not gone.done():
-                response.end_chunked()  # its timeout: no event came, as at kube
+        ctx.waiting_watches.add(ended)
+        try:
+            started_now = await reads.await_watch_start(ctx, cacher, plan.rv, timeout, ended)
+        finally:
+            ctx.waiting_watches.discard(ended)
+        if not started_now:
+            if not (ended.done() and ended.result()):
+                response.end_chunked()  # its timeout (or shutdown): no event came, as at kube
             return None
         refused, timeout = None, max(timeout - (time.monotonic() - began), 0.001)
     outcome: Watcher | Refusal

@@ -228,6 +228,7 @@ async def serve(
         for watcher in list(cacher.dispatcher.watchers()):
             watcher.bookmark(cacher.rv, final=True)
             watcher.close(CloseReason.SHUTDOWN)
+    wiring.ctx.end_waiting_watches()  # (not watchers yet: they end with no event)
     # In-flight reads (one may be waiting for a resourceVersion) finish with an answer,
     # and watch handlers flush and end their streams; bounded by the longest read wait.
     deadline = time.monotonic() + options.serve.fresh_wait + 1.0
