@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from watchcache.quoting import go_quote
+from watchcache.quoting import go_json_escape, go_quote
 
 
 class StatusError(Exception):
@@ -66,11 +66,11 @@ class StatusError(Exception):
 
     def json(self) -> bytes:
         """The Status as compact JSON (an ERROR watch event's object)."""
-        return orjson.dumps(self.to_status())
+        return go_json_escape(orjson.dumps(self.to_status()))
 
     def body(self) -> bytes:
-        """An answer's body: kube's json.Encoder ends it with a newline."""
-        return orjson.dumps(self.to_status()) + b"\n"
+        """An answer's body: kube's json.Encoder ends it with a newline (and escapes as Go does)."""
+        return go_json_escape(orjson.dumps(self.to_status())) + b"\n"
 
     def __repr__(self) -> str:
         return f"StatusError({self.code}, {self.reason!r}, {self.message!r})"

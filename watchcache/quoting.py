@@ -41,3 +41,17 @@ def go_quote(text: str) -> str:
             out.append(f"\\U{c:08x}")
     out.append('"')
     return "".join(out)
+
+
+def go_json_escape(body: bytes) -> bytes:
+    """Go's encoding/json escapes of ``<``, ``>``, ``&``, U+2028 and U+2029 applied to JSON that orjson
+    wrote (it leaves them as they are). A byte replace is exact: they can only occur inside strings."""
+    if b"<" in body or b">" in body or b"&" in body or b"\xe2\x80" in body:
+        body = (
+            body.replace(b"<", b"\\u003c")
+            .replace(b">", b"\\u003e")
+            .replace(b"&", b"\\u0026")
+            .replace(b"\xe2\x80\xa8", b"\\u2028")
+            .replace(b"\xe2\x80\xa9", b"\\u2029")
+        )
+    return body

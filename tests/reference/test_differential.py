@@ -67,11 +67,15 @@ class Env:
     proc: Proc
     rvs: list[str]  # resourceVersions of writes made after the proxy started (inside its window)
 
-    def both(self, path: str, accept: str = "application/json", token: str | None = None) -> tuple[Any, Any]:
+    def both(
+        self, path: str, accept: str = "application/json", token: str | None = None, user_agent: str | None = None
+    ) -> tuple[Any, Any]:
         """(the apiserver's answer, the proxy's answer) to one GET."""
         out = []
         for side, server in (("the apiserver", self.direct), ("the proxy", self.proxy)):
-            headers = {"Authorization": f"Bearer {token}"} if token is not None else None
+            headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+            if user_agent is not None:
+                headers["User-Agent"] = user_agent
             try:
                 status, hdrs, body = server.raw("GET", path, accept=accept, headers=headers)
             except TimeoutError as e:  # which side did not end its answer (seen once: a watch from rv 1)
@@ -126,6 +130,7 @@ def _clean(api: Api) -> None:
         except ApiError as e:
             if e.status != 404:  # the CRD may be gone already
                 raise
+    api.delete(f"{CONFIGMAPS}/html", gracePeriodSeconds=0)
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +148,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         team = ("red", "blue", "green")[i % 3]
         meta = {"name": f"cm-{i}", "labels": {**labels, "team": team, **({"tier": "db"} if i % 2 else {})}}
         api.create(CONFIGMAPS, {"metadata": meta, "data": {"i": str(i)}})
+    # Characters Go's encoding/json escapes and orjson does not (compared byte for byte below)
+    api.create(CONFIGMAPS, {"metadata": {"name": "html"}, "data": {"h": "<b> & \u2028 \u2029"}})
     for i in range(5):
         spec = {
             "containers": [{"name": "c", "image": "registry.example/x:1"}],
@@ -372,6 +379,19 @@ ERRORS = [
     f"{CONFIGMAPS}?watch=1&sendInitialEvents=true&resourceVersionMatch=Exact",  # 422
     f"{CONFIGMAPS}?continue=not-a-token",  # 400
     f"{CONFIGMAPS}?continue=not-a-token&resourceVersion=5",  # 400
+    f"{CONFIGMAPS}?fieldSelector==&resourceVersion=0",  # 200: a term empty on both sides is dropped first
+    # several bad parameters: kube's order is integers (timeoutSeconds, limit), label syntax, field
+    # syntax, the options' 422, unknown field labels, then the resourceVersion or continue token
+    f"{CONFIGMAPS}?limit=x&timeoutSeconds=y&labelSelector=a%20b",
+    f"{CONFIGMAPS}?labelSelector=a%20b&fieldSelector=x",
+    f"{CONFIGMAPS}?fieldSelector=x&resourceVersionMatch=Exact",
+    f"{CONFIGMAPS}?fieldSelector=spec.bogus%3D1&resourceVersionMatch=Exact",
+    f"{CONFIGMAPS}?fieldSelector=spec.bogus%3D1&resourceVersion=abc",
+    f"{CONFIGMAPS}?fieldSelector=spec.bogus%3D1&continue=junk",
+    f"{CONFIGMAPS}?labelSelector=a%20b&continue=junk",
+    f"{CONFIGMAPS}?watch=1&fieldSelector=spec.bogus%3D1&resourceVersionMatch=Exact",
+    f"{CONFIGMAPS}?watch=1&labelSelector=a%20b&sendInitialEvents=true",
+    f"{CONFIGMAPS}?fieldSelector=a%3Cb%3Dc",  # 400 whose message has "<": escaped as Go escapes it
 ]
 
 
@@ -655,3 +675,46 @@ def test_service_field_selectors_are_the_apiservers(env: Env, selector: str, rv:
     kube_items, proxy_items = (objects.list_page(objects.unknown(a.body).raw).items for a in (want, got))
     assert proxy_items == kube_items
     assert [objects.read_object(raw, _SERVICE_FIELDS).name for raw in proxy_items] == expected
+
+
+# ---------------------------------------------------------------------- pretty answers, byte for byte
+
+
+def _pretty_cases(env: Env) -> list[tuple[str, str]]:
+    exact = {"resourceVersion": env.rvs[-1], "resourceVersionMatch": "Exact"}
+    metadata = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+    return [
+        (with_query(f"{CONFIGMAPS}/cm-1", resourceVersion="0"), "application/json"),
+        (with_query(f"{CONFIGMAPS}/html", resourceVersion="0"), "application/json"),
+        (with_query(CONFIGMAPS, fieldSelector="metadata.name=html", **exact), "application/json"),
+        (with_query(CONFIGMAPS, labelSelector=LABEL, **exact), "application/json"),
+        (with_query(PODS, labelSelector=LABEL, **exact), "application/json"),
+        (with_query(CONFIGMAPS, labelSelector=LABEL, limit="2", **exact), "application/json"),
+        (with_query(CONFIGMAPS, labelSelector="no-such=label", **exact), "application/json"),
+        (with_query(CONFIGMAPS, labelSelector=LABEL, **exact), metadata),
+        (with_query(f"{CONFIGMAPS}/missing", resourceVersion="0"), "application/json"),
+        (with_query(CONFIGMAPS, labelSelector="a b"), "application/json"),
+        (with_query(PODS, labelSelector=LABEL, **exact), "application/json;as=Table;v=v1;g=meta.k8s.io"),
+    ]
+
+
+_AGE = re.compile(rb'"[0-9]+[smhdy][0-9smhdy]*"')  # a Table's Age cells: each server's own clock
+
+
+@pytest.mark.parametrize(
+    ("query", "user_agent"),
+    [("pretty=true", None), ("", "curl/8.5.0"), ("", "Mozilla/5.0 (X11)"), ("pretty=false", "curl/8.5.0")],
+    ids=["pretty-true", "curl", "browser", "pretty-false-curl"],
+)
+def test_pretty_answers_are_the_apiservers_byte_for_byte(env: Env, query: str, user_agent: str | None) -> None:
+    """kube indents JSON for ?pretty=true and for curl, Wget and browsers (isPrettyPrint), with no newline
+    at the end."""
+    for path, accept in _pretty_cases(env):
+        path = path + ("&" if "?" in path else "?") + query if query else path
+        want, got = env.both(path, accept=accept, user_agent=user_agent)
+        assert (got.status, got.content_type) == (want.status, want.content_type), path
+        if "limit=2" in path:  # each server's own continue token
+            want.body, got.body = (re.sub(rb'"continue": ?"[^"]*"', b"", a.body) for a in (want, got))
+        if "Table" in accept:
+            want.body, got.body = (_AGE.sub(b'"AGE"', a.body) for a in (want, got))
+        assert got.body == want.body, (path, want.body[:300], got.body[:300])

@@ -79,7 +79,7 @@ ERROR_CASES = [
     ("unsupported-field", "foo=bar", "field label not supported: foo"),
     ("unsupported-field-not-equals", "spec.foo!=x", "field label not supported: spec.foo"),
     ("spaces-are-part-of-field", "metadata.name = x", "field label not supported: metadata.name "),
-    ("empty-field", "=", "field label not supported: "),
+    ("empty-field", "=x", "field label not supported: "),
     ("first-unsupported-in-sorted-order", "zzz=1,aaa=1", "field label not supported: aaa"),
     ("no-operator", "metadata.name", "invalid selector: 'metadata.name'; can't understand 'metadata.name'"),
     (
@@ -120,9 +120,12 @@ def test_parse_error(text: str, message: str) -> None:
     assert str(info.value) == message
 
 
-def test_empty_field_and_value_dropped_when_supported() -> None:
-    # apimachinery's Transform drops a term whose field and value are both empty.
-    assert parse_field_selector("=", {""}).empty
+def test_a_term_empty_on_both_sides_is_dropped_before_fields_are_checked() -> None:
+    # apimachinery's ParseSelector drops a term whose field and value are both empty (Transform, with the
+    # identity), before the handler converts field labels: kube answers "fieldSelector==" with a 200.
+    for text in ("=", "==", "!=", ",=,"):
+        assert parse_field_selector(text, {"metadata.name"}).empty, text
+    assert str(parse_field_selector("metadata.name=a,==", {"metadata.name"})) == "metadata.name=a"
 
 
 MATCH_CASES = [

@@ -384,3 +384,153 @@ async def test_a_watch_waiting_for_an_rv_ahead_ends_at_shutdown_with_no_event():
     resp = await stream.ended(1.0)
     assert (resp.status, resp.events(), resp.ended) == (200, [], True)
     assert len(h.ctx.waiting_watches) == 0 and len(h.cacher._waiters) == 0
+
+
+# ---------------------------------------------------------------------- pretty answers and error order (session 46)
+
+
+def _as(h: Harness, path: str, query: dict[str, str], headers: dict[str, str]):
+    req = h.make_request(path, query)
+    req.headers.update(headers)
+    return h.send(req)
+
+
+PODS_PATH = "/api/v1/namespaces/default/pods"
+
+
+@pytest.mark.parametrize(
+    ("query", "headers"),
+    [
+        ({"pretty": "true"}, {}),
+        ({"pretty": "1"}, {}),
+        ({}, {"user-agent": "curl/8.5.0"}),
+        ({}, {"user-agent": "Wget/1.21"}),
+        ({}, {"user-agent": "Mozilla/5.0 (X11; Linux x86_64)"}),
+        ({"pretty": ""}, {"user-agent": "curl/8.5.0"}),  # an empty value leaves it to the User-Agent
+        ({}, {"accept": "application/json;pretty=1"}),
+    ],
+    ids=["pretty-true", "pretty-1", "curl", "wget", "browser", "empty-curl", "accept-pretty"],
+)
+@arun
+async def test_a_person_gets_indented_json_with_no_newline_at_its_end(query, headers):
+    # kube: isPrettyPrint (or the media type's pretty=1) picks json.MarshalIndent(obj, "", "  "),
+    # which writes no newline after the object.
+    h = Harness()
+    got = await _as(h, PODS_PATH + "/p1", {"resourceVersion": "0", **query}, headers)
+    assert got.status == 200
+    assert got.body.startswith(b'{\n  "kind": "Pod",\n  "apiVersion": "v1",\n  "metadata": {\n    "name": "p1",')
+    assert got.body.endswith(b"\n}")
+    listed = await _as(h, PODS_PATH, {"resourceVersion": "0", **query}, headers)
+    assert listed.body.startswith(b'{\n  "kind": "PodList",\n  "apiVersion": "v1",\n  "metadata": {\n')
+    assert listed.body.endswith(b"\n  ]\n}")
+    assert listed.json() == (await h.list(resourceVersion="0")).json()  # the same content
+    missing = await _as(h, PODS_PATH + "/nope", {"resourceVersion": "0", **query}, headers)
+    assert missing.status == 404
+    assert missing.body.startswith(b'{\n  "kind": "Status",\n') and missing.body.endswith(b"\n}")
+
+
+@pytest.mark.parametrize(
+    ("query", "headers"),
+    [
+        ({"pretty": "false"}, {"user-agent": "curl/8.5.0"}),  # the parameter decides over the User-Agent
+        ({"pretty": "yes"}, {"user-agent": "curl/8.5.0"}),  # Go's ParseBool refuses it: false
+        ({}, {"user-agent": "kubectl/v1.36.0 (linux/amd64)"}),
+        ({}, {"user-agent": "Go-http-client/1.1"}),
+        ({}, {"accept": "application/json;pretty=0"}),
+    ],
+    ids=["pretty-false", "pretty-yes", "kubectl", "go", "accept-pretty-0"],
+)
+@arun
+async def test_other_clients_get_compact_json(query, headers):
+    got = await _as(Harness(), PODS_PATH + "/p1", {"resourceVersion": "0", **query}, headers)
+    assert got.body.startswith(b'{"kind":"Pod",') and got.body.endswith(b"}\n")
+
+
+@arun
+async def test_a_watch_is_never_indented():
+    h = Harness()
+    stream = await h.start_watch(resourceVersion="0", pretty="true", timeoutSeconds="1").ended(5.0)
+    frames = b"".join(stream.chunks).splitlines()
+    assert len(frames) == 5 and all(f.startswith(b'{"type":"ADDED","object":{"kind":"Pod",') for f in frames)
+
+
+@arun
+async def test_an_indented_answer_escapes_as_go_and_a_large_one_stays_compact(monkeypatch):
+    from watchcache.server import pretty
+
+    assert pretty.indent([b'{"a":"<b> & \xe2\x80\xa8","c":[],"d":{}}']) == (
+        b'{\n  "a": "\\u003cb\\u003e \\u0026 \\u2028",\n  "c": [],\n  "d": {}\n}'
+    )
+    monkeypatch.setattr(pretty, "PRETTY_MAX", 100)
+    got = await (Harness()).list(resourceVersion="0", pretty="true")
+    assert got.status == 200 and got.body.startswith(b'{"kind":"PodList",') and got.body.endswith(b"]}\n")
+
+
+@arun
+async def test_a_compact_status_escapes_html_characters_as_go():
+    got = await (Harness()).list(fieldSelector="a<b=c")
+    assert got.status == 400 and b"a\\u003cb" in got.body and b"<" not in got.body
+
+
+@arun
+async def test_a_field_selector_term_empty_on_both_sides_is_dropped_before_fields_are_checked():
+    # kube's fields.ParseSelector turns "==" into Everything before the resource's field labels are converted
+    h = Harness()
+    for selector in ("==", "=", "!=", "metadata.name=p1,=="):
+        got = await h.list(fieldSelector=selector, resourceVersion="0")
+        assert got.status == 200, (selector, got.body)
+    assert [i["metadata"]["name"] for i in (await h.list(fieldSelector="metadata.name=p1,==")).json()["items"]] == [
+        "p1"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("query", "code", "starts"),
+    [
+        # integers first (timeoutSeconds before limit, the order of ListOptions' fields)
+        ({"limit": "x", "timeoutSeconds": "y", "labelSelector": "a b"}, 400, 'strconv.ParseInt: parsing "y"'),
+        # then the label selector's syntax, before the field selector's
+        ({"labelSelector": "a b", "fieldSelector": "x"}, 400, "unable to parse requirement"),
+        # then the field selector's syntax, before the options' 422
+        ({"fieldSelector": "x", "resourceVersionMatch": "Exact"}, 400, "invalid selector: 'x'"),
+        # then the 422, before an unknown field label
+        (
+            {"fieldSelector": "spec.bogus=1", "resourceVersionMatch": "Exact"},
+            422,
+            'ListOptions.meta.k8s.io "" is invalid',
+        ),
+        # then the unknown field label, before the resourceVersion and continue token
+        ({"fieldSelector": "spec.bogus=1", "resourceVersion": "abc"}, 400, "field label not supported: spec.bogus"),
+        ({"fieldSelector": "spec.bogus=1", "continue": "junk"}, 400, "field label not supported: spec.bogus"),
+        ({"labelSelector": "a b", "continue": "junk"}, 400, "unable to parse requirement"),
+    ],
+    ids=[
+        "ints",
+        "labels",
+        "fields-syntax",
+        "422",
+        "field-label-vs-rv",
+        "field-label-vs-continue",
+        "labels-vs-continue",
+    ],
+)
+@pytest.mark.parametrize("watch", [False, True], ids=["list", "watch"])
+@arun
+async def test_several_bad_parameters_get_the_error_kube_checks_first(query, code, starts, watch):
+    h = Harness()
+    got = await h.list(**({**query, "watch": "true"} if watch else query))
+    assert got.status == code, got.body
+    assert got.json()["message"].startswith(starts), got.json()["message"]
+
+
+def test_an_object_the_cache_encodes_itself_escapes_as_go():
+    # An object from the upstream's LIST is encoded here; kube's encoder escapes <, >, & and U+2028/9
+    # (seen in a ConfigMap's data: the proxy's GET had them raw where kube's had \u003c...).
+    from watchcache.cache.metadata import metadata_json
+    from watchcache.cache.object import encode_object
+    from watchcache.resources import PODS as pods
+
+    obj = encode_object(pods, {"metadata": {"name": "a", "namespace": "d", "resourceVersion": "3",
+                                            "annotations": {"u": "a<b>&c\u2028"}}})  # fmt: skip
+    assert b'"u":"a\\u003cb\\u003e\\u0026c\\u2028"' in obj.body
+    assert metadata_json(obj, pods) == obj.body[len(b'"metadata":') : obj.body.index(b"}}") + 2]

@@ -31,6 +31,7 @@ import orjson
 
 from watchcache.cache.object import CachedObject
 from watchcache.kubeproto import wire
+from watchcache.quoting import go_json_escape
 from watchcache.resources import ResourceType
 
 _LEADING = b'"metadata":'
@@ -82,7 +83,7 @@ def derive_metadata_json(
 ) -> bytes:
     """Derive (and keep) ``metadata_json``; ``decoded``: the object already parsed by the caller (a
     Table's row is derived from the same parse), else it is parsed here."""
-    encoded = orjson.dumps(_metadata_of(obj, resource, decoded))
+    encoded = go_json_escape(orjson.dumps(_metadata_of(obj, resource, decoded)))
     end = _START + len(encoded)
     body = obj.body
     if body.startswith(_LEADING) and body[_START:end] == encoded:

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from watchcache.quoting import go_json_escape
 from watchcache.resources import ResourceType
 
 
@@ -92,7 +93,8 @@ def object_key(namespace: str, name: str) -> str:
 
 
 def _encode_body(obj: Mapping[str, Any]) -> bytes:
-    encoded = orjson.dumps(obj)
+    """The body as kube's encoder writes it (Go escapes ``<``, ``>``, ``&``; orjson does not)."""
+    encoded = go_json_escape(orjson.dumps(obj))
     if encoded == b"{}":
         raise ValueError("object has no fields")
     return encoded[1:]

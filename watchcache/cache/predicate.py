@@ -84,11 +84,11 @@ class SelectionPredicate:
         resource cannot select, ShardSelectorError on a shardSelector kube refuses (a 500, as kube).
 
         An empty ``shard_selector`` is no selector, as kube treats the parameter's absence."""
+        labels = parse_label_selector(label_selector)  # first, as kube decodes the parameters
         try:
             fields = parse_field_selector(field_selector, resource.selectable_fields)
         except UnsupportedFieldError as e:
             raise UnsupportedField(resource, e.field) from None
-        labels = parse_label_selector(label_selector)
         shard = parse_shard_selector(shard_selector) if shard_selector else None
         return cls(namespace if resource.namespaced else None, labels, fields, shard)
 

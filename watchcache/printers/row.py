@@ -22,6 +22,7 @@ from watchcache.cache.metadata import derive_metadata_json
 from watchcache.cache.object import CachedObject
 from watchcache.printers.duration import human_duration
 from watchcache.printers.gofmt import go_json_float, json_string
+from watchcache.quoting import go_json_escape
 from watchcache.resources import ResourceType
 
 
@@ -126,15 +127,7 @@ def _static_json(run: list[Cell]) -> bytes:
         out = orjson.dumps(run)[1:-1]
     except orjson.JSONEncodeError:  # an integer beyond 64 bits (a custom resource's)
         return ",".join(_cell_json(c) for c in run).encode()
-    if b"<" in out or b">" in out or b"&" in out or b"\xe2\x80" in out:
-        out = (
-            out.replace(b"<", b"\\u003c")
-            .replace(b">", b"\\u003e")
-            .replace(b"&", b"\\u0026")
-            .replace("\u2028".encode(), b"\\u2028")
-            .replace("\u2029".encode(), b"\\u2029")
-        )
-    return out
+    return go_json_escape(out)
 
 
 def build_row(cells: Sequence[Cell], conditions: Sequence[Mapping[str, str]] = ()) -> Row:

@@ -211,9 +211,9 @@ def parse_field_selector(text: str, supported: Collection[str]) -> FieldSelector
         parsed.append((field, op, unescape_field_value(raw)))
     reqs: list[FieldRequirement] = []
     for field, op, value in parsed:
+        if not field and not value:
+            continue  # the parse drops a term empty on both sides (Transform), before any field is checked
         if field not in supported:
             raise UnsupportedFieldError(field)
-        if not field and not value:
-            continue  # apimachinery's Transform drops a term that is empty on both sides
         reqs.append(FieldRequirement(field, op, value))
     return FieldSelector(reqs) if reqs else EVERYTHING

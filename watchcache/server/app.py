@@ -50,6 +50,7 @@ from watchcache.server.negotiation import (
     PassReason,
     ProtobufRequest,
     TableRequest,
+    pretty_requested,
     render_error,
 )
 from watchcache.server.options import parse_bool, parse_get_options, parse_list_options
@@ -503,7 +504,8 @@ class ApiHandler:
             except PassThrough as p:
                 decision = p.reason
             except apierrors.StatusError as e:
-                error = render_error(e, request.headers.get("accept"), self.endpoint)
+                pretty = pretty_requested(request.query, request.headers, self.endpoint)
+                error = render_error(e, request.headers.get("accept"), self.endpoint, pretty=pretty)
                 if not warnings or response.started:
                     raise error from None
                 retry = () if error.retry_after is None else (("Retry-After", str(error.retry_after)),)
@@ -582,13 +584,15 @@ class ApiHandler:
             max_limit = self.ctx.config.max_limit
             opts = parse_list_options(request.query, watch_path=info.verb == "watch", max_limit=max_limit)
         started = slot.release if slot else None
+        # Indented JSON for a person (a watch never is)
+        pretty = info.verb != "watch" and pretty_requested(request.query, request.headers, self.endpoint)
         if isinstance(encoding, TableRequest):
             return await serve_table(self.ctx, self.tables, cacher, info, opts, request, response, encoding.version,
-                                     started=started, headers=headers)  # fmt: skip
+                                     started=started, headers=headers, pretty=pretty)  # fmt: skip
         if info.verb == "watch":
             return await serve_watch(self.ctx, cacher, info, opts, response, encoding, started=started, headers=headers)
         if info.verb == "get":
-            await serve_get(self.ctx, cacher, info, opts, response, encoding, headers=headers)
+            await serve_get(self.ctx, cacher, info, opts, response, encoding, headers=headers, pretty=pretty)
         else:
-            await serve_list(self.ctx, cacher, info, opts, response, encoding, headers=headers)
+            await serve_list(self.ctx, cacher, info, opts, response, encoding, headers=headers, pretty=pretty)
         return None

@@ -14,7 +14,7 @@ from watchcache.auth.gate import Gate
 from watchcache.http.request import Request
 from watchcache.http.routing import RequestInfo
 from watchcache.server import fairness, seats
-from watchcache.server.negotiation import Endpoint, render_error
+from watchcache.server.negotiation import Endpoint, pretty_requested, render_error
 
 
 async def authorize(gate: Gate, request: Request, info: RequestInfo | None, endpoint: Endpoint) -> None:
@@ -29,7 +29,8 @@ async def authorize(gate: Gate, request: Request, info: RequestInfo | None, endp
             else:
                 await gate.check(request, info, peercert=request.peercert, user=known)
     except apierrors.StatusError as e:
-        raise render_error(e, request.headers.get("accept"), endpoint) from None
+        pretty = pretty_requested(request.query, request.headers, endpoint)
+        raise render_error(e, request.headers.get("accept"), endpoint, pretty=pretty) from None
 
 
 def has_credentials(request: Request) -> bool:

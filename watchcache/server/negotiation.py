@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,9 @@ import orjson
 from watchcache.apierrors import StatusError
 from watchcache.cache.encoding import FULL_JSON, METADATA_JSON, METADATA_PROTOBUF, Encoding
 from watchcache.kubeproto import wire
+from watchcache.quoting import go_json_escape
 from watchcache.resources import ResourceType
+from watchcache.server.pretty import accepts_pretty, wants_pretty
 
 JSON = "application/json"
 YAML = "application/yaml"
@@ -175,14 +178,15 @@ class Negotiated:
     media_type: str
     kind: str = ""  # "" (the object itself), PartialObjectMetadata(List) or Table
     version: str = ""  # of meta.k8s.io, for a conversion
+    pretty: bool = False  # the media type's ``pretty=1`` parameter (server/pretty.py)
 
 
 class EncodedStatus(StatusError):
     """A Status written as kube writes errors for the request's Accept header.
 
     kube negotiates an error's encoding without conversions: protobuf for a client whose first
-    acceptable plain type is protobuf, pretty-printed JSON when nothing is acceptable
-    (``media`` None), compact JSON otherwise.
+    acceptable plain type is protobuf, pretty-printed JSON when nothing is acceptable or the request
+    asks for it (``media`` None), compact JSON otherwise.
     """
 
     def __init__(self, err: StatusError, media: str | None) -> None:
@@ -195,8 +199,8 @@ class EncodedStatus(StatusError):
         if self.media == PROTOBUF:
             return wire.status_body(self.to_status())
         if self.media is None:
-            return orjson.dumps(self.to_status(), option=orjson.OPT_INDENT_2)
-        return orjson.dumps(self.to_status()) + b"\n"
+            return go_json_escape(orjson.dumps(self.to_status(), option=orjson.OPT_INDENT_2))
+        return super().body()
 
 
 class NotAcceptable(EncodedStatus):
@@ -219,8 +223,11 @@ def _allowed(
 ) -> Negotiated | None:
     """kube's ``acceptMediaTypeOptions`` + the endpoint's ``AllowsMediaTypeTransform``."""
     kind = group = version = None
+    pretty = False
     for key, value in params:
-        if key == "as":
+        if key == "pretty":
+            pretty = value == "1"
+        elif key == "as":
             kind = value
         elif key == "g":
             group = value
@@ -236,7 +243,7 @@ def _allowed(
     if kind is None and group is None and version is None:
         if media_type == PROTOBUF and not endpoint.full_protobuf and not restricted:
             return None
-        return Negotiated(media_type)
+        return Negotiated(media_type, pretty=pretty)
     if restricted or group != META_GROUP or version not in META_VERSIONS:
         return None
     if kind == TABLE:
@@ -244,7 +251,7 @@ def _allowed(
             return None
     elif kind not in (METADATA, METADATA_LIST):
         return None
-    return Negotiated(media_type, kind or "", version or "")
+    return Negotiated(media_type, kind or "", version or "", pretty)
 
 
 def _negotiate(header: str, endpoint: Endpoint, *, restricted: bool = False) -> Negotiated | None:
@@ -293,13 +300,25 @@ def negotiate(header: str | None, endpoint: Endpoint, *, collection: bool) -> Ne
     return chosen
 
 
-def render_error(err: StatusError, header: str | None, endpoint: Endpoint) -> StatusError:
-    """``err`` in the encoding kube would write it in for this Accept header."""
+def pretty_requested(query: Mapping[str, list[str]], headers: Mapping[str, str], endpoint: Endpoint) -> bool:
+    """A JSON answer to this request is indented (kube's ``mediaType.Pretty || isPrettyPrint(req)``)."""
+    if wants_pretty(query, headers):
+        return True
+    header = headers.get("accept")
+    if not accepts_pretty(header):
+        return False
+    chosen = _negotiate(header or "", endpoint)
+    return chosen is not None and chosen.pretty
+
+
+def render_error(err: StatusError, header: str | None, endpoint: Endpoint, *, pretty: bool = False) -> StatusError:
+    """``err`` in the encoding kube would write it in for this Accept header; ``pretty``: the request
+    asks for indented JSON (``pretty_requested``), which a JSON error then is."""
     if isinstance(err, EncodedStatus):
         return err
     media = error_encoding(header, endpoint) if header else JSON
     if media in (JSON, YAML):  # YAML: the cache writes no YAML; JSON is what every client decodes
-        return err
+        return EncodedStatus(err, None) if pretty else err
     return EncodedStatus(err, media)
 
 

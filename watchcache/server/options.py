@@ -51,14 +51,15 @@ def parse_list_options(query: Mapping[str, list[str]], *, watch_path: bool = Fal
     A negative ``limit`` means no limit (as kube); ``max_limit`` (if set) clamps the page size
     so one request cannot pin the loop for an unbounded time.
     """
+    # timeoutSeconds before limit: kube converts ListOptions' fields in their order, so a request
+    # with both bad hears about timeoutSeconds. A negative one is not refused (kube validates none):
+    # a LIST ignores it, a WATCH ends at once (``server/watch.py``).
+    timeout = _int(query, "timeoutSeconds")
     limit = _int(query, "limit") or 0
     if limit < 0:
         limit = 0
     if max_limit and limit > max_limit:
         limit = max_limit
-    # A negative timeoutSeconds is not refused (kube validates none): a LIST ignores it, a WATCH
-    # ends at once (``server/watch.py``).
-    timeout = _int(query, "timeoutSeconds")
     send_initial = _first(query, "sendInitialEvents")
     return ListOptions(
         resource_version=_first(query, "resourceVersion") or "",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from watchcache import apierrors
 from watchcache.cache.continuetoken import UnverifiedContinueToken
-from watchcache.cache.encoding import FULL_JSON, Encoding
+from watchcache.cache.encoding import FULL_JSON, JSON, Encoding
 from watchcache.cache.semantics import ListOptions, plan_get, plan_list
 from watchcache.dispatch import reads
 from watchcache.dispatch.cacher import Cacher
@@ -22,6 +22,7 @@ from watchcache.http.response import Response
 from watchcache.http.routing import RequestInfo
 from watchcache.server.context import ApiContext
 from watchcache.server.negotiation import PassReason
+from watchcache.server.pretty import indent
 from watchcache.server.refusals import PassThrough, refuse
 from watchcache.server.selection import parse_predicate
 
@@ -35,16 +36,16 @@ async def serve_get(
     encoding: Encoding = FULL_JSON,
     *,
     headers: Sequence[tuple[str, str]] = (),
+    pretty: bool = False,
 ) -> None:
+    """``pretty``: the request asks for indented JSON (``server/pretty.py``)."""
     resource = cacher.resource
     obj = await reads.read_object(ctx, cacher, plan_get(opts.resource_version), info.namespace, info.name)
     if obj is None:
         raise apierrors.not_found(resource.group, resource.resource, info.name)
     if isinstance(obj, Refusal):
         refuse(obj)
-    parts = encoding.object_parts(resource, obj)
-    if encoding.answer_end:
-        parts = (*parts, encoding.answer_end)
+    parts = _answer(encoding.object_parts(resource, obj), encoding, pretty)
     response.send(200, parts, content_type=encoding.content_type, headers=headers)
 
 
@@ -57,7 +58,9 @@ async def serve_list(
     encoding: Encoding = FULL_JSON,
     *,
     headers: Sequence[tuple[str, str]] = (),
+    pretty: bool = False,
 ) -> None:
+    predicate = parse_predicate(cacher.resource, info.namespace, opts)
     try:
         plan = plan_list(opts, ctx.codec)
     except UnverifiedContinueToken as e:
@@ -66,14 +69,24 @@ async def serve_list(
             # its token, its to validate, with the client's own credentials.
             raise PassThrough(PassReason.UPSTREAM_CONTINUE) from None
         raise apierrors.bad_request(f"invalid continue token: {e}") from None
-    predicate = parse_predicate(cacher.resource, info.namespace, opts)
     namespace = info.namespace if cacher.resource.namespaced else None
     snapshot = await reads.list_snapshot(ctx, cacher, plan, namespace)
     if isinstance(snapshot, Refusal):
         refuse(snapshot)
     # In the step the snapshot was taken in: it cannot change under the answer.
-    parts = list_parts(ctx.codec, cacher, snapshot, plan, predicate, info.namespace, opts, encoding)
-    if encoding.answer_end:
-        parts = [*parts, encoding.answer_end]  # (a copy: the parts may be a shared answer's)
+    parts = _answer(
+        list_parts(ctx.codec, cacher, snapshot, plan, predicate, info.namespace, opts, encoding), encoding, pretty
+    )
     # The parts are immutable cached bytes: the snapshot stays consistent while they are written.
     await response.send_stream(200, parts, content_type=encoding.content_type, headers=headers)
+
+
+def _answer(parts: Sequence[bytes], encoding: Encoding, pretty: bool) -> Sequence[bytes]:
+    """The answer's bytes: the parts and the encoding's end, or the parts indented for a person (JSON
+    only, and no end, as kube's pretty answers have none). A new sequence: the parts may be a shared
+    answer's."""
+    if pretty and encoding.content_type == JSON:
+        indented = indent(parts)
+        if indented is not None:
+            return (indented,)
+    return (*parts, encoding.answer_end) if encoding.answer_end else parts

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from watchcache import apierrors
 from watchcache.cache.predicate import SelectionPredicate, UnsupportedField
-from watchcache.cache.semantics import ListOptions
+from watchcache.cache.semantics import ListOptions, validate_list_options
 from watchcache.resources import ResourceType
 from watchcache.selectors import SelectorError
 from watchcache.selectors.shards import ShardSelectorError
@@ -17,12 +17,18 @@ from watchcache.server.refusals import PassThrough
 
 def parse_predicate(resource: ResourceType, namespace: str, opts: ListOptions) -> SelectionPredicate:
     """The predicate of a LIST or watch; raises its 400 (or 500, as kube for a shard selector), or
-    ``PassThrough`` for a field only the upstream may know (a CRD's selectableFields)."""
+    ``PassThrough`` for a field only the upstream may know (a CRD's selectableFields).
+
+    Called before the read is planned: kube answers a selector's syntax before the options' 422, and
+    both before a bad resourceVersion or continue token."""
     try:
         return SelectionPredicate.parse(
             resource, namespace, opts.label_selector, opts.field_selector, opts.shard_selector
         )
     except UnsupportedField as e:
+        # kube converts field labels after it validates the options (422), and before it reads
+        # the resourceVersion or continue token: so does this, whatever the caller plans next.
+        validate_list_options(opts)
         if e.custom:  # perhaps one of the CRD's selectableFields: the upstream knows
             raise PassThrough(PassReason.FIELD_SELECTOR) from None
         raise apierrors.bad_request(str(e)) from None

@@ -171,9 +171,10 @@ async def serve_table(
     *,
     started: Callable[[], None] | None = None,
     headers: Sequence[tuple[str, str]] = (),
+    pretty: bool = False,
 ) -> HttpWatchStream | None:
     """A GET, LIST or WATCH answered with Tables of ``meta.k8s.io/<version>``; a watch that goes on
-    detached from the handler is returned (``serve_watch``)."""
+    detached from the handler is returned (``serve_watch``). ``pretty``: indented JSON (GET, LIST)."""
     if cacher.resource.custom:
         crds = tables.crd_cacher()
         if crds is not None and not crds.ready:  # a follower of the CRDs' owner, just made
@@ -198,9 +199,9 @@ async def serve_table(
         if info.verb == "watch":
             return await serve_watch(ctx, cacher, info, opts, response, encoding, started=started, headers=headers)
         if info.verb == "get":
-            await serve_get(ctx, cacher, info, opts, response, encoding, headers=headers)
+            await serve_get(ctx, cacher, info, opts, response, encoding, headers=headers, pretty=pretty)
         else:
-            await serve_list(ctx, cacher, info, opts, response, encoding, headers=headers)
+            await serve_list(ctx, cacher, info, opts, response, encoding, headers=headers, pretty=pretty)
     except Unprintable as e:
         log.warning("a %s Table passes through: %s", cacher.resource.qualified, e)
         raise PassThrough(PassReason.TABLE) from None

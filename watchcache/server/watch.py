@@ -235,13 +235,13 @@ async def serve_watch(
     watch goes on detached from the handler (``Response.outlives_handler``): the caller's own end
     of the request goes to its ``on_end``; None when the watch has ended."""
     cacher.count_watch_request()
-    plan = plan_watch(opts)
     namespace = info.namespace
     if info.name:
         # /watch/namespaces/ns/pods/name: the legacy single-object watch is a name field selector.
         selector = f"metadata.name={info.name}"
         opts = dataclasses.replace(opts, field_selector=",".join(s for s in (opts.field_selector, selector) if s))
     predicate = parse_predicate(cacher.resource, namespace, opts)
+    plan = plan_watch(opts)
     if opts.timeout_seconds is not None and opts.timeout_seconds < 0:
         # kube: the watch's context is past its deadline before it starts. Without a resourceVersion
         # its wait for freshness fails on it (an ERROR event); with one there is no wait, and the
