@@ -34,8 +34,12 @@ sim: $(BIN)/.installed
 # The suite starts ~300 proxy and simulator processes, each importing ~170 modules of watchcache. Where the
 # environment sets PYTHONDONTWRITEBYTECODE (this workplace's does) none would be cached, and every start would
 # compile them all anew: 0.9 s of CPU per import on a 2-core machine of session 40, 0.6 s from .pyc files.
+# --dist worksteal: a worker that runs out of tests takes half of the other's queue. With xdist's default
+# (load) the wall time was 90 s more than half the tests' summed durations (656 s for 1,131 s, session 46),
+# the likeliest reading one worker idle while the other's queue still held long tests; with worksteal
+# 30 s more (549 s for 1,038 s), in one run each with the kit.
 test: $(BIN)/.installed
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 2 $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n 2 --dist worksteal $(PYTEST_ARGS)
 
 ## test-reference: the tier against a real kube-apiserver and control plane (shared/tools/kube-reference; run
 ## `eval "$$(../shared/tools/kube-reference/env.sh)"` first, else it skips): prints the control-plane timing table
