@@ -274,37 +274,95 @@ def test_scope_proofs_are_bounded_per_namespace_and_their_counts_never_go_back(m
     run(go())
 
 
-def test_a_resource_whose_probes_get_no_bookmark_is_unprovable_for_a_while_then_probed_again() -> None:
+_NO_BOOKMARK_LIMITS = ProbeLimits(
+    timeout_seconds=1, unprovable_after=2, unprovable_for=0.5, linger=0.0, backoff_initial=0.01, backoff_max=0.01
+)
+
+
+def test_a_resource_whose_probes_get_no_bookmark_is_unprovable_and_looked_at_again_in_the_background() -> None:
     # kube-apiserver serves events from etcd (no watch cache by default): their watches send no
     # bookmark, so no probe proves a cache's progress; reads ahead of the cache stop waiting for one.
-    async def go() -> list[bool]:
+    # Every unprovable_for a probe looks again, with no read waiting for it: its lack renews the mark,
+    # a proof clears it.
+    async def go() -> tuple[list[bool], int]:
         async with fake_api() as (api, client):
             api.rv = 150
             api.bookmark_after = 99.0  # never
             cacher = Cacher(PODS)
             cacher.replace([], 100)
-            limits = ProbeLimits(
-                timeout_seconds=1,
-                unprovable_after=2,
-                unprovable_for=0.5,
-                linger=0.0,
-                backoff_initial=0.01,
-                backoff_max=0.01,
-            )
-            reads = ConsistentReads(client, fresh_wait=1.5, probes=limits)
+            reads = ConsistentReads(client, fresh_wait=1.5, probes=_NO_BOOKMARK_LIMITS)
             seen = [reads.unprovable(cacher)]
             assert not (await reach(cacher, 150, reads, 1.5)).reached
             await until(lambda: reads.unprovable(cacher))  # two probes' watches ended without a bookmark
+            prober = reads.prober(cacher)
+            await until(lambda: prober.running == 0)
+            watches = api.requests["watch"]
+            await asyncio.sleep(0.6)  # past unprovable_for: still unprovable, and a probe looks again
             seen.append(reads.unprovable(cacher))
-            await until(lambda: reads.prober(cacher).running == 0)  # the last probe's end marks it last
+            assert prober.running == 1
+            await until(lambda: api.requests["watch"] == watches + 1)
+            await until(lambda: prober.running == 0)  # it ended without a bookmark: the mark is renewed
+            seen.append(reads.unprovable(cacher))
+            api.bookmark_after = 0.05  # the upstream proves it now
             await asyncio.sleep(0.6)
-            seen.append(reads.unprovable(cacher))  # it expired: the next read waits for a probe again
-            api.bookmark_after = 0.05
-            assert (await reach(cacher, 150, reads, 1.5)).reached
+            seen.append(reads.unprovable(cacher))  # the next look is under way...
+            await until(lambda: not reads.unprovable(cacher))  # ...and its proof clears the mark
             seen.append(reads.unprovable(cacher))
-            return seen
+            return seen, cacher.rv
 
-    assert run(go()) == [False, True, False, False]
+    seen, rv = run(go())
+    assert seen == [False, True, True, True, False]
+    assert rv == 150  # the background probe's proof moved the cache
+
+
+def test_events_start_out_unprovable_as_kube_does_not_cache_them_by_default() -> None:
+    # kube-apiserver's DefaultWatchCacheSizes: events (both groups) 0. Without this prior, the first
+    # read ahead of the proxy's events cache waited for probes that could not prove it: a 504 after
+    # --fresh-wait where kube answers at once (seen against the kit, session 46).
+    import dataclasses
+
+    events_type = dataclasses.replace(PODS, resource="events", kind="Event")
+
+    async def go() -> tuple[bool, bool, int, bool]:
+        async with fake_api() as (api, client):
+            api.bookmark_after = 0.05  # this apiserver caches them after all
+            pods, events = Cacher(PODS), Cacher(events_type)
+            pods.replace([], 100)
+            events.replace([], 100)
+            reads = ConsistentReads(client, fresh_wait=1.5, probes=_NO_BOOKMARK_LIMITS)
+            first = reads.unprovable(events)
+            pods_first = reads.unprovable(pods)
+            await until(lambda: api.requests["watch"] == 1)  # the background look of events' prober
+            watches = api.requests["watch"]
+            await until(lambda: not reads.unprovable(events))  # its proof clears the prior
+            return first, pods_first, watches, reads.unprovable(events)
+
+    first, pods_first, watches, after = run(go())
+    assert (first, pods_first, watches, after) == (True, False, 1, False)
+
+
+def test_a_read_ahead_gives_up_when_a_probe_of_a_never_proven_resource_ends_without_a_bookmark() -> None:
+    # A GET or LIST at an rv ahead (give_up_unproven) stops waiting as soon as no proof is coming, and
+    # goes to the upstream, instead of a 504 at its timeout. A resource proven once keeps waiting.
+    async def go() -> tuple[Reached, float, Reached]:
+        async with fake_api() as (api, client):
+            api.rv = 150
+            api.bookmark_after = 99.0  # never
+            cacher = Cacher(PODS)
+            cacher.replace([], 100)
+            reads = ConsistentReads(client, fresh_wait=5.0, probes=_NO_BOOKMARK_LIMITS)
+            started = asyncio.get_running_loop().time()
+            gave_up = await reach(cacher, 150, reads, 5.0, give_up_unproven=True)
+            took = asyncio.get_running_loop().time() - started
+            api.bookmark_after = 0.05
+            assert (await reach(cacher, 150, reads, 5.0)).reached  # proven once
+            api.rv, api.bookmark_after = 200, 99.0
+            kept = await reach(cacher, 200, reads, 1.5, give_up_unproven=True)
+            return gave_up.how, took, kept.how
+
+    gave_up, took, kept = run(go())
+    assert gave_up is Reached.UNPROVEN and took < 2.0  # the probe's 1 s watch, not the 5 s wait
+    assert kept is Reached.TIMEOUT
 
 
 def test_a_resource_the_upstream_caches_is_not_unprovable_for_one_missed_bookmark() -> None:

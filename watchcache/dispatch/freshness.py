@@ -20,11 +20,13 @@ The timing of each phase is returned for the metrics (docs/consistency.md lists 
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
+from collections.abc import Coroutine
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from watchcache.dispatch.cacher import Cacher
 
@@ -39,8 +41,10 @@ class Progress(Protocol):
     async def current_rv(self, cacher: Cacher, timeout: float) -> int:
         """The upstream's rv, read after this call started; raises NoTarget."""
 
-    def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
-        """While entered, the upstream works at proving ``cacher``'s progress (bounded, shared)."""
+    def proving(self, cacher: Cacher) -> AbstractContextManager[asyncio.Future[None] | None]:
+        """While entered, the upstream works at proving ``cacher``'s progress (bounded, shared). Its
+        value, if any, is done when no proof is coming: a probe ended without a bookmark, and none
+        of this resource ever ended with one."""
 
     def unprovable(self, cacher: Cacher) -> bool:
         """True while proofs of ``cacher``'s progress are known to end without a bookmark: the
@@ -59,6 +63,7 @@ class Reached(enum.Enum):
     EVENTS = "events"  # its own events brought it there
     PROGRESS = "progress"  # a proof of progress (probe or bookmark) did
     TIMEOUT = "timeout"  # not within the time allowed
+    UNPROVEN = "unproven"  # no proof is coming (``Progress.proving``): the caller gave up on it
     IMPATIENT = "impatient"  # a scope that changed as it was proven, not caught up within its patience
     NO_TARGET = "no_target"  # the upstream's rv could not be read
 
@@ -100,10 +105,15 @@ async def reach(
     target: int | None,
     progress: Progress,
     timeout: float,
+    *,
+    give_up_unproven: bool = False,
 ) -> Wait:
     """Wait (at most ``timeout``) until ``cacher`` provably holds the state at ``target``.
 
-    ``target=None``: the upstream's state as of this call.
+    ``target=None``: the upstream's state as of this call. ``give_up_unproven``: end the wait
+    (``Reached.UNPROVEN``) as soon as the upstream is seen not to prove this resource, for a caller
+    that then asks the upstream itself (a GET or LIST of kube's events at an rv the cache has not
+    seen: kube answers it from etcd at once, where waiting out ``timeout`` would end in a 504).
     """
     if target is not None and cacher.rv >= target:
         return Wait(Reached.AT_ONCE, target)
@@ -120,9 +130,14 @@ async def reach(
     # Proofs start once the cache is known to be behind (on a busy resource events bring it
     # there, and a probe would be wasted). A proof under way for another read counts too:
     # it is sound whenever its probe started.
-    with progress.proving(cacher):
-        reached = await cacher.wait_for_rv(target, deadline - known)
+    with progress.proving(cacher) as proofless:
+        if give_up_unproven and proofless is not None:
+            reached = await _wait_unless(cacher.wait_for_rv(target, deadline - known), proofless)
+        else:
+            reached = await cacher.wait_for_rv(target, deadline - known)
     done = time.monotonic()
+    if reached is None:
+        return Wait(Reached.UNPROVEN, target, known - started, done - known)
     newest_event = cacher.cache.history.newest_rv
     if not reached:
         how = Reached.TIMEOUT
@@ -131,3 +146,17 @@ async def reach(
     else:
         how = Reached.PROGRESS
     return Wait(how, target, known - started, done - known)
+
+
+async def _wait_unless(waiting: Coroutine[Any, Any, bool], unless: asyncio.Future[None]) -> bool | None:
+    """``waiting``'s result, or None if ``unless`` is done first (then ``waiting`` is cancelled).
+    ``unless`` is shared by other reads: it is never cancelled here."""
+    task = asyncio.ensure_future(waiting)
+    try:
+        await asyncio.wait((task, unless), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+    if task.done() and not task.cancelled():
+        return task.result()
+    return None

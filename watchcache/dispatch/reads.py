@@ -43,7 +43,7 @@ from watchcache.cache.store import ResourceVersionTooNew, ResourceVersionTooOld,
 from watchcache.dispatch import freshness
 from watchcache.dispatch.backfill import reach_back
 from watchcache.dispatch.cacher import Cacher, WatchRequest
-from watchcache.dispatch.freshness import Progress, Wait
+from watchcache.dispatch.freshness import Progress, Reached, Wait
 from watchcache.dispatch.outcomes import (
     CONTINUE_TOO_OLD,
     LIST_TOO_OLD,
@@ -130,12 +130,15 @@ async def ready(ctx: ReadContext, cacher: Cacher) -> NotReady | None:
     return NotReady(cacher.resource)
 
 
-async def _fresh(ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespace: str | None) -> Refusal | None:
+async def _fresh(
+    ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespace: str | None, *, upstream_may_answer: bool = False
+) -> Refusal | None:
     """Wait (at most ``--fresh-wait``) until the cache can serve a read in ``mode`` (``freshness``; invariant 8).
 
     "Most Recent": the read waits for its scope's proof and passes through without one (a GET does
     too, from an upstream that does not read etcd: the simulated cluster). A requested rv the
-    cache does not reach in time is 504 "Too large resource version".
+    cache does not reach in time is 504 "Too large resource version"; ``upstream_may_answer`` (a GET
+    or LIST, see ``_ahead``): as soon as no proof is coming, the upstream answers it instead.
     """
     if mode is Mode.MOST_RECENT:
         with ctx.waiting():
@@ -145,11 +148,14 @@ async def _fresh(ctx: ReadContext, cacher: Cacher, mode: Mode, rv: int, namespac
             metrics.waited(cacher.resource, wait, consistent=True)
         return None if wait.reached else _CONSISTENT_READ
     if mode in _AT_RV and cacher.rv < rv:
+        give_up = upstream_may_answer and mode is not Mode.CONTINUE and ctx.upstream.answers_reads_ahead
         with ctx.waiting():
-            wait = await freshness.reach(cacher, rv, ctx.upstream, ctx.config.fresh_wait)
+            wait = await freshness.reach(cacher, rv, ctx.upstream, ctx.config.fresh_wait, give_up_unproven=give_up)
         metrics = ctx.metrics
         if metrics is not None:
             metrics.waited(cacher.resource, wait, consistent=False)
+        if wait.how is Reached.UNPROVEN:
+            return _UNREACHED_RV
         if not wait.reached:
             return TooLarge(rv, cacher.rv)
     return None
@@ -199,7 +205,8 @@ async def read_object(
     if refused is None:
         refused = _UNREACHED_RV if _goes_upstream(ctx, cacher, plan) else None
     if refused is None:
-        refused = _ahead(ctx, cacher, plan, await _fresh(ctx, cacher, plan.mode, plan.rv, namespace))
+        fresh = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace, upstream_may_answer=True)
+        refused = _ahead(ctx, cacher, plan, fresh)
     if refused is not None:
         return refused
     return cacher.cache.get(object_key(namespace if cacher.resource.namespaced else "", name))
@@ -215,7 +222,8 @@ async def list_snapshot(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, namesp
     if refused is None:
         refused = _UNREACHED_RV if _goes_upstream(ctx, cacher, plan) else None
     if refused is None:
-        refused = _ahead(ctx, cacher, plan, await _fresh(ctx, cacher, plan.mode, plan.rv, namespace))
+        fresh = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace, upstream_may_answer=True)
+        refused = _ahead(ctx, cacher, plan, fresh)
     if refused is not None:
         return refused
     if plan.mode not in _EXACT:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import AbstractContextManager
 
 from watchcache.dispatch.cacher import Cacher
@@ -44,7 +45,7 @@ class ProxyUpstream:
     async def current_rv(self, cacher: Cacher, timeout: float) -> int:
         return await self.consistent.current_rv(cacher, timeout)
 
-    def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
+    def proving(self, cacher: Cacher) -> AbstractContextManager[asyncio.Future[None] | None]:
         return self.consistent.proving(cacher)
 
     def unprovable(self, cacher: Cacher) -> bool:

@@ -10,6 +10,7 @@ other resource), so the proxy path is exercised without a network hop.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from contextlib import AbstractContextManager
 
@@ -68,7 +69,7 @@ class SimUpstream:
     async def current_rv(self, cacher: Cacher, timeout: float) -> int:
         return self.cluster.rv
 
-    def proving(self, cacher: Cacher) -> AbstractContextManager[object]:
+    def proving(self, cacher: Cacher) -> AbstractContextManager[asyncio.Future[None] | None]:
         return contextlib.nullcontext()
 
     def unprovable(self, cacher: Cacher) -> bool:

@@ -36,7 +36,7 @@ from watchcache.dispatch.freshness import NoTarget, Reached, reach
 from watchcache.ratelimit import TokenBucket
 from watchcache.resources import ResourceType
 from watchcache.upstream.client import UpstreamClient, UpstreamError
-from watchcache.upstream.probes import ProbeLimits, Prober
+from watchcache.upstream.probes import UNCACHED_BY_DEFAULT, ProbeLimits, Prober
 
 log = logging.getLogger("watchcache.upstream.consistency")
 
@@ -204,12 +204,14 @@ class ConsistentReads:
             raise
 
     @contextlib.contextmanager
-    def proving(self, cacher: Cacher) -> Iterator[None]:
-        with self.prober(cacher).wanted():
-            yield
+    def proving(self, cacher: Cacher) -> Iterator[asyncio.Future[None]]:
+        with self.prober(cacher).wanted() as proofless:
+            yield proofless
 
     def unprovable(self, cacher: Cacher) -> bool:
         prober = self._probers.get(cacher)
+        if prober is None and _key(cacher) in UNCACHED_BY_DEFAULT:
+            prober = self.prober(cacher)  # unprovable from the start, not from a read's 504
         return prober is not None and prober.unprovable
 
     # ------------------------------------------------------------------ the rest
@@ -222,7 +224,13 @@ class ConsistentReads:
             for old in [c for c in self._probers if c.resource is cacher.resource and c.state is CacherState.STOPPED]:
                 self._probers.pop(old).stop()
             prober = self._probers[cacher] = Prober(
-                self.client, cacher, self.limits, self.budget, self.probe_outcomes, apply_wait=self.fresh_wait
+                self.client,
+                cacher,
+                self.limits,
+                self.budget,
+                self.probe_outcomes,
+                apply_wait=self.fresh_wait,
+                unprovable=_key(cacher) in UNCACHED_BY_DEFAULT,
             )
         return prober
 
@@ -306,3 +314,7 @@ class ConsistentReads:
             prober.stop()
         for task in self._advancing.values():
             task.cancel()
+
+
+def _key(cacher: Cacher) -> tuple[str, str]:
+    return cacher.resource.group, cacher.resource.resource

@@ -72,6 +72,13 @@ class ProbeLimits:
     unprovable_for: float = 300.0
 
 
+# What kube-apiserver serves from etcd by default, with no watch cache (``DefaultWatchCacheSizes`` of
+# pkg/kubeapiserver: events of both groups, size 0): their watches send no bookmark, so no probe proves
+# a cache of them. Their probers start out unprovable, and a probe in the background looks again
+# (``Prober.unprovable``): an apiserver that does cache them is found out by its first proof.
+UNCACHED_BY_DEFAULT = frozenset({("", "events"), ("events.k8s.io", "events")})
+
+
 class Outcome:
     """How a probe ended (the ``outcome`` label of ``watchcache_consistency_probes_total``)."""
 
@@ -95,7 +102,10 @@ class Prober:
         outcomes: collections.Counter[tuple[ResourceType, str]],
         *,
         apply_wait: float = 3.0,
+        unprovable: bool = False,
     ) -> None:
+        """``unprovable``: start out as if ``limits.unprovable_after`` probes had ended without a
+        bookmark (``UNCACHED_BY_DEFAULT``)."""
         self.client = client
         self.cacher = cacher
         self.limits = limits
@@ -113,8 +123,13 @@ class Prober:
         self._nudging = False
         # Probes ended without a bookmark since the last proof; past ``limits.unprovable_after`` of them,
         # until when the resource counts as one the upstream cannot prove (a proof clears it at once).
-        self._no_bookmarks = 0
+        self._no_bookmarks = limits.unprovable_after if unprovable else 0
         self._unprovable_until = 0.0
+        # Done when a probe ends without a bookmark and none ever ended with one: the upstream serves
+        # this resource from its storage (kube-apiserver's events), so the reads waiting for a proof
+        # of an rv ahead give up at once (``freshness.reach``) rather than at ``--fresh-wait``.
+        self._proofless: asyncio.Future[None] | None = None
+        self._ever_proved = False
 
     @property
     def running(self) -> int:
@@ -123,23 +138,33 @@ class Prober:
 
     @property
     def unprovable(self) -> bool:
-        """``limits.unprovable_after`` probes in a row got no bookmark, the last within
-        ``limits.unprovable_for``: the upstream watches this resource from its storage, with no
-        bookmarks (kube-apiserver's events). A resource it caches may miss one bookmark now and then
-        (kube's timer against a deadline): that takes more than one. After ``unprovable_for`` a read
-        waits for a probe again, in case the upstream has changed."""
-        return time.monotonic() < self._unprovable_until
+        """``limits.unprovable_after`` probes in a row got no bookmark: the upstream watches this
+        resource from its storage, with no bookmarks (kube-apiserver's events). A resource it caches
+        may miss one bookmark now and then (kube's timer against a deadline): that takes more than
+        one. Every ``limits.unprovable_for`` s one probe looks again, in the background (reads go on
+        to the upstream meanwhile: a read that waited for it would wait its whole watch, 3 s, and
+        end in a 504 at ``--fresh-wait``); its proof clears the mark, its lack renews it."""
+        if self._no_bookmarks < self.limits.unprovable_after:
+            return False
+        now = time.monotonic()
+        if now >= self._unprovable_until and not self._probes and self.budget.take(now) <= 0:
+            self._unprovable_until = now + self.limits.unprovable_for
+            self._start(now)
+        return True
 
     @contextlib.contextmanager
-    def wanted(self) -> Iterator[None]:
-        """While entered, probes run (bounded)."""
+    def wanted(self) -> Iterator[asyncio.Future[None]]:
+        """While entered, probes run (bounded). Its value is done when a probe ends without a
+        bookmark, for a resource no probe has ever proved: no proof is coming."""
         self.demand += 1
         if self._pump is None or self._pump.done():
             self._pump = asyncio.ensure_future(self._run())
         else:
             self._changed.set()
+        if self._proofless is None:
+            self._proofless = asyncio.get_running_loop().create_future()
         try:
-            yield
+            yield self._proofless
         finally:
             self.demand -= 1
             self._last_demand = time.monotonic()
@@ -191,8 +216,12 @@ class Prober:
         if outcome == Outcome.NO_BOOKMARK:
             self._no_bookmarks += 1
             if self._no_bookmarks >= self.limits.unprovable_after:
-                self._unprovable_until = time.monotonic() + self.limits.unprovable_for
+                self._unprovable_until = max(self._unprovable_until, time.monotonic() + self.limits.unprovable_for)
+            if not self._ever_proved and self._proofless is not None:
+                self._proofless.set_result(None)
+                self._proofless = None
         if outcome == Outcome.PROVED:
+            self._ever_proved = True
             self.backoff.reset()
             self._no_bookmarks = 0
             self._unprovable_until = 0.0
