@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any
 
 import pytest
 
@@ -279,6 +280,15 @@ _NO_BOOKMARK_LIMITS = ProbeLimits(
 )
 
 
+def _behind_an_upstream_without_bookmarks(api: Any) -> Cacher:
+    """A pods cache at rv 100; the upstream at 150, whose probe watches send no bookmark."""
+    api.rv = 150
+    api.bookmark_after = 99.0  # never
+    cacher = Cacher(PODS)
+    cacher.replace([], 100)
+    return cacher
+
+
 def test_a_resource_whose_probes_get_no_bookmark_is_unprovable_and_looked_at_again_in_the_background() -> None:
     # kube-apiserver serves events from etcd (no watch cache by default): their watches send no
     # bookmark, so no probe proves a cache's progress; reads ahead of the cache stop waiting for one.
@@ -286,10 +296,7 @@ def test_a_resource_whose_probes_get_no_bookmark_is_unprovable_and_looked_at_aga
     # a proof clears it.
     async def go() -> tuple[list[bool], int]:
         async with fake_api() as (api, client):
-            api.rv = 150
-            api.bookmark_after = 99.0  # never
-            cacher = Cacher(PODS)
-            cacher.replace([], 100)
+            cacher = _behind_an_upstream_without_bookmarks(api)
             reads = ConsistentReads(client, fresh_wait=1.5, probes=_NO_BOOKMARK_LIMITS)
             seen = [reads.unprovable(cacher)]
             assert not (await reach(cacher, 150, reads, 1.5)).reached
@@ -346,10 +353,7 @@ def test_a_read_ahead_gives_up_when_a_probe_of_a_never_proven_resource_ends_with
     # goes to the upstream, instead of a 504 at its timeout. A resource proven once keeps waiting.
     async def go() -> tuple[Reached, float, Reached]:
         async with fake_api() as (api, client):
-            api.rv = 150
-            api.bookmark_after = 99.0  # never
-            cacher = Cacher(PODS)
-            cacher.replace([], 100)
+            cacher = _behind_an_upstream_without_bookmarks(api)
             reads = ConsistentReads(client, fresh_wait=5.0, probes=_NO_BOOKMARK_LIMITS)
             started = asyncio.get_running_loop().time()
             gave_up = await reach(cacher, 150, reads, 5.0, give_up_unproven=True)
