@@ -90,6 +90,19 @@ def gone(direct: Api, path: str) -> bool:
     return False
 
 
+def crd_going(direct: Api, path: str) -> bool:
+    """Whether the collection at ``path`` is a custom resource whose CRD is gone or being deleted."""
+    parts = path.split("/")  # /apis/<group>/<version>/<plural>
+    if parts[1] != "apis" or len(parts) != 5:
+        return False
+    group, plural = parts[2], parts[4]
+    try:
+        crd = direct.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{group}")
+    except ApiError as e:
+        return e.status == 404 and gone(direct, path)
+    return bool(crd["metadata"].get("deletionTimestamp"))
+
+
 def debug(through: Api) -> dict[str, Any]:
     return through.get("/debug/cache")
 
@@ -116,14 +129,14 @@ def test_every_kind_is_cached_from_its_first_read_and_answers_as_the_apiserver(p
 
     took = wait_for(all_cached, 60, "every kind cached")
     view = debug(through)
-    passed_before = view["passed_through"].get("uncached-resource", 0)
-    mismatched = []
+    mismatched, uncached = [], []
     all_before = sum(view["passed_through"].values())
     for path, name, _ in kinds:
         if name not in names:
             continue
         # A consistent LIST through the proxy (proven fresh, then the cache's), and etcd's answer at
         # the same resourceVersion, read directly: the same items.
+        passed_before = debug(through)["passed_through"].get("uncached-resource", 0)
         try:
             cached = through.get(path)
             rv = cached["metadata"]["resourceVersion"]
@@ -132,11 +145,16 @@ def test_every_kind_is_cached_from_its_first_read_and_answers_as_the_apiserver(p
             if e.status == 404 and gone(direct, path):
                 continue  # another test's CRD, deleted meanwhile: the apiserver's 404, passed through
             raise
+        if debug(through)["passed_through"].get("uncached-resource", 0) != passed_before and not crd_going(
+            direct, path
+        ):
+            # Not from the cache. Excused only for another test's CRD being deleted (the proxy drops
+            # its cache when the CRD goes; kube serves it until it is gone): under xdist the kit is shared.
+            uncached.append((name, debug(through)["caching"]["kinds"].get(name)))
         if cached["items"] != here["items"]:
             mismatched.append(name)
-    view = debug(through)
     assert mismatched == [], mismatched
-    assert view["passed_through"].get("uncached-resource", 0) == passed_before, "served from the caches"
+    assert uncached == [], f"passed through, not served from the caches: {uncached}"
     print(f"\npassed through after sync, any reason: {sum(view['passed_through'].values()) - all_before}")
     rows = sorted(
         (name, view["caching"]["kinds"].get(name, {}).get("sync_seconds"), view["resources"][name]["object_bytes"])
