@@ -175,10 +175,11 @@ class ResourceType:
         object.__setattr__(self, "getters", {f: _path_getter(f, zeros.get(f, "")) for f in fields})
         object.__setattr__(self, "extract_fields", compile_fields(fields, zeros))
         # Every object's JSON is stored without its opening brace; this prefix turns it
-        # back into a typed object for GET and watch frames at the cost of a writelines.
+        # back into a typed object for GET and watch frames at the cost of a writelines. A custom
+        # resource's is the sorted order: kube writes unstructured objects as Go writes a map.
         prefix = b'{"kind":"' + self.kind.encode() + b'","apiVersion":"' + self.api_version.encode() + b'",'
-        object.__setattr__(self, "typed_prefix", prefix)
         sorted_prefix = b'{"apiVersion":"' + self.api_version.encode() + b'","kind":"' + self.kind.encode() + b'",'
+        object.__setattr__(self, "typed_prefix", sorted_prefix if self.custom else prefix)
         object.__setattr__(self, "object_prefixes", (prefix, sorted_prefix))
 
     @property

@@ -84,3 +84,28 @@ def test_a_custom_resources_last_page_says_continue_empty():
     }
     paged = orjson.loads(b"".join(FULL_JSON.list_parts(WIDGETS, objs, 7, "tok", 3)))["metadata"]
     assert paged == {"resourceVersion": "7", "continue": "tok", "remainingItemCount": 3}
+
+
+def test_a_custom_resource_is_written_with_sorted_keys_as_kube_writes_unstructured_objects():
+    # kube encodes an unstructured object as Go encodes a map: its keys sorted, the list's too. The
+    # bytes below are kube-apiserver v1.36's, a LIST and a GET of a CR with only spec (the reference tier
+    # compares them live: tests/reference/test_differential.py).
+    obj = encode_object(WIDGETS, widget("a"), None)
+    item = b'{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"size":1}}'  # noqa: E501
+    assert b"".join(FULL_JSON.object_parts(WIDGETS, obj)) == item
+    assert b"".join(FULL_JSON.list_parts(WIDGETS, [obj], 7, None, None)) == (
+        b'{"apiVersion":"example.com/v1","items":[' + item + b'],"kind":"WidgetList",'
+        b'"metadata":{"continue":"","resourceVersion":"7"}}'
+    )
+    assert b"".join(FULL_JSON.list_parts(WIDGETS, [], 7, "tok", 3)) == (
+        b'{"apiVersion":"example.com/v1","items":[],"kind":"WidgetList",'
+        b'"metadata":{"continue":"tok","remainingItemCount":3,"resourceVersion":"7"}}'
+    )
+    assert FULL_JSON.bookmark_frame(WIDGETS, 9, initial_events_end=True) == (
+        b'{"type":"BOOKMARK","object":{"apiVersion":"example.com/v1","kind":"Widget","metadata":'
+        b'{"annotations":{"k8s.io/initial-events-end":"true"},"resourceVersion":"9"}}}\n'
+    )
+    # a built-in kind keeps its struct's field order
+    assert FULL_JSON.bookmark_frame(PODS, 9, initial_events_end=True).startswith(
+        b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"9",'
+    )

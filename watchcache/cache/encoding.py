@@ -39,13 +39,17 @@ def json_list_meta(
     """ListMeta; ``unstructured`` (a custom resource's list, as kube writes it): ``"continue": ""`` on
     the last page, which typed lists omit. ``shard_info``: the shardSelector a typed list was
     filtered by (``{"selector": ...}`` after remainingItemCount, in ListMeta's field order)."""
+    if unstructured:
+        # Go's map order, as kube writes an UnstructuredList: continue, remainingItemCount, resourceVersion.
+        meta = b'{"continue":"' + (continue_token or "").encode() + b'",'
+        if continue_token is not None and remaining is not None:
+            meta += b'"remainingItemCount":' + str(remaining).encode() + b","
+        return meta + b'"resourceVersion":"' + str(rv).encode() + b'"}'
     meta = b'{"resourceVersion":"' + str(rv).encode() + b'"'
     if continue_token is not None:
         meta += b',"continue":"' + continue_token.encode() + b'"'
         if remaining is not None:
             meta += b',"remainingItemCount":' + str(remaining).encode()
-    elif unstructured:
-        meta += b',"continue":""'
     if shard_info is not None:
         meta += b',"shardInfo":{"selector":' + orjson.dumps(shard_info) + b"}"
     return meta + b"}"
@@ -66,12 +70,17 @@ def bookmark_annotations(initial_events_end: bool, relist_diff_end: int | None) 
     return out
 
 
-def bookmark_meta(rv: int, initial_events_end: bool, relist_diff_end: int | None = None) -> bytes:
-    meta = b'"metadata":{"resourceVersion":"' + str(rv).encode() + b'"'
+def bookmark_meta(
+    rv: int, initial_events_end: bool, relist_diff_end: int | None = None, *, unstructured: bool = False
+) -> bytes:
+    """A bookmark's ``"metadata":{...}``: ObjectMeta's field order, or (``unstructured``, a custom
+    resource's) Go's map order, annotations first."""
+    version = b'"resourceVersion":"' + str(rv).encode() + b'"'
     annotations = bookmark_annotations(initial_events_end, relist_diff_end)
-    if annotations:
-        meta += b',"annotations":' + orjson.dumps(annotations)
-    return meta + b"}"
+    if not annotations:
+        return b'"metadata":{' + version + b"}"
+    noted = b'"annotations":' + orjson.dumps(annotations, option=orjson.OPT_SORT_KEYS)
+    return b'"metadata":{' + (noted + b"," + version if unstructured else version + b"," + noted) + b"}"
 
 
 class Encoding:
@@ -111,25 +120,35 @@ class Encoding:
         ``shard_info``: the list was filtered by this shardSelector. kube says so on typed lists
         only: an UnstructuredList (a custom resource's) has no shardInfo to set."""
         if resource.custom:
-            shard_info = None
-        head = (
-            b'{"kind":"'
-            + resource.list_kind.encode()
-            + b'","apiVersion":"'
-            + resource.api_version.encode()
-            + b'","metadata":'
-            + json_list_meta(rv, continue_token, remaining, unstructured=resource.custom, shard_info=shard_info)
-            + b',"items":['
-        )
+            # An UnstructuredList, written as Go writes a map: sorted keys, and items that keep their
+            # kind and apiVersion.
+            head = b'{"apiVersion":"' + resource.api_version.encode() + b'","items":['
+            end = (
+                b'],"kind":"'
+                + resource.list_kind.encode()
+                + b'","metadata":'
+                + json_list_meta(rv, continue_token, remaining, unstructured=True)
+                + b"}"
+            )
+            first = resource.typed_prefix
+        else:
+            head = (
+                b'{"kind":"'
+                + resource.list_kind.encode()
+                + b'","apiVersion":"'
+                + resource.api_version.encode()
+                + b'","metadata":'
+                + json_list_meta(rv, continue_token, remaining, shard_info=shard_info)
+                + b',"items":['
+            )
+            end, first = b"]}", b"{"
         parts = [head]
-        # A custom resource's items are unstructured objects in kube: they keep kind and apiVersion.
-        first = resource.typed_prefix if resource.custom else b"{"
         sep, rest = first, b"," + first
         for obj in items:
             parts.append(sep)
             parts.append(obj.body)
             sep = rest
-        parts.append(b"]}")
+        parts.append(end)
         return parts
 
     def event_frame(self, event: WatchEvent, as_type: str) -> bytes:
@@ -167,7 +186,8 @@ class Encoding:
     def bookmark_frame(
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
-        return json_frame(BOOKMARK, resource.typed_prefix, bookmark_meta(rv, initial_events_end, relist_diff_end), b"}")
+        meta = bookmark_meta(rv, initial_events_end, relist_diff_end, unstructured=resource.custom)
+        return json_frame(BOOKMARK, resource.typed_prefix, meta, b"}")
 
     def error_frame(self, error: StatusError) -> bytes:
         return json_frame(ERROR, error.json())

@@ -174,7 +174,8 @@ class TableEncoding(Encoding):
     def bookmark_frame(
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
-        meta = bookmark_meta(rv, initial_events_end, relist_diff_end)  # '"metadata":{...}'
+        # '"metadata":{...}'
+        meta = bookmark_meta(rv, initial_events_end, relist_diff_end, unstructured=resource.custom)
         try:
             row = self.printer.row(orjson.loads(b"{" + meta + b"}"))
         except Exception:  # Unprintable, or a printer's bug: a plain bookmark, as kube's failed conversion
