@@ -140,6 +140,12 @@ _ZERO_FIELDS: dict[tuple[str, str], dict[str, str]] = {
 }
 
 
+# What kube-apiserver serves from etcd by default, with no watch cache (``DefaultWatchCacheSizes`` of
+# pkg/kubeapiserver: events of both groups, size 0). Their watches send no bookmark, so no probe proves a
+# cache of them (upstream/probes.py), and their reads are etcd's, in its words (cache/semantics.py).
+_UNCACHED_BY_KUBE = frozenset({("", "events"), ("events.k8s.io", "events")})
+
+
 @dataclass(frozen=True)
 class ResourceType:
     group: str
@@ -190,6 +196,11 @@ class ResourceType:
     def custom(self) -> bool:
         """A custom resource (or an aggregated API's): not in a group kube-apiserver serves itself."""
         return self.group not in BUILTIN_GROUPS
+
+    @property
+    def uncached_by_kube(self) -> bool:
+        """kube-apiserver gives this resource no watch cache by default (``_UNCACHED_BY_KUBE``)."""
+        return (self.group, self.resource) in _UNCACHED_BY_KUBE
 
     @property
     def list_kind(self) -> str:

@@ -534,3 +534,26 @@ def test_an_object_the_cache_encodes_itself_escapes_as_go():
                                             "annotations": {"u": "a<b>&c\u2028"}}})  # fmt: skip
     assert b'"u":"a\\u003cb\\u003e\\u0026c\\u2028"' in obj.body
     assert metadata_json(obj, pods) == obj.body[len(b'"metadata":') : obj.body.index(b"}}") + 2]
+
+
+def test_a_get_at_an_unparsable_resource_version_is_refused_as_kube_refuses_it_for_the_resource():
+    # kube-apiserver v1.36, GET .../configmaps/x?resourceVersion=abc: its cacher's 500, no reason (the proxy
+    # keeps it a client error: semantics.parse_resource_version); GET .../events/x (no watch cache: etcd's
+    # store answers): a 400 in a LIST's words, as the proxy's.
+    from watchcache import apierrors
+    from watchcache.cache.semantics import plan_get
+    from watchcache.resources import CONFIGMAPS, ResourceType
+
+    words = 'resourceVersion: Invalid value: "abc": strconv.ParseUint: parsing "abc": invalid syntax'
+    with pytest.raises(apierrors.StatusError) as cached:
+        plan_get("abc", from_storage=CONFIGMAPS.uncached_by_kube)
+    assert (cached.value.code, cached.value.reason, cached.value.message) == (400, "BadRequest", words)
+    for group in ("", "events.k8s.io"):
+        events = ResourceType(group, "v1", "events", "Event", True, "event")
+        with pytest.raises(apierrors.StatusError) as stored:
+            plan_get("abc", from_storage=events.uncached_by_kube)
+        assert (stored.value.code, stored.value.reason, stored.value.message) == (
+            400,
+            "BadRequest",
+            f"invalid resource version: {words}",
+        )

@@ -126,13 +126,21 @@ def validate_list_options(opts: ListOptions) -> None:
         raise apierrors.invalid_list_options(errors)
 
 
-def plan_get(resource_version: str) -> ReadPlan:
-    """get: unset → Most Recent, "0" → Any, other → Not older than."""
+def plan_get(resource_version: str, *, from_storage: bool = False) -> ReadPlan:
+    """get: unset → Most Recent, "0" → Any, other → Not older than.
+
+    ``from_storage``: kube serves this resource's GETs from etcd (``ResourceType.uncached_by_kube``),
+    whose store refuses an unparsable rv in a LIST's words."""
     if not resource_version:
         return ReadPlan(Mode.MOST_RECENT)
     if resource_version == "0":
         return ReadPlan(Mode.ANY)
-    return ReadPlan(Mode.NOT_OLDER_THAN, parse_resource_version(resource_version))
+    try:
+        return ReadPlan(Mode.NOT_OLDER_THAN, parse_resource_version(resource_version))
+    except apierrors.StatusError as e:
+        if not from_storage:
+            raise
+        raise apierrors.bad_request(f"invalid resource version: {e.message}") from None
 
 
 def plan_list(opts: ListOptions, codec: ContinueCodec) -> ReadPlan:

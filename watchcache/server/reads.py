@@ -40,7 +40,8 @@ async def serve_get(
 ) -> None:
     """``pretty``: the request asks for indented JSON (``server/pretty.py``)."""
     resource = cacher.resource
-    obj = await reads.read_object(ctx, cacher, plan_get(opts.resource_version), info.namespace, info.name)
+    plan = plan_get(opts.resource_version, from_storage=resource.uncached_by_kube)
+    obj = await reads.read_object(ctx, cacher, plan, info.namespace, info.name)
     if obj is None:
         raise apierrors.not_found(resource.group, resource.resource, info.name)
     if isinstance(obj, Refusal):

@@ -36,7 +36,7 @@ from watchcache.dispatch.freshness import NoTarget, Reached, reach
 from watchcache.ratelimit import TokenBucket
 from watchcache.resources import ResourceType
 from watchcache.upstream.client import UpstreamClient, UpstreamError
-from watchcache.upstream.probes import UNCACHED_BY_DEFAULT, ProbeLimits, Prober
+from watchcache.upstream.probes import ProbeLimits, Prober
 
 log = logging.getLogger("watchcache.upstream.consistency")
 
@@ -210,7 +210,7 @@ class ConsistentReads:
 
     def unprovable(self, cacher: Cacher) -> bool:
         prober = self._probers.get(cacher)
-        if prober is None and _key(cacher) in UNCACHED_BY_DEFAULT:
+        if prober is None and cacher.resource.uncached_by_kube:
             prober = self.prober(cacher)  # unprovable from the start, not from a read's 504
         return prober is not None and prober.unprovable
 
@@ -230,7 +230,7 @@ class ConsistentReads:
                 self.budget,
                 self.probe_outcomes,
                 apply_wait=self.fresh_wait,
-                unprovable=_key(cacher) in UNCACHED_BY_DEFAULT,
+                unprovable=cacher.resource.uncached_by_kube,
             )
         return prober
 
@@ -314,7 +314,3 @@ class ConsistentReads:
             prober.stop()
         for task in self._advancing.values():
             task.cancel()
-
-
-def _key(cacher: Cacher) -> tuple[str, str]:
-    return cacher.resource.group, cacher.resource.resource

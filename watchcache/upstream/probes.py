@@ -72,13 +72,6 @@ class ProbeLimits:
     unprovable_for: float = 300.0
 
 
-# What kube-apiserver serves from etcd by default, with no watch cache (``DefaultWatchCacheSizes`` of
-# pkg/kubeapiserver: events of both groups, size 0): their watches send no bookmark, so no probe proves
-# a cache of them. Their probers start out unprovable, and a probe in the background looks again
-# (``Prober.unprovable``): an apiserver that does cache them is found out by its first proof.
-UNCACHED_BY_DEFAULT = frozenset({("", "events"), ("events.k8s.io", "events")})
-
-
 class Outcome:
     """How a probe ended (the ``outcome`` label of ``watchcache_consistency_probes_total``)."""
 
@@ -105,7 +98,7 @@ class Prober:
         unprovable: bool = False,
     ) -> None:
         """``unprovable``: start out as if ``limits.unprovable_after`` probes had ended without a
-        bookmark (``UNCACHED_BY_DEFAULT``)."""
+        bookmark (``ResourceType.uncached_by_kube``: kube's watches of it send no bookmark)."""
         self.client = client
         self.cacher = cacher
         self.limits = limits
