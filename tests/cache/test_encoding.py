@@ -199,3 +199,23 @@ def wire_annotations(om: bytes) -> dict[str, str]:
     msg = meta_pb2.ObjectMeta()
     msg.ParseFromString(om)
     return dict(msg.annotations)
+
+
+def test_a_json_bookmark_carries_the_kinds_zero_values_as_kubes():
+    # kube-apiserver v1.36's initial-events-end bookmark of a pod watch-list, and of a ConfigMap's (no
+    # field of a ConfigMap is written when zero); cache/zeros.py holds the bytes kube writes per kind.
+    from watchcache.cache.zeros import BOOKMARK_TAILS
+    from watchcache.resources import DEPLOYMENTS, NODES
+
+    assert FULL_JSON.bookmark_frame(PODS, 402, initial_events_end=True) == (
+        b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"402",'
+        b'"annotations":{"k8s.io/initial-events-end":"true"}},"spec":{"containers":null},"status":{}}}\n'
+    )
+    assert FULL_JSON.bookmark_frame(CONFIGMAPS, 402) == (
+        b'{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"402"}}}\n'
+    )
+    # every tail is JSON that continues an object, for the kinds the proxy caches by default among others
+    for resource in (PODS, NODES, DEPLOYMENTS):
+        assert (resource.group, resource.version, resource.kind) in BOOKMARK_TAILS
+    for tail in BOOKMARK_TAILS.values():
+        assert tail.startswith(b',"') and isinstance(orjson.loads(b"{" + tail[1:] + b"}"), dict)

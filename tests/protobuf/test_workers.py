@@ -13,8 +13,9 @@ import pytest
 
 from harness.processes import Proc, start, wait_ready
 from tests.protobuf.recorded import PB, RecordedUpstream, b, from_cache
-from tests.protobuf.test_recorded import TYPED, request
+from tests.protobuf.test_recorded import TYPED, normalized_bookmark, request, watch
 from tests.support.metrics import scrape, total
+from watchcache.kubeproto import objects
 
 RESOURCES = "pods,configmaps,secrets,nodes,namespaces"
 
@@ -111,3 +112,22 @@ def test_debug_cache_shows_each_resources_protobuf_cache_across_the_group(group:
     assert roles == ["follower", "owner"], protobuf
     assert protobuf["objects"] == 3 and protobuf["object_bytes"] > 0 and protobuf["ready"] is True
     assert all(r["objects"] == 3 for r in protobuf["replicas"].values())
+
+
+def test_every_workers_bookmark_is_kubes_empty_object(group: Proc, record: dict[str, Any]) -> None:
+    """A follower learns its kinds' empty objects by a watch-list of its own (the follow stream carries no
+    bookmark): before, a protobuf watch on a follower ended its initial events with a bare bookmark."""
+    for kind in ("nodes", "secrets"):
+        entry = record["kinds"][kind]
+        items = objects.list_page(objects.unknown(b(entry["protobuf"])).raw).items
+        deadline = time.monotonic() + 30  # both workers' protobuf caches ready: 6 answers in protobuf in a row
+        in_a_row = 0
+        while in_a_row < 6:
+            assert time.monotonic() < deadline, f"{kind}: no protobuf cache on every worker"
+            ok = request(group, entry["path"] + "?resourceVersion=0", TYPED)[1] == PB
+            in_a_row = in_a_row + 1 if ok else 0
+        path = entry["path"] + "?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+        path += f"&allowWatchBookmarks=true&resourceVersion={record['R']}&timeoutSeconds=5"
+        for _ in range(8):  # new connections: the kernel spreads them over both workers
+            _, frames = watch(group, path, len(items) + 1)
+            assert normalized_bookmark(frames[-1]) == normalized_bookmark(b(entry["bookmark"])), kind

@@ -304,3 +304,34 @@ def test_a_protobuf_watch_from_before_the_protobuf_cache_is_backfilled_with_kube
             proc.stop()
         drop_namespace(api, ns, ("configmaps",))
         api.close()
+
+
+def test_the_bookmark_of_a_kind_without_objects_is_kubes_empty_object(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A protobuf cache learns its kind's empty object from the upstream's own bookmark: also when the kind
+    has no object at all (the proxy's learning once skipped an empty list, and its bookmarks were bare
+    until its watch's first periodic bookmark, a minute on)."""
+    kube = KubeEnv.from_environ()
+    api = Api(kube.url, kube.token, kube.ca)
+    path = "/api/v1/podtemplates"
+    if api.get(path, limit="1")["items"]:
+        pytest.skip("the kit holds podtemplates: this test needs a kind without objects")
+    serving = Serving.make(tmp_path_factory.mktemp("protobuf-empty"))
+    proc = start_proxy(kube, serving, "--workers", "1", resources="podtemplates")
+    try:
+        proxy = Api(proc.url, kube.token, str(serving.ca.crt))
+        deadline = time.monotonic() + 30  # the first protobuf read makes the protobuf cache
+        while answer(proxy, with_query(path, resourceVersion="0"), TYPED)[1] != PB:
+            assert time.monotonic() < deadline, "no protobuf cache"
+            time.sleep(0.2)
+        watch = with_query(path, watch="1", sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
+                           allowWatchBookmarks="true", timeoutSeconds="10")  # fmt: skip
+        got: dict[str, list[bytes]] = {}
+        for target, client in (("kube", api), ("proxy", proxy)):
+            frames = got[target] = []
+            watch_frames(client, watch, frames, until=_ends_initial)
+        assert [objects.watch_event(f)[0] for f in got["proxy"]] == ["BOOKMARK"]
+        assert _empty_object(got["proxy"][-1]) == _empty_object(got["kube"][-1])
+        assert objects.without_meta(objects.unknown(objects.watch_event(got["kube"][-1])[1]).raw) != (b"", b"")
+    finally:
+        proc.stop()
+        api.close()

@@ -45,6 +45,8 @@ async def test_a_watch_from_0_or_unset_with_bookmarks_ends_its_initial_events_wi
         "kind": "Pod",
         "apiVersion": "v1",
         "metadata": {"resourceVersion": "10", "annotations": {"k8s.io/initial-events-end": "true"}},
+        "spec": {"containers": None},  # a Pod's zero values, as kube's bookmark (cache/zeros.py)
+        "status": {},
     }
 
 

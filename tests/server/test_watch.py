@@ -99,7 +99,7 @@ async def test_send_initial_events_without_not_older_than_is_422():
 
 
 @arun
-async def test_periodic_bookmarks_carry_the_cache_rv_and_only_kind_apiversion_rv():
+async def test_periodic_bookmarks_carry_the_cache_rv_and_the_kinds_zero_values():
     h = Harness(bookmark_interval=0.0)
 
     def tick() -> None:
@@ -109,7 +109,16 @@ async def test_periodic_bookmarks_carry_the_cache_rv_and_only_kind_apiversion_rv
     resp = await h.watch(tick, resourceVersion="10", allowWatchBookmarks="true")
     events = resp.events()
     assert events == [
-        {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "15"}}}
+        {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": "15"},
+                "spec": {"containers": None},  # a Pod's zero values, as kube's bookmark (cache/zeros.py)
+                "status": {},
+            },
+        }
     ]
 
 

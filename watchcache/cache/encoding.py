@@ -21,6 +21,7 @@ from watchcache.apierrors import StatusError
 from watchcache.cache.events import ADDED, BOOKMARK, ERROR, WatchEvent, json_frame, json_frame_ends
 from watchcache.cache.metadata import metadata_json, metadata_protobuf
 from watchcache.cache.object import CachedObject
+from watchcache.cache.zeros import BOOKMARK_TAILS
 from watchcache.kubeproto import wire
 from watchcache.resources import ResourceType
 
@@ -81,6 +82,11 @@ def bookmark_meta(
         return b'"metadata":{' + version + b"}"
     noted = b'"annotations":' + orjson.dumps(annotations, option=orjson.OPT_SORT_KEYS)
     return b'"metadata":{' + (noted + b"," + version if unstructured else version + b"," + noted) + b"}"
+
+
+def bookmark_tail(resource: ResourceType) -> bytes:
+    """What follows a bookmark's metadata in kube's: the kind's zero-valued fields (``cache/zeros.py``)."""
+    return BOOKMARK_TAILS.get((resource.group, resource.version, resource.kind), b"")
 
 
 class Encoding:
@@ -187,7 +193,7 @@ class Encoding:
         self, resource: ResourceType, rv: int, *, initial_events_end: bool = False, relist_diff_end: int | None = None
     ) -> bytes:
         meta = bookmark_meta(rv, initial_events_end, relist_diff_end, unstructured=resource.custom)
-        return json_frame(BOOKMARK, resource.typed_prefix, meta, b"}")
+        return json_frame(BOOKMARK, resource.typed_prefix, meta, bookmark_tail(resource), b"}")
 
     def error_frame(self, error: StatusError) -> bytes:
         return json_frame(ERROR, error.json())

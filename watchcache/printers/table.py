@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import orjson
 
-from watchcache.cache.encoding import FULL_JSON, JSON, Encoding, bookmark_meta, json_list_meta
+from watchcache.cache.encoding import FULL_JSON, JSON, Encoding, bookmark_meta, bookmark_tail, json_list_meta
 from watchcache.cache.events import ADDED, BOOKMARK, WatchEvent, json_frame
 from watchcache.cache.metadata import metadata_json
 from watchcache.cache.object import CachedObject
@@ -176,8 +176,9 @@ class TableEncoding(Encoding):
     ) -> bytes:
         # '"metadata":{...}'
         meta = bookmark_meta(rv, initial_events_end, relist_diff_end, unstructured=resource.custom)
+        tail = bookmark_tail(resource)  # the kind's zero values: kube prints its empty object
         try:
-            row = self.printer.row(orjson.loads(b"{" + meta + b"}"))
+            row = self.printer.row(orjson.loads(b"{" + meta + tail + b"}"))
         except Exception:  # Unprintable, or a printer's bug: a plain bookmark, as kube's failed conversion
             return FULL_JSON.bookmark_frame(
                 resource, rv, initial_events_end=initial_events_end, relist_diff_end=relist_diff_end
@@ -185,7 +186,7 @@ class TableEncoding(Encoding):
         out = [self.head + b'{"resourceVersion":"' + str(rv).encode() + b'"},"columnDefinitions":null,"rows":[']
         row.write(out, self.clock(), {})
         if self.include == "Object":
-            out.append(b',"object":' + resource.typed_prefix + meta + b"}}")
+            out.append(b',"object":' + resource.typed_prefix + meta + tail + b"}}")
         elif self.include == "Metadata" or initial_events_end:
             # kube: the initial-events-end bookmark's row object is PartialObjectMetadata even for None
             out.append(self.metadata_head + meta[len(b'"metadata":') :] + b"}}")

@@ -34,7 +34,14 @@ from watchcache.cache.object import CachedObject, ObjectError, parse_resource_ve
 from watchcache.cache.protobuf import FULL_PROTOBUF, decode_protobuf_object
 from watchcache.kubeproto import objects
 from watchcache.resources import ResourceType
-from watchcache.upstream.client import Splitter, UpstreamError, WatchStalled, collection_path, status_from_protobuf
+from watchcache.upstream.client import (
+    Splitter,
+    UpstreamClient,
+    UpstreamError,
+    WatchStalled,
+    collection_path,
+    status_from_protobuf,
+)
 from watchcache.upstream.reflector import Reflector
 
 log = logging.getLogger("watchcache.upstream.pbreflector")
@@ -104,9 +111,11 @@ class ProtobufReflector(Reflector):
         return ProtobufCodec(self.resource).page(body)
 
     async def _before_sync(self, rv: int, listed: list[CachedObject]) -> None:
-        if FULL_PROTOBUF.knows_empty(self.resource) or not listed:
+        if FULL_PROTOBUF.knows_empty(self.resource):
             return
         if await self._learn_from_initial_events_end(rv):
+            return
+        if not listed:  # nothing to start the watch below before; the main watch's first bookmark teaches it
             return
         # An upstream without watch-list (before v1.27, or WatchList off): kube sends a bookmark only
         # once its cache is past the watch's start: start just before the newest listed object (its
@@ -132,40 +141,10 @@ class ProtobufReflector(Reflector):
         log.warning("%s: the upstream sent no bookmark in %ds", self.resource.qualified, TEMPLATE_WATCH_SECONDS)
 
     async def _learn_from_initial_events_end(self, rv: int) -> bool:
-        """The empty object from a watch-list's initial-events-end bookmark, at once: a watch from
-        the listed rv with initial events and a label selector no object has, so kube sends its
-        bookmark straight away (the template watch's bookmark comes ~2 s before its timeout, and
-        typed clients' first reads wait for this, ``upstream/protobuf.py``). False if the upstream
-        does not do watch-lists (it refuses ``sendInitialEvents``, or sends no bookmark)."""
-        params = {
-            "resourceVersion": str(rv),
-            "resourceVersionMatch": "NotOlderThan",
-            "sendInitialEvents": "true",
-            "allowWatchBookmarks": "true",
-            "labelSelector": NO_OBJECT,
-            "timeoutSeconds": str(TEMPLATE_WATCH_SECONDS),
-        }
-        try:
-            await self._template_watch(params, TEMPLATE_WATCH_SECONDS + 2.0)
-        except _Learned:
-            return True
-        except (UpstreamError, aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:
-            log.info(
-                "%s: no watch-list bookmark (%s); learning the empty object from a watch", self.resource.qualified, e
-            )
-        return False
+        return await learn_empty_object(self.client, self.resource, rv)
 
     async def _template_watch(self, params: dict[str, str], stall_timeout: float) -> None:
-        await self.client.watch_into(
-            self.resource, params, self._learn, stall_timeout=stall_timeout, accept=PROTOBUF, split=objects.split_frames
-        )
-
-    def _learn(self, frames: list[bytes]) -> None:
-        for frame in frames:
-            kind, body = objects.watch_event(frame)
-            if kind == BOOKMARK:
-                FULL_PROTOBUF.learn_empty(self.resource, objects.unknown(body).raw)
-                raise _Learned()
+        await _template_watch(self.client, self.resource, params, stall_timeout)
 
     def _decode(self, line: bytes) -> tuple[str, CachedObject | None, object]:
         try:
@@ -189,3 +168,42 @@ class ProtobufReflector(Reflector):
             return kind, decode_protobuf_object(self.resource, raw), None
         except ObjectError as e:
             return kind, None, e
+
+
+async def learn_empty_object(client: UpstreamClient, resource: ResourceType, rv: int = 0) -> bool:
+    """The empty object from a watch-list's initial-events-end bookmark, at once: a watch from ``rv``
+    (0: the upstream's latest) with initial events and a label selector no object has, so kube sends
+    its bookmark straight away (a plain watch's comes ~2 s before its timeout, and typed clients'
+    first reads wait for this, ``upstream/protobuf.py``). False if the upstream does not do
+    watch-lists (it refuses ``sendInitialEvents``, or sends no bookmark)."""
+    params = {
+        "resourceVersionMatch": "NotOlderThan",
+        "sendInitialEvents": "true",
+        "allowWatchBookmarks": "true",
+        "labelSelector": NO_OBJECT,
+        "timeoutSeconds": str(TEMPLATE_WATCH_SECONDS),
+    }
+    if rv:
+        params["resourceVersion"] = str(rv)
+    try:
+        await _template_watch(client, resource, params, TEMPLATE_WATCH_SECONDS + 2.0)
+    except _Learned:
+        return True
+    except (UpstreamError, aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:
+        log.info("%s: no watch-list bookmark (%s); learning the empty object from a watch", resource.qualified, e)
+    return False
+
+
+async def _template_watch(
+    client: UpstreamClient, resource: ResourceType, params: dict[str, str], stall_timeout: float
+) -> None:
+    def learn(frames: list[bytes]) -> None:
+        for frame in frames:
+            kind, body = objects.watch_event(frame)
+            if kind == BOOKMARK:
+                FULL_PROTOBUF.learn_empty(resource, objects.unknown(body).raw)
+                raise _Learned()
+
+    await client.watch_into(
+        resource, params, learn, stall_timeout=stall_timeout, accept=PROTOBUF, split=objects.split_frames
+    )

@@ -35,14 +35,14 @@ import logging
 import time
 from collections.abc import Callable
 
-from watchcache.cache.protobuf import protobuf_supported
+from watchcache.cache.protobuf import FULL_PROTOBUF, protobuf_supported
 from watchcache.cache.store import CacheConfig
 from watchcache.dispatch.cacher import Cacher
 from watchcache.resources import ResourceType
 from watchcache.upstream.backfill import UpstreamBackfill
 from watchcache.upstream.client import UpstreamClient
 from watchcache.upstream.failures import LastFailures
-from watchcache.upstream.pbreflector import NotServedInProtobuf, ProtobufCodec, ProtobufReflector
+from watchcache.upstream.pbreflector import NotServedInProtobuf, ProtobufCodec, ProtobufReflector, learn_empty_object
 from watchcache.upstream.reflector import ReflectorConfig
 
 log = logging.getLogger("watchcache.upstream.protobuf")
@@ -89,6 +89,9 @@ class ProtobufCaches:
         self.refused: dict[ResourceType, float] = {}
         self.started = 0
         self.dropped = 0
+        # A follower worker learns its kinds' empty objects (its bookmarks' template) by a watch-list
+        # of its own: the owner learns from its reflector, and the follow stream carries no bookmark.
+        self._learning: dict[ResourceType, asyncio.Task[bool]] = {}
 
     def cacher(self, resource: ResourceType) -> Cacher | None:
         """The synced protobuf cache of ``resource``, or None (then started, if it may be).
@@ -107,9 +110,17 @@ class ProtobufCaches:
             return None
         if not self.owns(resource):
             follower = self.follow(resource) if self.follow is not None else None
+            if follower is not None:
+                self._learn_empty(resource)
             return follower if follower is not None and follower.ready else None
         self.ensure(resource)
         return None
+
+    def _learn_empty(self, resource: ResourceType) -> None:
+        """A follower's watch-list for ``resource``'s empty object, once per worker and resource: an
+        upstream without watch-lists is not asked again at every read (its bookmarks stay bare)."""
+        if resource not in self._learning and not FULL_PROTOBUF.knows_empty(resource):
+            self._learning[resource] = asyncio.ensure_future(learn_empty_object(self.client, resource))
 
     async def serving(self, resource: ResourceType) -> Cacher | None:
         """``cacher``; but while the cache is new (made less than ``first_wait`` s ago), the read waits
@@ -130,6 +141,11 @@ class ProtobufCaches:
         remaining = pending.created + self.first_wait - pending.clock()
         if remaining <= 0 or not await pending.wait_ready(remaining):
             return None
+        learning = self._learning.get(resource)
+        if learning is not None and not learning.done():
+            # (a follower's first watch ends its initial events with a bookmark: kube's, once learned)
+            remaining = pending.created + self.first_wait - pending.clock()
+            await asyncio.wait([learning], timeout=max(remaining, 0.0))
         return pending
 
     def synced(self, resource: ResourceType) -> Cacher | None:
@@ -197,3 +213,5 @@ class ProtobufCaches:
             task.cancel()
             cacher.stop()
         self.caches.clear()
+        for learning in self._learning.values():
+            learning.cancel()
