@@ -109,3 +109,34 @@ def test_a_custom_resource_is_written_with_sorted_keys_as_kube_writes_unstructur
     assert FULL_JSON.bookmark_frame(PODS, 9, initial_events_end=True).startswith(
         b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"9",'
     )
+
+
+def test_a_custom_resources_partial_object_metadata_is_a_typed_object_meta():
+    # kube converts the unstructured metadata (sorted keys) to a typed ObjectMeta and writes that: its
+    # fields, an owner reference's and a managed-fields entry's in their Go structs' order.
+    from watchcache.cache.encoding import METADATA_JSON
+
+    obj = widget("a")
+    obj["metadata"] = {
+        "annotations": {"b": "1"},
+        "creationTimestamp": "2026-11-30T21:25:48Z",
+        "finalizers": ["example.com/x"],
+        "labels": {"a": "2", "z": "1"},
+        "managedFields": [{"apiVersion": "example.com/v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}},
+                           "manager": "kubectl", "operation": "Update", "time": "2026-11-30T21:25:48Z"}],
+        "name": "a",
+        "namespace": "ns",
+        "ownerReferences": [{"apiVersion": "example.com/v1", "blockOwnerDeletion": True, "controller": True,
+                             "kind": "Widget", "name": "o", "uid": "u1"}],
+        "resourceVersion": "5",
+        "uid": "u2",
+    }  # fmt: skip
+    body = b"".join(METADATA_JSON["v1"].object_parts(WIDGETS, encode_object(WIDGETS, obj)))
+    assert body == (
+        b'{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"ns",'
+        b'"uid":"u2","resourceVersion":"5","creationTimestamp":"2026-11-30T21:25:48Z","labels":{"a":"2","z":"1"},'
+        b'"annotations":{"b":"1"},"ownerReferences":[{"apiVersion":"example.com/v1","kind":"Widget","name":"o",'
+        b'"uid":"u1","controller":true,"blockOwnerDeletion":true}],"finalizers":["example.com/x"],"managedFields":'
+        b'[{"manager":"kubectl","operation":"Update","apiVersion":"example.com/v1","time":"2026-11-30T21:25:48Z",'
+        b'"fieldsType":"FieldsV1","fieldsV1":{"f:spec":{}}}]}}'
+    )

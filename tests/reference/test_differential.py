@@ -628,17 +628,27 @@ def test_custom_resources_are_the_apiservers_byte_for_byte(env: Env) -> None:
             want.body, got.body = (re.sub(rb'"continue":"[^"]+"', b'"continue":"T"', a.body) for a in (want, got))
             assert b'"continue":"T"' in want.body, want.body[-200:]  # (no remainingItemCount: a selector)
         assert got.body == want.body, (path, want.body[:300], got.body[:300])
+    # PartialObjectMetadata is typed: its ObjectMeta in field order (name first), not the CR's sorted keys
+    metadata = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+    want, got = env.both(with_query(THINGS, labelSelector=LABEL, **exact), accept=metadata)
+    assert b'"metadata":{"name":"t-0","namespace":' in want.body, want.body[:300]
+    assert got.body == want.body, (want.body[:300], got.body[:300])
 
 
+@pytest.mark.parametrize(
+    "accept",
+    ["application/json", "application/json;as=Table;v=v1;g=meta.k8s.io"],
+    ids=["json", "table"],  # (a Table's initial-events-end row object: a typed PartialObjectMetadata)
+)
 @pytest.mark.parametrize("path", [PODS, SERVICES, CONFIGMAPS, THINGS], ids=["pods", "services", "configmaps", "crd"])
-def test_a_bookmark_is_the_apiservers_byte_for_byte(env: Env, path: str) -> None:
+def test_a_bookmark_is_the_apiservers_byte_for_byte(env: Env, path: str, accept: str) -> None:
     """kube's bookmark is the kind's empty object: every field without omitempty at its zero value (a
     pod's ``"spec":{"containers":null},"status":{}``: cache/zeros.py), a custom resource's sorted."""
     # the initial-events-end bookmark of a watch-list that selects nothing (the first frame: a periodic
     # bookmark may follow before the timeout), each server at its own rv
     watch = with_query(path, watch="1", sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
                        allowWatchBookmarks="true", labelSelector="no-such=label", timeoutSeconds="1")  # fmt: skip
-    want, got = env.both(watch)
+    want, got = env.both(watch, accept=accept)
     first = [
         re.sub(rb'"resourceVersion":"[0-9]+"', b'"resourceVersion":"RV"', a.body.split(b"\n")[0]) for a in (want, got)
     ]

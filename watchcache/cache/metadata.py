@@ -20,7 +20,9 @@ kube makes a PartialObjectMetadata from its *internal* object, and two conversio
 internal types move an annotation into a field: a DaemonSet's
 ``deprecated.daemonset.template.generation`` and a Deployment's (non-empty)
 ``deprecated.deployment.rollback.to``. Their metadata is written without them, as kube writes it
-(the full objects keep them: converting back to apps/v1 restores them).
+(the full objects keep them: converting back to apps/v1 restores them). A custom resource's
+metadata, stored with sorted keys as kube writes unstructured objects, is written in ObjectMeta's
+field order, as kube writes the typed ObjectMeta it converts it to.
 """
 
 from __future__ import annotations
@@ -46,12 +48,41 @@ _INTERNAL_ONLY = {
 }
 
 
+# ObjectMeta's fields in its Go struct's order, and those of the structs in it. A custom resource's
+# metadata is stored as kube writes unstructured objects (sorted keys); its PartialObjectMetadata is
+# the typed ObjectMeta kube converts that to, written in this order.
+_OBJECT_META = (
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
+    "ownerReferences", "finalizers", "managedFields",
+)  # fmt: skip
+_OWNER_REFERENCE = ("apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion")
+_MANAGED_FIELDS_ENTRY = ("manager", "operation", "apiVersion", "time", "fieldsType", "fieldsV1", "subresource")
+
+
+def _ordered(fields: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
+    out = {k: fields[k] for k in order if k in fields}
+    out.update((k, v) for k, v in fields.items() if k not in out)  # (none that kube's schema keeps)
+    return out
+
+
+def _typed(meta: dict[str, Any]) -> dict[str, Any]:
+    out = _ordered(meta, _OBJECT_META)
+    for key, order in (("ownerReferences", _OWNER_REFERENCE), ("managedFields", _MANAGED_FIELDS_ENTRY)):
+        items = out.get(key)
+        if isinstance(items, list):
+            out[key] = [_ordered(item, order) if isinstance(item, dict) else item for item in items]
+    return out
+
+
 def _metadata_of(
     obj: CachedObject, resource: ResourceType | None, decoded: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     meta = (decoded if decoded is not None else orjson.loads(b"{" + obj.body)).get("metadata")
     if not isinstance(meta, dict):
         return {}
+    if resource is not None and resource.custom:
+        meta = _typed(meta)
     moved = _INTERNAL_ONLY.get((resource.group, resource.kind)) if resource is not None else None
     annotations = meta.get("annotations")
     if moved is not None and isinstance(annotations, dict) and moved[0] in annotations:

@@ -188,8 +188,10 @@ class TableEncoding(Encoding):
         if self.include == "Object":
             out.append(b',"object":' + resource.typed_prefix + meta + tail + b"}}")
         elif self.include == "Metadata" or initial_events_end:
-            # kube: the initial-events-end bookmark's row object is PartialObjectMetadata even for None
-            out.append(self.metadata_head + meta[len(b'"metadata":') :] + b"}}")
+            # kube: the initial-events-end bookmark's row object is PartialObjectMetadata even for None;
+            # typed, so its ObjectMeta in field order whatever the kind (a custom resource's too)
+            typed = bookmark_meta(rv, initial_events_end, relist_diff_end) if resource.custom else meta
+            out.append(self.metadata_head + typed[len(b'"metadata":') :] + b"}}")
         else:
             out.append(b',"object":null}')
         out.append(b"]}")
