@@ -190,7 +190,7 @@ async def learn_empty_object(client: UpstreamClient, resource: ResourceType, rv:
     except _Learned:
         return True
     except (UpstreamError, aiohttp.ClientError, WatchStalled, TimeoutError, OSError, ValueError) as e:
-        log.info("%s: no watch-list bookmark (%s); learning the empty object from a watch", resource.qualified, e)
+        log.info("%s: no watch-list bookmark to learn the empty object from (%s)", resource.qualified, e)
     return False
 
 
