@@ -26,26 +26,6 @@ _WATCH_LIST = {
     "timeoutSeconds": "1",
 }
 
-_HEAD = '''# ruff: noqa: E501
-"""What kube-apiserver's bookmark of a built-in kind carries after its metadata: the kind's zero values.
-
-kube makes a bookmark as a new empty object of the kind with only its resourceVersion (and annotations)
-set, and encodes it whole: every field without ``omitempty`` is written with its zero value (a Pod's
-``"spec":{"containers":null},"status":{}``), which only the kind's Go type knows. These bytes are
-kube-apiserver's, read off its own bookmarks by ``python -m harness.kube.zeros`` (which wrote this
-file; the reference tier compares bookmarks with the live apiserver's). A kind or version not here
-(a custom resource's, whose unstructured bookmark has none) gets a bookmark of metadata only.
-
-The protobuf caches learn theirs from the upstream's bookmarks (``ProtobufEncoding.learn_empty``): a
-protobuf client decodes a bookmark into its type, and a field left out is a different message. A JSON
-cache would have to learn it in every worker, by a request per kind, for bytes no client reads.
-"""
-
-# (group, version, kind) -> what follows a bookmark's metadata, each field led by its comma.
-# fmt: off
-BOOKMARK_TAILS: dict[tuple[str, str, str], bytes] = {
-'''
-
 
 def _versions(api: Api) -> list[tuple[str, str]]:
     out = [("", v) for v in api.get("/api")["versions"]]
@@ -78,7 +58,10 @@ def tails(api: Api) -> dict[tuple[str, str, str], bytes]:
 def main() -> None:
     kube = KubeEnv.from_environ()
     api = Api(kube.url, kube.token, kube.ca)
-    lines = [_HEAD]
+    # The module's text up to its table stays as it is: only the entries are the apiserver's.
+    text = TARGET.read_text()
+    head = text[: text.index("\n", text.index("BOOKMARK_TAILS:")) + 1]
+    lines = [head]
     for key, tail in sorted(tails(api).items()):
         lines.append(f"    ({', '.join(json.dumps(k) for k in key)}): {tail!r},\n")
     lines.append("}\n# fmt: on\n")
