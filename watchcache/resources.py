@@ -145,6 +145,20 @@ _ZERO_FIELDS: dict[tuple[str, str], dict[str, str]] = {
 # cache of them (upstream/probes.py), and their reads are etcd's, in its words (cache/semantics.py).
 _UNCACHED_BY_KUBE = frozenset({("", "events"), ("events.k8s.io", "events")})
 
+# Built-in kinds whose field-label conversion (k8s.io/kubernetes/pkg/apis/*/conversion.go) leaves out
+# metadata.namespace, which runtime.DefaultMetaV1FieldSelectorConversion (every other kind) accepts:
+# kube refuses `metadata.namespace=...` on them with 400, cluster-scoped or not.
+_NO_NAMESPACE_FIELD = frozenset(
+    {
+        ("", "Node"),
+        ("", "Namespace"),
+        ("certificates.k8s.io", "CertificateSigningRequest"),
+        ("certificates.k8s.io", "ClusterTrustBundle"),
+        ("certificates.k8s.io", "PodCertificateRequest"),
+        ("resource.k8s.io", "ResourceSlice"),
+    }
+)
+
 
 @dataclass(frozen=True)
 class ResourceType:
@@ -174,8 +188,7 @@ class ResourceType:
     object_prefixes: tuple[bytes, bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # A cluster-scoped custom resource cannot select on metadata.namespace (kube's crConverter).
-        scope = ("metadata.namespace",) if self.namespaced or not self.custom else ()
+        scope = ("metadata.namespace",) if self.namespace_selectable else ()
         fields = ("metadata.name", *scope, *self.extra_fields)
         zeros = _ZERO_FIELDS.get((self.group, self.kind), {}) if not self.custom else {}
         object.__setattr__(self, "getters", {f: _path_getter(f, zeros.get(f, "")) for f in fields})
@@ -196,6 +209,14 @@ class ResourceType:
     def custom(self) -> bool:
         """A custom resource (or an aggregated API's): not in a group kube-apiserver serves itself."""
         return self.group not in BUILTIN_GROUPS
+
+    @property
+    def namespace_selectable(self) -> bool:
+        """Whether a field selector may name metadata.namespace: not a cluster-scoped custom resource
+        (kube's crConverter), nor a kind whose conversion leaves it out (``_NO_NAMESPACE_FIELD``)."""
+        if self.custom:
+            return self.namespaced
+        return (self.group, self.kind) not in _NO_NAMESPACE_FIELD
 
     @property
     def uncached_by_kube(self) -> bool:

@@ -7,6 +7,7 @@ a watch at the same old resourceVersion say the same about why the proxy could n
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -16,6 +17,7 @@ from tests.dispatch.readctx import Config, ReadCtx
 from tests.support.factories import pod
 from tests.support.handlers import arun
 from watchcache.cache.continuetoken import ContinueCodec
+from watchcache.cache.encoding import FULL_JSON
 from watchcache.cache.events import MODIFIED
 from watchcache.cache.predicate import SelectionPredicate
 from watchcache.cache.semantics import ListOptions, Mode, ReadPlan, WatchPlan, plan_list
@@ -23,9 +25,11 @@ from watchcache.cache.store import CacheConfig, Snapshot
 from watchcache.dispatch import reads
 from watchcache.dispatch.backfill import Backfills, Fetched
 from watchcache.dispatch.cacher import Cacher, WatchRequest
+from watchcache.dispatch.lists import list_parts
 from watchcache.dispatch.outcomes import (
     CONTINUE_TOO_OLD,
     LIST_TOO_OLD,
+    WATCH_TOO_OLD,
     BackfillFailed,
     Delegated,
     Delegation,
@@ -35,7 +39,7 @@ from watchcache.dispatch.outcomes import (
     RetryLater,
     TooLarge,
 )
-from watchcache.resources import PODS
+from watchcache.resources import PODS, ResourceType
 from watchcache.watchers.watcher import Watcher
 
 ALL = SelectionPredicate.parse(PODS, None, "", "")
@@ -284,3 +288,47 @@ async def test_a_watch_from_inside_the_window_starts_with_its_backlog_and_no_wai
     watcher = await reads.start_watch(ctx, c, WatchRequest(ALL, watch_from(10)), NullSink())
     assert isinstance(watcher, Watcher) and watcher.pending and list(c.dispatcher.watchers()) == [watcher]
     assert ctx.waits == 0
+
+
+# What kube-apiserver serves from etcd (events: no watch cache), the proxy answers in etcd's words.
+EVENTS = ResourceType("", "v1", "events", "Event", True, "event", ("ev",))
+
+
+def events_cacher(max_events: int = 100) -> Cacher:
+    c = Cacher(EVENTS, CacheConfig(history_max_events=max_events))
+    c.replace([pod(f"e{i}", "ns1", i + 1) for i in range(5)], 10)
+    return c
+
+
+@arun
+async def test_a_watch_before_the_window_of_what_kube_serves_from_etcd_gets_etcds_410() -> None:
+    # kube's etcd watch (the fuzz of session 48, kit): "The resourceVersion for the provided watch is
+    # too old.", where its cacher says "too old resource version: N (M)".
+    c = events_cacher(max_events=2)
+    ctx = ctx_at(c)
+    for rv in range(11, 15):
+        write(c, ctx, rv, name="e0")
+    everything = SelectionPredicate.parse(EVENTS, None, "", "")
+    watched = await reads.start_watch(ctx, c, WatchRequest(everything, watch_from(10)), NullSink())
+    assert watched == Expired(WATCH_TOO_OLD)
+
+
+def test_a_list_of_what_kube_serves_from_etcd_pages_at_resource_version_0() -> None:
+    # etcd's store pages a LIST at resourceVersion=0 (kit: events?resourceVersion=0&limit=1 has a
+    # continue token and remainingItemCount), where kube's watch cache ignores the limit.
+    c = events_cacher()
+    codec = ContinueCodec(b"t" * 32)
+    opts = ListOptions(resource_version="0", limit=2)
+    everything = SelectionPredicate.parse(EVENTS, None, "", "")
+    parts = list_parts(codec, c, c.cache.snapshot(), plan_list(opts, codec), everything, "", opts, FULL_JSON)
+    doc = json.loads(b"".join(parts))
+    assert [i["metadata"]["name"] for i in doc["items"]] == ["e0", "e1"]
+    assert doc["metadata"]["remainingItemCount"] == 3 and doc["metadata"]["continue"]
+    nxt = ListOptions(continue_token=doc["metadata"]["continue"], limit=2)
+    rest = list_parts(codec, c, c.cache.snapshot(), plan_list(nxt, codec), everything, "", nxt, FULL_JSON)
+    assert [i["metadata"]["name"] for i in json.loads(b"".join(rest))["items"]] == ["e2", "e3"]
+    # pods (kube's watch cache) still ignore it
+    pods = cacher()
+    assert b'"continue"' not in b"".join(
+        list_parts(codec, pods, pods.cache.snapshot(), plan_list(opts, codec), ALL, "", opts, FULL_JSON)
+    )

@@ -52,6 +52,7 @@ CRD_NAME = f"things.{GROUP}"
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 SERVICES = f"/api/v1/namespaces/{NS}/services"
+EVENTS = f"/api/v1/namespaces/{NS}/events"
 THINGS = f"/apis/{GROUP}/v1/namespaces/{NS}/things"
 LABEL = "watchcache-reference=diff"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -124,7 +125,7 @@ def _crd() -> dict[str, Any]:
 
 
 def _clean(api: Api) -> None:
-    for path in (CONFIGMAPS, PODS, SERVICES, THINGS):
+    for path in (CONFIGMAPS, PODS, SERVICES, EVENTS, THINGS):
         try:
             api.delete(with_query(path, labelSelector=LABEL), gracePeriodSeconds=0)
         except ApiError as e:
@@ -160,11 +161,15 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     for name, cluster_ip in (("web", None), ("headless", "None")):
         spec: dict[str, Any] = {"ports": [{"port": 80}], **({"clusterIP": cluster_ip} if cluster_ip else {})}
         api.create(SERVICES, {"metadata": {"name": name, "labels": labels}, "spec": spec})
+    for i in range(3):  # kube serves events from etcd: the proxy answers them in its terms
+        involved = {"kind": "ConfigMap", "namespace": NS, "name": f"cm-{i}"}
+        event = {"metadata": {"name": f"ev-{i}", "labels": labels}, "involvedObject": involved, "reason": "Test"}
+        api.create(EVENTS, event)
     for i in range(4):
         thing = {"apiVersion": f"{GROUP}/v1", "kind": "Thing", "metadata": {"name": f"t-{i}", "labels": labels}}
         api.create(THINGS, {**thing, "spec": {"n": i, "color": ("red", "blue")[i % 2]}})
     serving = Serving.make(Path(tmp_path_factory.mktemp("diff")))
-    proc = start_proxy(kube, serving, resources=f"configmaps,pods,services,{GROUP}/v1/things")
+    proc = start_proxy(kube, serving, resources=f"configmaps,pods,services,events,namespaces,nodes,{GROUP}/v1/things")
     proxy = Api(proc.url, kube.token, str(serving.ca.crt))
     try:
         rvs = []
@@ -175,7 +180,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         yield Env(kube, api, Api(kube.url, kube.token, kube.ca), proxy, proc, rvs)
     finally:
         proc.stop()
-        drop_namespace(api, NS, ("configmaps", "pods", "services", THINGS.replace(NS, "{ns}"), "serviceaccounts"))
+        drop_namespace(
+            api, NS, ("configmaps", "pods", "services", "events", THINGS.replace(NS, "{ns}"), "serviceaccounts")
+        )
         delete_crd(api, CRD_NAME)
         api.close()
 
@@ -392,6 +399,13 @@ ERRORS = [
     f"{CONFIGMAPS}?watch=1&fieldSelector=spec.bogus%3D1&resourceVersionMatch=Exact",
     f"{CONFIGMAPS}?watch=1&labelSelector=a%20b&sendInitialEvents=true",
     f"{CONFIGMAPS}?fieldSelector=a%3Cb%3Dc",  # 400 whose message has "<": escaped as Go escapes it
+    # a watch from "" with a continue token: 422 for the resourceVersionMatch kube defaults it to,
+    # before an unknown field label (session 48's fuzz: the proxy streamed the watch)
+    f"{CONFIGMAPS}?watch=1&continue=junk&timeoutSeconds=1",
+    f"{CONFIGMAPS}?watch=1&fieldSelector=spec.bogus%3D1&continue=junk",
+    # kinds whose field labels leave out metadata.namespace (the proxy served them)
+    "/api/v1/namespaces?fieldSelector=metadata.namespace%3Dx",
+    "/api/v1/nodes?fieldSelector=metadata.namespace%3D&resourceVersion=0",
 ]
 
 
@@ -545,15 +559,21 @@ def test_a_watch_from_an_rv_ahead_waits_for_it_as_at_the_apiserver(env: Env) -> 
     path = with_query(CONFIGMAPS, watch=1, resourceVersion=ahead, timeoutSeconds=4, labelSelector=LABEL)
     direct, proxy = _targets(env)
     results: dict[str, list[Any]] = {}
-    threads = [
-        threading.Thread(target=lambda n=n, t=t: results.__setitem__(n, _frames(t, path)))
-        for n, t in (("want", direct), ("got", proxy))
-    ]
+    took: dict[str, float] = {}
+
+    def watch(name: str, target: Target) -> None:
+        began = time.monotonic()
+        results[name] = _frames(target, path)
+        took[name] = time.monotonic() - began
+
+    threads = [threading.Thread(target=watch, args=(n, t)) for n, t in (("want", direct), ("got", proxy))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
     assert results == {"want": [], "got": []}
+    # Accepted at once, its timeout from the request (the proxy's ran --fresh-wait longer before).
+    assert abs(took["got"] - took["want"]) < 1.0, took
 
 
 def test_a_watch_gets_a_bookmark_before_its_timeout_as_from_the_apiserver(env: Env) -> None:
@@ -763,3 +783,28 @@ def test_pretty_answers_are_the_apiservers_byte_for_byte(env: Env, query: str, u
         if "Table" in accept:
             want.body, got.body = (_AGE.sub(b'"AGE"', a.body) for a in (want, got))
         assert got.body == want.body, (path, want.body[:300], got.body[:300])
+
+
+def test_events_kube_serves_from_etcd_are_answered_in_its_terms(env: Env) -> None:
+    # kube has no watch cache for events: its etcd store pages a LIST at resourceVersion=0 and words
+    # a watch's 410 its own way, and a watch-list at the rv of a write elsewhere gets their state at
+    # once (the proxy, which cannot prove its events cache there, passes it through).
+    want, got = env.both(with_query(EVENTS, resourceVersion="0", limit=1))
+    assert_same(want, got)
+    assert got.doc()["metadata"].get("continue"), got.body[:300]  # (the controllers' events too)
+    want, got = env.both(with_query(EVENTS, watch=1, resourceVersion="1", timeoutSeconds=1))
+    if b'"code":410' not in want.body:
+        pytest.skip("the reference etcd is not compacted yet (README: ~10 min after a fresh start)")
+    assert (got.status, json.loads(got.body)) == (want.status, json.loads(want.body))
+    rv = env.api.merge_patch(f"{CONFIGMAPS}/cm-1", {"metadata": {"annotations": {"ev": "1"}}})["metadata"][
+        "resourceVersion"
+    ]
+    path = with_query(
+        EVENTS, watch=1, sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true",
+        resourceVersion=rv, timeoutSeconds=2, labelSelector=LABEL,
+    )  # fmt: skip
+    direct, proxy = _targets(env)
+    want_frames = [_shape(kind, obj) for kind, obj in _frames(direct, path)]
+    got_frames = [_shape(kind, obj) for kind, obj in _frames(proxy, path)]
+    assert got_frames == want_frames
+    assert [kind for kind, _ in got_frames] == ["ADDED"] * 3 + ["BOOKMARK"]

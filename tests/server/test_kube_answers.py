@@ -7,6 +7,7 @@ compares against it live when the kit is there); these run without the kit, on t
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -298,6 +299,30 @@ def test_services_select_on_cluster_ip_and_type_and_replica_sets_on_metadata_onl
     assert REPLICASETS.selectable_fields == {"metadata.name", "metadata.namespace"}
 
 
+def test_kinds_whose_conversion_leaves_out_metadata_namespace_refuse_it():
+    # pkg/apis/core/v1/conversion.go: a Node's and a Namespace's field labels are their own, without
+    # metadata.namespace (kit: 400 "field label not supported: metadata.namespace"); other
+    # cluster-scoped kinds (FlowSchemas) take runtime's default, which has it; a kind learned from
+    # discovery that leaves it out (CertificateSigningRequests) is the upstream's to refuse.
+    from watchcache.cache.predicate import SelectionPredicate, UnsupportedField
+    from watchcache.resources import FLOWSCHEMAS, NAMESPACES, NODES
+    from watchcache.upstream.discovery import resource_type_from
+
+    for resource in (NODES, NAMESPACES):
+        assert "metadata.namespace" not in resource.selectable_fields
+        with pytest.raises(UnsupportedField) as e:
+            SelectionPredicate.parse(resource, None, "", "metadata.namespace=x")
+        assert (str(e.value), e.value.custom) == ("field label not supported: metadata.namespace", False)
+    assert "metadata.namespace" in FLOWSCHEMAS.selectable_fields
+    SelectionPredicate.parse(FLOWSCHEMAS, None, "", "metadata.namespace=")
+    csrs = resource_type_from(
+        "certificates.k8s.io", "v1", {"name": "certificatesigningrequests", "kind": "CertificateSigningRequest"}
+    )
+    with pytest.raises(UnsupportedField) as e:
+        SelectionPredicate.parse(csrs, None, "", "metadata.namespace=x")
+    assert e.value.custom  # passed through
+
+
 @arun
 async def test_a_watch_from_an_rv_ahead_of_the_cache_waits_for_it_instead_of_a_504():
     # kube's cacher (v1.36) accepts a watch from an rv it has not reached and sends the events after
@@ -360,6 +385,66 @@ async def test_a_read_ahead_of_a_cache_the_upstream_cannot_prove_goes_to_the_ups
     # A resource the upstream proves: a read ahead still waits, then 504 (kube's answer).
     h.upstream.no_bookmarks = False
     assert (await h.list(resourceVersion="99")).status == 504
+
+
+@arun
+async def test_a_watch_from_an_rv_ahead_is_accepted_at_once_and_ends_at_its_timeout_from_the_request():
+    # kube's cacher accepts such a watch at once (its headers go out before any wait) and its
+    # timeoutSeconds bounds the whole watch. The session-48 fuzz against the kit: the proxy's first
+    # byte came after --fresh-wait, and the watch ran --fresh-wait + timeoutSeconds.
+    h = Harness(fresh_wait=2.0)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    stream = h.start_watch(resourceVersion="99", timeoutSeconds="1")
+    while not stream.resp.started and loop.time() - began < 1.0:
+        await asyncio.sleep(0.01)
+    assert (stream.resp.status, loop.time() - began < 0.5) == (200, True)
+    resp = await stream.ended(3.0)
+    assert (resp.status, resp.events()) == (200, [])
+    assert 0.9 < loop.time() - began < 1.6, loop.time() - began
+    assert len(h.cacher._waiters) == 0
+
+
+@arun
+async def test_a_watch_list_ahead_of_a_cache_the_upstream_cannot_prove_goes_to_the_upstream():
+    # kube serves events from etcd: a watch-list at an rv of a write elsewhere gets their state at
+    # once there; the proxy's cache of them cannot be proven to reach it (no bookmark), so the
+    # watch-list is the upstream's, as a LIST there is (the fuzz: 504 after --fresh-wait).
+    h = Harness(fresh_wait=2.0)
+    h.upstream.answers_reads_ahead = True
+    h.upstream.no_bookmarks = True
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    query = {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": "5"}
+    resp = await h.start_watch(resourceVersion="50", **query).ended(3.0)
+    assert loop.time() - began < 0.5
+    assert h.upstream.forwarded == ["/api/v1/namespaces/default/pods"], resp.body
+    assert h.handler.passed_through == {"unreached-rv": 1}
+    # A resource the upstream proves: the watch-list waits, then kube's 504 as an ERROR event.
+    h.upstream.no_bookmarks = False
+    resp = await h.start_watch(resourceVersion="99", **{**query, "timeoutSeconds": "30"}).ended(4.0)
+    assert [(e["type"], e["object"]["code"]) for e in resp.events()] == [("ERROR", 504)]
+
+
+def test_a_legacy_watch_with_a_continue_token_is_refused_for_the_match_kube_defaults_it_to():
+    # SetListOptionsDefaults gives a watch from "" or "0" sendInitialEvents=true and NotOlderThan
+    # before validation (kit: 422, with this one cause).
+    from watchcache.apierrors import StatusError
+    from watchcache.cache.semantics import plan_watch
+
+    for rv in ("", "0"):
+        with pytest.raises(StatusError) as e:
+            plan_watch(parse_list_options({"watch": ["1"], "continue": ["x"], "resourceVersion": [rv]}))
+        assert e.value.code == 422
+        assert json.loads(e.value.json())["details"]["causes"] == [
+            {
+                "reason": "FieldValueForbidden",
+                "message": "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                "field": "resourceVersionMatch",
+            }
+        ]
+    # From another rv there is no default, and a watch does not read the token.
+    plan_watch(parse_list_options({"watch": ["1"], "continue": ["x"], "resourceVersion": ["5"]}))
 
 
 @arun
@@ -520,6 +605,10 @@ async def test_a_field_selector_term_empty_on_both_sides_is_dropped_before_field
 @arun
 async def test_several_bad_parameters_get_the_error_kube_checks_first(query, code, starts, watch):
     h = Harness()
+    if watch and query.get("continue") and code == 400 and "field label" in starts:
+        # A watch from "" with a continue token is refused for the resourceVersionMatch kube defaults
+        # it to (SetListOptionsDefaults), checked before the field label (kit: the same 422).
+        code, starts = 422, 'ListOptions.meta.k8s.io "" is invalid'
     got = await h.list(**({**query, "watch": "true"} if watch else query))
     assert got.status == code, got.body
     assert got.json()["message"].startswith(starts), got.json()["message"]

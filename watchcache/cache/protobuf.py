@@ -83,7 +83,7 @@ def decode_protobuf_object(resource: ResourceType, raw: bytes) -> ProtobufObject
         raise ObjectError("namespaced object has no metadata.namespace")
     rv = parse_resource_version(attrs.resource_version)
     fields = {"metadata.name": attrs.name}
-    if resource.namespaced or not resource.custom:
+    if resource.namespace_selectable:
         fields["metadata.namespace"] = namespace
     fields.update(attrs.fields)
     return ProtobufObject(object_key(namespace, attrs.name), namespace, attrs.name, rv, attrs.labels, fields, raw)

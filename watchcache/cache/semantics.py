@@ -97,12 +97,17 @@ def validate_list_options(opts: ListOptions) -> None:
     match = opts.resource_version_match
     rvm = "resourceVersionMatch"
     if opts.watch:
-        if opts.send_initial_events is not None and match != NOT_OLDER_THAN:
+        initial_events = opts.send_initial_events
+        if initial_events is None and not match and opts.resource_version in ("", "0"):
+            # kube defaults these first (SetListOptionsDefaults, ``plan_watch``), so a legacy watch
+            # with a continue token is refused for the match it did not send.
+            initial_events, match = True, NOT_OLDER_THAN
+        if initial_events is not None and match != NOT_OLDER_THAN:
             errors.append(
                 _forbidden(rvm, f"sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}")
             )
         if match:
-            if opts.send_initial_events is None:
+            if initial_events is None:
                 errors.append(
                     _forbidden(rvm, "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
                 )

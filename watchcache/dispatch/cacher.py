@@ -60,7 +60,7 @@ from watchcache.cache.semantics import Mode, WatchPlan
 from watchcache.cache.store import CacheConfig, ResourceCache, ResourceVersionTooOld, Span
 from watchcache.dispatch.bodies import ListBodies
 from watchcache.dispatch.dispatcher import Dispatcher
-from watchcache.dispatch.outcomes import BackfillFailed, RetryLater, before_window
+from watchcache.dispatch.outcomes import BackfillFailed, RetryLater, before_window, watch_too_old
 from watchcache.resources import ResourceType
 from watchcache.watchers.budget import WatchBudget
 from watchcache.watchers.watcher import CloseReason, Watcher, WatchSink
@@ -620,7 +620,7 @@ class Cacher:
             watcher.close(CloseReason.INTERNAL_ERROR)
 
     def _expire(self, watcher: Watcher, error: ResourceVersionTooOld, backfill: BackfillFailed | None) -> None:
-        refusal = before_window(str(error), backfill)
+        refusal = before_window(watch_too_old(self.resource, error), backfill)
         if isinstance(refusal, RetryLater):  # the client watches again from its rv, later
             self.watchers_retry_later += 1
             watcher.expire(watcher.encoding.error_frame(refusal.status()), CloseReason.RETRY_LATER)

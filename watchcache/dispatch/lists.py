@@ -44,8 +44,9 @@ def list_parts(
         cacher.count_list(len(items), 1)
         return encoding.list_parts(resource, items, snapshot.rv, None, None, shard_info=shard_info)
     # As kube's watch cache (computeListLimit): resourceVersion=0 ignores limit. client-go counts on
-    # it: a paged answer there tells its reflector the watch cache is off (``paginatedResult``).
-    limit = 0 if plan.mode is Mode.ANY else opts.limit
+    # it: a paged answer there tells its reflector the watch cache is off (``paginatedResult``), as it
+    # is at kube for what kube serves from etcd (events), whose store pages at resourceVersion=0 too.
+    limit = 0 if plan.mode is Mode.ANY and not resource.uncached_by_kube else opts.limit
     # A scan: an identical LIST at this snapshot may have built its answer already (a relist storm).
     bodies = cacher.list_bodies
     key = (namespace, opts.label_selector, opts.field_selector, predicate.shard, limit, plan.start, encoding)

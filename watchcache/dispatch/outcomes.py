@@ -19,6 +19,7 @@ import enum
 from dataclasses import dataclass
 
 from watchcache import apierrors
+from watchcache.cache.store import ResourceVersionTooOld
 from watchcache.resources import ResourceType
 
 
@@ -122,6 +123,8 @@ class Delegated(Refusal):
 
 # kube's etcd store, for a LIST at a compacted resourceVersion (a watch says "too old resource version: N (M)").
 LIST_TOO_OLD = "The resourceVersion for the provided list is too old."
+# kube's etcd store, for a watch at a compacted resourceVersion (of what kube serves from etcd).
+WATCH_TOO_OLD = "The resourceVersion for the provided watch is too old."
 # kube's etcd store, for a continue token whose resourceVersion was compacted.
 CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new list "
@@ -129,6 +132,14 @@ CONTINUE_TOO_OLD = (
     "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
     "modified, or deleted between the time the first chunk was returned and now may show up in the list."
 )
+
+
+def watch_too_old(resource: ResourceType, error: ResourceVersionTooOld) -> str:
+    """kube's words to a watch from before the window: its cacher's "too old resource version: N (M)",
+    or etcd's for a resource kube serves from etcd (``ResourceType.uncached_by_kube``: events)."""
+    if resource.uncached_by_kube and type(error) is ResourceVersionTooOld:  # (not the proxy's own ambiguity)
+        return WATCH_TOO_OLD
+    return str(error)
 
 
 def before_window(

@@ -56,6 +56,7 @@ from watchcache.dispatch.outcomes import (
     RetryLater,
     TooLarge,
     before_window,
+    watch_too_old,
 )
 from watchcache.resources import ResourceType
 from watchcache.watchers.watcher import Watcher, WatchSink
@@ -161,7 +162,7 @@ async def _fresh(
     return None
 
 
-def _upstream_answers(ctx: ReadContext, cacher: Cacher, plan: ReadPlan) -> bool:
+def _upstream_answers(ctx: ReadContext, cacher: Cacher, plan: ReadPlan | WatchPlan) -> bool:
     """The upstream answers this GET or LIST at an rv its proofs cannot bring the cache to (see ``_ahead``)."""
     return plan.mode is not Mode.CONTINUE and ctx.upstream.answers_reads_ahead and ctx.upstream.unprovable(cacher)
 
@@ -171,7 +172,7 @@ def _goes_upstream(ctx: ReadContext, cacher: Cacher, plan: ReadPlan) -> bool:
     return plan.mode in _AT_RV and cacher.rv < plan.rv and _upstream_answers(ctx, cacher, plan)
 
 
-def _ahead(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, refused: Refusal | None) -> Refusal | None:
+def _ahead(ctx: ReadContext, cacher: Cacher, plan: ReadPlan | WatchPlan, refused: Refusal | None) -> Refusal | None:
     """A GET or LIST at an rv the cache has not reached, of a resource whose progress the upstream
     cannot prove (its watches send no bookmark: kube-apiserver serves it from etcd, as events by
     default), goes to the upstream: it answers such reads at once, 200 or its own 504.
@@ -263,37 +264,60 @@ def snapshot_at(
 async def admit_watch(ctx: ReadContext, cacher: Cacher, plan: WatchPlan, namespace: str | None) -> Refusal | None:
     """A watch's waits before it starts: readiness, then freshness per mode (the same as a LIST's).
 
-    A ``TooLarge`` comes after the watch is accepted: kube sends it as an ERROR event. A watch
-    from an rv this cache has not reached (e.g. listed on another worker or replica that is ahead)
-    must not start before it: a resync in between would hand it changes it already has.
+    A ``TooLarge`` comes after the watch is accepted. From an rv this cache has not reached (e.g.
+    listed on another worker or replica that is ahead), a plain watch is accepted at once, as kube's
+    cacher accepts it (``getAllEventsSinceLocked``): its headers go out and it waits for the cache
+    to reach the rv (``await_watch_start``) within its own timeout; it must not start before (a
+    resync in between would hand it changes it already has). A watch-list needs the state at the
+    rv: it waits for it up to ``--fresh-wait`` (504 after, as kube), and is the upstream's to answer
+    when the upstream cannot prove this cache's progress (``_ahead``: as a LIST there).
     """
     refused: Refusal | None = await ready(ctx, cacher)
-    if refused is None:
-        refused = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace)
-    return refused
+    if refused is not None:
+        return refused
+    if plan.mode in _AT_RV and cacher.rv < plan.rv:
+        if not plan.initial_events:
+            return TooLarge(plan.rv, cacher.rv)
+        if _upstream_answers(ctx, cacher, plan):
+            return _UNREACHED_RV
+    fresh = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace, upstream_may_answer=plan.initial_events)
+    return _ahead(ctx, cacher, plan, fresh) if plan.initial_events else fresh
 
 
 async def await_watch_start(
     ctx: ReadContext, cacher: Cacher, rv: int, timeout: float, ended: asyncio.Future[bool]
 ) -> bool:
-    """A watch from an rv the cache did not reach within ``--fresh-wait`` (no initial events): wait on.
+    """A watch from an rv the cache has not reached (no initial events), accepted: wait for it.
 
-    kube-apiserver's cacher (v1.36) accepts such a watch and sends the events after the rv when they
-    come; only a watch-list (``sendInitialEvents=true``) waits for freshness and fails with 504. So
-    the watch waits, without its seat and without more proofs, for the cache's own events (or a
-    later proof made for another read) to carry it to ``rv``, until its timeout or ``ended`` (its
-    client went, or the server is shutting down).
+    kube-apiserver's cacher (v1.36) accepts such a watch at once and sends the events after the rv
+    when they come; only a watch-list (``sendInitialEvents=true``) waits for freshness and fails with
+    504. So the watch, its headers sent, waits without its seat for the cache to reach ``rv``: first
+    as a read does (events, then a probe's proof, up to ``--fresh-wait``: a quiet resource's cache is
+    proven current, and the watch gets its bookmarks), then for the cache's own events (or a later
+    proof made for another read), until its timeout or ``ended`` (its client went, or the server is
+    shutting down).
     True: it may start now (from ``rv``, so no change it already has comes again); False: it ends
     with no event, as kube's does when nothing comes.
     """
     with ctx.waiting():
-        reached = asyncio.ensure_future(cacher.wait_for_rv(rv, timeout))
+        reached = asyncio.ensure_future(_reach_watch_start(ctx, cacher, rv, timeout))
         try:
             await asyncio.wait((reached, ended), return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not reached.done():
                 reached.cancel()
     return reached.done() and not reached.cancelled() and reached.result() and not ended.done()
+
+
+async def _reach_watch_start(ctx: ReadContext, cacher: Cacher, rv: int, timeout: float) -> bool:
+    began = asyncio.get_running_loop().time()
+    wait = await freshness.reach(cacher, rv, ctx.upstream, min(ctx.config.fresh_wait, timeout))
+    if ctx.metrics is not None:
+        ctx.metrics.waited(cacher.resource, wait, consistent=False)
+    if wait.reached:
+        return True
+    left = timeout - (asyncio.get_running_loop().time() - began)
+    return await cacher.wait_for_rv(rv, left)
 
 
 async def start_watch(
@@ -312,4 +336,4 @@ async def start_watch(
     try:
         return cacher.start_watch(request, sink)
     except ResourceVersionTooOld as e:
-        return before_window(str(e), backfill)
+        return before_window(watch_too_old(cacher.resource, e), backfill)

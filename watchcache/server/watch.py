@@ -234,6 +234,9 @@ async def serve_watch(
     ``headers``: more response headers (a deprecation ``Warning``). Returns the stream when the
     watch goes on detached from the handler (``Response.outlives_handler``): the caller's own end
     of the request goes to its ``on_end``; None when the watch has ended."""
+    # kube's watch timeout runs from before its storage's Watch call (the request's context): waits
+    # for readiness or freshness here count against it.
+    began = time.monotonic()
     cacher.count_watch_request()
     namespace = info.namespace
     if info.name:
@@ -261,7 +264,6 @@ async def serve_watch(
     timeout = _watch_timeout(ctx, opts)
     if isinstance(refused, TooLarge) and not plan.initial_events:
         # kube accepts a watch from an rv ahead of its cache, and sends what comes after it.
-        began = time.monotonic()
         ended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
         def went() -> None:
@@ -271,14 +273,16 @@ async def serve_watch(
         response.add_close_callback(went)
         ctx.waiting_watches.add(ended)
         try:
-            started_now = await reads.await_watch_start(ctx, cacher, plan.rv, timeout, ended)
+            left = timeout - (time.monotonic() - began)
+            started_now = left > 0 and await reads.await_watch_start(ctx, cacher, plan.rv, left, ended)
         finally:
             ctx.waiting_watches.discard(ended)
         if not started_now:
             if not (ended.done() and ended.result()):
                 response.end_chunked()  # its timeout (or shutdown): no event came, as at kube
             return None
-        refused, timeout = None, max(timeout - (time.monotonic() - began), 0.001)
+        refused = None
+    timeout = max(timeout - (time.monotonic() - began), 0.001)
     outcome: Watcher | Refusal
     if refused is None:
         request = WatchRequest(
