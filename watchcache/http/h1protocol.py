@@ -386,7 +386,7 @@ class H1Protocol(asyncio.BufferedProtocol):
         version = parser.get_http_version()
         try:
             raw = origin_form(self._url)
-            path, query = split_target(raw)
+            path, query, query_utf8 = split_target(raw)
         except ValueError:
             raise _ProtocolError(400, "BadRequest", "invalid request target") from None
         # A body admitted before it is read (``Admit``): only the head is held until the grant.
@@ -410,7 +410,18 @@ class H1Protocol(asyncio.BufferedProtocol):
             self._pause_reading()  # resumed once the requests before this one are answered
         method = parser.get_method().decode("ascii")
         self._request = Request(
-            method, raw, path, query, headers, b"", version, self._remote, self._peercert, upgrade, self._repeated
+            method,
+            raw,
+            path,
+            query,
+            headers,
+            b"",
+            version,
+            self._remote,
+            self._peercert,
+            upgrade,
+            self._repeated,
+            query_utf8=query_utf8,
         )
         # An upgrade request is the connection's last: it switches, or closes after its answer.
         self._keep_alive = parser.should_keep_alive() and upgrade is None

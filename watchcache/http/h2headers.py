@@ -65,6 +65,7 @@ class Target:
     path: str
     query: dict[str, list[str]]
     length: int  # the announced Content-Length (0 without one)
+    query_utf8: bool = True  # ``Request.query_utf8``
 
 
 def read_fields(fields: list[tuple[bytes, bytes]], limits: HttpLimits) -> Fields:
@@ -124,7 +125,7 @@ def read_target(fields: Fields, limits: HttpLimits) -> Target:
     if raw[:1] != b"/" and raw != b"*":
         raise ValueError("invalid :path")  # origin-form or `*` only (RFC 9113 8.3.1), as Go's validPseudoPath
     try:
-        path, query = split_target(raw)
+        path, query, query_utf8 = split_target(raw)
     except ValueError:
         raise Refused(apierrors.bad_request("invalid request target")) from None
     headers, repeated = fields.headers, fields.repeated
@@ -140,4 +141,4 @@ def read_target(fields: Fields, limits: HttpLimits) -> Target:
         raise Refused(too_large_body(limits.max_body_bytes), None)
     if "host" not in headers and b":authority" in fields.pseudo:
         headers["host"] = fields.pseudo[b":authority"].decode("latin-1")
-    return Target(raw, path, query, length)
+    return Target(raw, path, query, length, query_utf8)

@@ -340,6 +340,7 @@ class H2Protocol(asyncio.Protocol):
             self._peercert,
             None,
             fields.repeated,
+            query_utf8=target.query_utf8,
         )
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
