@@ -12,6 +12,8 @@ import json
 import pytest
 
 from tests.support.handlers import Harness, arun
+from watchcache.http.request import Request, split_target
+from watchcache.server.app import ApiHandler
 from watchcache.server.options import parse_bool, parse_list_options
 
 
@@ -648,3 +650,70 @@ def test_a_get_at_an_unparsable_resource_version_is_refused_as_kube_refuses_it_f
             "BadRequest",
             f"invalid resource version: {words}",
         )
+
+
+def _sent(raw: bytes) -> Request:
+    """A GET of ``raw`` as the protocols read it (``split_target``)."""
+    path, query, utf8 = split_target(raw)
+    return Request("GET", raw, path, query, {}, b"", "1.1", "test", query_utf8=utf8)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"//api/v1/namespaces/default/pods?limit=1",  # kube: its mux's text 404
+        b"/api/v1/namespaces/default//pods",  # kube: NotFound Status
+        b"/api//v1/namespaces/default/pods/p0?resourceVersion=0",
+        b"//api/v1/pods?sendInitialEvents=true",
+        b"/api/v1/namespaces/default/pods/..",  # kube: Name parameter invalid
+        b"/api/v1/namespaces/default/./pods",
+        b"/api/v1/namespaces/default/pods/a%2Fb",  # kube: 404, the name split in two
+        b"/api/v1/namespaces/default/pods/p0%00",
+        b"/api/v1/namespaces/default/pods/p-%FF",  # kube: NotFound naming the bytes
+        b"/api/v1/namespaces/default/pods/p%zz",  # Go: text 400
+        b"/api/v1/namespaces/default/pods?fieldSelector=metadata.name%3D%FF",  # kube: an empty list
+        b"/api/v1/namespaces/default/pods?labelSelector=i%3D%FF",  # kube: its 400, naming the bytes
+    ],
+)
+@arun
+async def test_a_target_kube_reads_otherwise_is_passed_through_as_sent(raw: bytes):
+    # In front of an apiserver, the upstream's answer is kube's, byte for byte; the cache's would not be.
+    h = Harness()
+    h.handler = ApiHandler(h.ctx, forward_tables=True)  # as in front of an apiserver (``service/proxy.py``)
+    request = _sent(raw)
+    await h.send(request)
+    assert h.upstream.forwarded == [request.path]  # (its raw target goes out as sent: ``escaped_target``)
+    assert h.handler.passed_through == {"non-canonical": 1}
+
+
+ALL = [f"p{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize(
+    ("raw", "names"),
+    [
+        pytest.param(b"?labelSelector=%zz", ALL, id="bad-escape-dropped"),  # kube: every item
+        pytest.param(b"?labelSelector=i%3D0;x", ALL, id="semicolon-pair-dropped"),
+        pytest.param(b"?limit=1;labelSelector=x", ALL, id="no-limit"),  # kube: not a ParseInt error
+        pytest.param(b"?labelSelector=i+%3D+0", ["p0", "p2", "p4"], id="plus-is-space"),
+        pytest.param(b"/?labelSelector=i%3D1", ["p1", "p3"], id="trailing-slash"),
+    ],
+)
+@arun
+async def test_a_query_is_served_as_gos_parse_query_reads_it(raw: bytes, names: list[str]):
+    h = Harness()
+    h.handler = ApiHandler(h.ctx, forward_tables=True)
+    resp = await h.send(_sent(b"/api/v1/namespaces/default/pods" + raw))
+    assert resp.status == 200, resp.body
+    doc = resp.json()
+    assert [i["metadata"]["name"] for i in doc["items"]] == names and "continue" not in doc["metadata"]
+    assert h.upstream.forwarded == [] and h.handler.passed_through == {}
+
+
+@arun
+async def test_a_pair_with_a_bad_escape_is_not_among_the_invalid_options():
+    # kube's 422 has one cause: it never saw ``continue=%%%``.
+    h = Harness()
+    resp = await h.send(_sent(b"/api/v1/namespaces/default/pods?resourceVersionMatch=NotOlderThan&continue=%%%"))
+    assert resp.status == 422
+    assert [c["field"] for c in resp.json()["details"]["causes"]] == ["resourceVersionMatch"]

@@ -3,13 +3,21 @@
 ``/api/v1/namespaces/ns/pods/name/status`` → group "", version v1, namespace ns,
 resource pods, name, subresource status, verb from the method (GET with no name is
 list, or watch with ``watch=true`` or the legacy ``/watch/`` prefix).
+
+Only a path in the form kube's router serves as the same resource is read here; any other is
+``canonical=False``, for the upstream to answer as sent (``PassReason.NON_CANONICAL``): kube's mux
+does not route an empty segment (``//api/...`` is its text 404, ``ns//configmaps`` a NotFound
+Status), answers a ``.``/``..`` name with its own 400, routes on the decoded path (an encoded ``/``
+splits a segment), takes any bytes (a name that is not UTF-8 is in its 404), and refuses a bad
+escape (``%zz``) with Go's text 400. Trailing slashes are read as kube reads them: ignored.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_to_bytes
 
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 _METHOD_VERBS = {
@@ -36,21 +44,41 @@ class RequestInfo:
     subresource: str = ""
     # The legacy /watch/ path prefix (deprecated, still served by kube-apiserver).
     watch_prefix: bool = False
+    # False: a path the cache does not route (the module's docstring), passed through as sent.
+    canonical: bool = True
 
 
 class InvalidPath(ValueError):
     pass
 
 
-def _segments(raw_path: str) -> list[str]:
-    """Split on '/' *before* percent-decoding, so an encoded slash cannot forge a segment."""
-    parts = [p for p in raw_path.split("/") if p]
-    out = []
-    for part in parts:
-        seg = unquote(part, errors="strict")
-        if seg in (".", "..") or "/" in seg or "\x00" in seg:
-            raise InvalidPath(f"invalid path segment {part!r}")
-        out.append(seg)
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _segments(raw_path: str) -> list[str] | None:
+    """The decoded segments of a raw path (its bytes as latin-1), or None for a path that is not
+    canonical (the module's docstring). Split on '/' *before* percent-decoding, so an encoded slash
+    cannot forge a segment: one that decodes to '/' (or NUL) is not canonical either."""
+    if not raw_path.isascii():  # raw bytes past ASCII: kube reads them as bytes, this as text
+        return None
+    trimmed = raw_path.rstrip("/")
+    if trimmed[:1] == "/":
+        trimmed = trimmed[1:]
+    if not trimmed:
+        return []
+    out = trimmed.split("/")
+    for i, part in enumerate(out):
+        if "%" in part:
+            if _BAD_ESCAPE.search(part) is not None:
+                return None
+            try:
+                part = out[i] = unquote(part, errors="strict")
+            except UnicodeDecodeError:
+                return None
+            if "/" in part or "\x00" in part:
+                return None
+        if not part or part == "." or part == "..":
+            return None
     return out
 
 
@@ -60,7 +88,9 @@ _MEMO_PATH = 256
 
 
 def parse_request_info(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
-    """Raises InvalidPath for a path no resource could be named by."""
+    """``raw_path``: the path's bytes as sent, as latin-1. Raises InvalidPath for a path no resource
+    could be named by (kube's RequestInfoFactory fails on it too); a path not canonical is
+    ``canonical=False``, a non-resource request."""
     if len(raw_path) <= _MEMO_PATH:
         return _remembered(method, raw_path, watch_param)
     return _parse(method, raw_path, watch_param)
@@ -72,25 +102,42 @@ def _remembered(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
 
 
 def _parse(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
+    parts = _segments(raw_path)
+    if parts is None:
+        return _as_kube_reads(method, raw_path, watch_param)
+    return _info(method, "/" + "/".join(parts), parts, watch_param, True)
+
+
+def _as_kube_reads(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
+    """A path that is not canonical, as kube's RequestInfoFactory reads it (the decoded path trimmed
+    of '/' and split, empty segments kept): never served from the cache, but its pass-through is
+    long-running, and flow control classifies it, as kube does (``//api/v1/pods?watch=1`` is a
+    watch to kube's filters, then its mux's 404)."""
+    decoded = unquote_to_bytes(raw_path.encode("latin-1")).decode("utf-8", "replace").strip("/")
     try:
-        parts = _segments(raw_path)
-    except UnicodeDecodeError:
-        raise InvalidPath("path is not valid UTF-8") from None
-    path = "/" + "/".join(parts)
+        return _info(method, raw_path, decoded.split("/") if decoded else [], watch_param, False)
+    except InvalidPath:
+        return RequestInfo(False, raw_path, verb=method.lower(), canonical=False)
+
+
+def _info(method: str, path: str, parts: list[str], watch_param: bool, canonical: bool) -> RequestInfo:
     if not parts or parts[0] not in ("api", "apis"):
-        return RequestInfo(False, path, verb=method.lower())
+        return RequestInfo(False, path, verb=method.lower(), canonical=canonical)
     prefix = parts[0]
     rest = parts[1:]
     if prefix == "api":
         if len(rest) < 1:
-            return RequestInfo(False, path, verb=method.lower(), api_prefix=prefix)
+            return RequestInfo(False, path, verb=method.lower(), api_prefix=prefix, canonical=canonical)
         group, version, rest = "", rest[0], rest[1:]
     else:
         if len(rest) < 2:
-            return RequestInfo(False, path, verb=method.lower(), api_prefix=prefix, group=rest[0] if rest else "")
+            group = rest[0] if rest else ""
+            return RequestInfo(False, path, verb=method.lower(), api_prefix=prefix, group=group, canonical=canonical)
         group, version, rest = rest[0], rest[1], rest[2:]
     if not rest:
-        return RequestInfo(False, path, verb=method.lower(), api_prefix=prefix, group=group, version=version)
+        return RequestInfo(
+            False, path, verb=method.lower(), api_prefix=prefix, group=group, version=version, canonical=canonical
+        )
 
     verb = _METHOD_VERBS.get(method, method.lower())
     watch_prefix = False
@@ -131,4 +178,5 @@ def _parse(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
         name=name,
         subresource=subresource,
         watch_prefix=watch_prefix,
+        canonical=canonical,
     )

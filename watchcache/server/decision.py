@@ -44,6 +44,11 @@ class Decisions:
         """How the cache answers this request (an encoding), why it does not, or kube's 406 for it."""
         if request.upgrade is not None and self.forward_upgrades:
             return PassReason.UPGRADE
+        if not info.canonical or (not request.query_utf8 and self.endpoint.passes_through):
+            # A target the cache would read otherwise than kube (``http/routing.py``, ``parse_query``):
+            # the upstream's answer is kube's, byte for byte. The simulated cluster, the upstream itself,
+            # reads a query that is not UTF-8 with U+FFFD (its answer is the nearest it has).
+            return PassReason.NON_CANONICAL
         if not info.is_resource_request:
             return PassReason.NON_RESOURCE
         gate = self.ctx.gate

@@ -68,6 +68,7 @@ class PassReason(enum.StrEnum):
     UPGRADE = "upgrade"
     OLD_EXACT_READ = "old-exact-read"  # an Exact LIST older than the history window (kube reads etcd)
     UNREACHED_RV = "unreached-rv"  # a GET or LIST at an rv the cache did not reach within --fresh-wait
+    NON_CANONICAL = "non-canonical"  # a path or query kube reads otherwise than the cache would (http/routing.py)
 
 
 @dataclass(frozen=True)
