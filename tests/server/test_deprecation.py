@@ -101,3 +101,89 @@ async def test_the_simulated_cluster_a_v1_32_sends_none() -> None:
     h, _ = handler(kube=False)
     resp = await answer(h, "/api/v1/endpoints", resourceVersion="0")
     assert (resp.status, resp.headers) == (200, [])
+
+
+# ---------------------------------------------------------------------- custom resources (session 48)
+
+CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
+
+
+def widgets(version: str) -> ResourceType:
+    return ResourceType("example.com", version, "widgets", "Widget", True)
+
+
+def crd(*versions: dict[str, Any]) -> Any:
+    spec = {"group": "example.com", "names": {"plural": "widgets", "kind": "Widget"}, "versions": list(versions)}
+    return encode_object(CRDS, {"metadata": {"name": "widgets.example.com", "resourceVersion": "5"}, "spec": spec})
+
+
+def test_a_deprecated_crd_versions_warning_is_kubes_default_or_its_own() -> None:
+    # apiextensions-apiserver's defaultDeprecationWarning: "; use" the highest served, not deprecated
+    # version above it (kube-aware order: GA > beta > alpha, then major, then minor).
+    from watchcache.server.deprecation import crd_warnings, warning_value
+
+    versions = [
+        {"name": "v1alpha1", "served": True, "deprecated": True},
+        {"name": "v1beta1", "served": True, "deprecated": True, "deprecationWarning": 'say "no"'},
+        {"name": "v1beta2", "served": True},
+        {"name": "v1", "served": True},
+        {"name": "v2", "served": False},
+        {"name": "v3alpha1", "served": True, "deprecated": True},
+    ]
+    got = crd_warnings({"spec": {"group": "example.com", "names": {"kind": "Widget"}, "versions": versions}})
+    assert got == {
+        "v1alpha1": (
+            ("Warning", warning_value("example.com/v1alpha1 Widget is deprecated; use example.com/v1 Widget")),
+        ),
+        "v1beta1": (("Warning", '299 - "say \\"no\\""'),),
+        "v3alpha1": (
+            ("Warning", warning_value("example.com/v3alpha1 Widget is deprecated; use example.com/v1 Widget")),
+        ),
+    }
+    only = crd_warnings(
+        {"spec": {"group": "g", "names": {"kind": "K"}, "versions": [{"name": "v1", "deprecated": True}]}}
+    )
+    assert only == {"v1": (("Warning", warning_value("g/v1 K is deprecated")),)}
+
+
+def test_kube_aware_version_order() -> None:
+    from functools import cmp_to_key
+
+    from watchcache.server.deprecation import compare_kube_aware
+
+    ordered = ["v2", "v1", "v11beta2", "v10beta3", "v3beta1", "v12alpha1", "v11alpha2", "foo1", "foo10"]
+    assert sorted(ordered[::-1], key=cmp_to_key(compare_kube_aware), reverse=True) == ordered
+
+
+@arun
+async def test_cached_reads_of_a_deprecated_crd_version_carry_its_warning() -> None:
+    # The kit (session 48, a CRD with a deprecated v1beta1): kube warns on every request of it; the
+    # proxy's cached LISTs, watches and GETs at resourceVersion=0 sent none.
+    beta, ga = widgets("v1beta1"), widgets("v1")
+    cachers = {CRDS: Cacher(CRDS, CacheConfig()), beta: Cacher(beta, CacheConfig()), ga: Cacher(ga, CacheConfig())}
+    cachers[CRDS].replace(
+        [crd({"name": "v1beta1", "served": True, "deprecated": True}, {"name": "v1", "served": True})], 10
+    )
+    for t in (beta, ga):
+        cachers[t].replace(
+            [encode_object(t, {"metadata": {"name": "w", "namespace": "default", "resourceVersion": "3"}})], 10
+        )
+    upstream = FakeUpstream()
+    upstream.rv = 10
+    ctx = ApiContext(
+        registry=ResourceRegistry((CRDS, beta, ga)),
+        cachers=cachers,
+        upstream=upstream,
+        codec=ContinueCodec(b"t" * 32),
+        flusher=FlushScheduler(asyncio.get_running_loop()),
+        config=ServeConfig(fresh_wait=0.2),
+    )
+    h = ApiHandler(ctx, forward_tables=True)
+    want = [("Warning", '299 - "example.com/v1beta1 Widget is deprecated; use example.com/v1 Widget"')]
+    base = "/apis/example.com/{}/namespaces/default/widgets"
+    assert (await answer(h, base.format("v1beta1"), resourceVersion="0")).headers == want
+    assert (await answer(h, base.format("v1beta1") + "/w", resourceVersion="0")).headers == want
+    assert (await answer(h, base.format("v1"), resourceVersion="0")).headers == []
+    # The CRD changes: no longer deprecated, no warning.
+    cachers[CRDS].replace([crd({"name": "v1beta1", "served": True}, {"name": "v1", "served": True})], 11)
+    assert (await answer(h, base.format("v1beta1"), resourceVersion="0")).headers == []

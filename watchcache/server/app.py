@@ -40,7 +40,7 @@ from watchcache.server.authorization import authorize, has_credentials
 from watchcache.server.context import ApiContext, EarlySend
 from watchcache.server.deadlines import Deadline, Deadlines
 from watchcache.server.decision import Decisions
-from watchcache.server.deprecation import warning_headers
+from watchcache.server.deprecation import CustomDeprecations, Headers, warning_headers
 from watchcache.server.limits import long_running, request_timed_out
 from watchcache.server.negotiation import (
     JSON,
@@ -122,6 +122,8 @@ class ApiHandler:
         self.decisions = Decisions(ctx, self.endpoint, forward_upgrades=forward_upgrades)
         # Printers and Table encodings (kubectl's default output), shared by the requests that ask.
         self.tables = Tables(ctx, passes_through=self.endpoint.passes_through)
+        # Deprecated versions of custom resources, from the same CRDs as their printers.
+        self.custom_deprecations = CustomDeprecations(self.tables.crd_cacher)
         self.passed_through: dict[str, int] = {}
         # The last GET sent early (``_send_early``): another goes only once it is settled.
         self._early: EarlySend | None = None
@@ -226,6 +228,12 @@ class ApiHandler:
         finally:
             request.early = None  # settled here, not again at its task's end (``prestart``)
             self._settle(early)
+
+    def _deprecation(self, resource: ResourceType | None) -> Headers:
+        """kube's deprecation ``Warning`` for a read of ``resource`` (server/deprecation.py)."""
+        if resource is not None and resource.custom:
+            return self.custom_deprecations.headers(resource)
+        return warning_headers(resource)
 
     def _settle(self, early: EarlySend) -> None:
         if early.discard():
@@ -495,7 +503,7 @@ class ApiHandler:
                     self._reject("watchers", "too many watches open on this server, please try again later")
                 deadline.reschedule(None)  # long-running: its own timeout, lag and budget rules
             # kube's deprecation Warning: on what its resource handler answers, errors included.
-            warnings = warning_headers(resource) if self.endpoint is KUBE else ()
+            warnings = self._deprecation(resource) if self.endpoint is KUBE else ()
             self.inflight += 1
             detached = None
             try:
