@@ -10,6 +10,7 @@ short watch), and their watches resumed many times from the last resourceVersion
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -140,17 +141,32 @@ def test_informers_through_the_proxy_match_the_apiserver_after_churn(env: Env) -
         # Events arrive in order: once the last write is in a store, every earlier one is.
         for inf in informers:
             wait_for(lambda inf=inf: f"{NS}/final" in inf.store, 60, str(inf))
+        # But the kit's scheduler writes each pod's status (PodScheduled) on its own time, under the
+        # churn seconds after the pod's creation, so after the last write here too (this test failed
+        # once so: three late pods a status update behind in one store, found in session 48). Every
+        # store must come to the apiserver's state, read again until it does; a lost event never
+        # comes, and the assertions below then name the store it is missing from.
+        seen: dict[str, object] = {}
+
+        def converged() -> bool:
+            truth = seen["truth"] = {r: _truth(env.api, r) for r in KINDS}
+            versions = seen["versions"] = {id(inf): inf.versions() for inf in informers}
+            return all(versions[id(inf)] == truth[inf.path.rsplit("/", 1)[1]] for inf in informers)
+
+        with contextlib.suppress(AssertionError):
+            wait_for(converged, 60, "every store at the apiserver's state", interval=0.5)
     finally:
         for inf in informers:
             inf.halt()
         for t in threads:
             t.join(30)
     print("\n" + "\n".join(str(i) for i in informers))
-    truth = {r: _truth(env.api, r) for r in KINDS}
+    truth, versions = seen["truth"], seen["versions"]
+    assert isinstance(truth, dict) and isinstance(versions, dict)
     for inf in informers:
         resource = inf.path.rsplit("/", 1)[1]
         assert inf.decode_errors == [], inf
         assert inf.errors == [], inf
         assert (inf.lists, inf.expired) == (1, 0), inf  # no relist, no 410
         assert inf.watches > 2, inf  # resumed from its resourceVersion, several times
-        assert inf.versions() == truth[resource], inf
+        assert versions[id(inf)] == truth[resource], inf
