@@ -430,6 +430,12 @@ ERRORS = [
     # kinds whose field labels leave out metadata.namespace (the proxy served them)
     "/api/v1/namespaces?fieldSelector=metadata.namespace%3Dx",
     "/api/v1/nodes?fieldSelector=metadata.namespace%3D&resourceVersion=0",
+    # GetResource refuses export first; a LIST of one name at an exact rv is etcd's (a far one: its 504
+    # at once, no Retry-After), where the proxy waited --fresh-wait (the session-48 re-probe)
+    f"{CONFIGMAPS}/cm-1?resourceVersion=0&export=1",
+    f"{CONFIGMAPS}/missing?resourceVersion=abc&export=",
+    f"{CONFIGMAPS}?resourceVersion=99999999999&resourceVersionMatch=Exact&fieldSelector=metadata.name%3Dcm-1",
+    f"{CONFIGMAPS}?resourceVersion=99999999999&limit=5&fieldSelector=metadata.name%3Dcm-1",
 ]
 
 

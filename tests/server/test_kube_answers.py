@@ -450,6 +450,41 @@ def test_a_legacy_watch_with_a_continue_token_is_refused_for_the_match_kube_defa
 
 
 @arun
+async def test_an_exact_list_of_one_object_ahead_of_the_cache_goes_to_the_upstream_at_once():
+    # kube reads a LIST narrowed to one name (in a namespace) as one key, from etcd at an exact rv
+    # (ShouldDelegateExactRV: not recursive): a far-future one is etcd's 504 at once, where the proxy
+    # waited --fresh-wait (the session-48 re-probe). NotOlderThan, or every namespace, waits as before.
+    h = Harness(fresh_wait=1.0)
+    h.upstream.answers_reads_ahead = True
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    one = {"fieldSelector": "metadata.name=p1", "resourceVersion": "99"}
+    await h.list(**one, resourceVersionMatch="Exact")
+    await h.list(**one, limit="5")  # legacy: a paged LIST at an rv is Exact
+    assert loop.time() - began < 0.5
+    assert h.handler.passed_through == {"unreached-rv": 2}
+    assert (await h.list(**one, resourceVersionMatch="NotOlderThan")).status == 504
+    every = await h.request("/api/v1/pods", {**one, "resourceVersionMatch": "Exact"})
+    assert every.status == 504 and h.handler.passed_through == {"unreached-rv": 2}
+
+
+@arun
+async def test_a_get_with_export_is_refused_as_by_kube():
+    # GetResource refuses it before anything else: any first value but "0" or "false" (kit, v1.36).
+    h = Harness()
+    for value in ("1", "true", "x", ""):
+        resp = await h.get("p1", resourceVersion="0", export=value)
+        assert (resp.status, resp.json()["message"]) == (
+            400,
+            "the export parameter, deprecated since v1.14, is no longer supported",
+        ), value
+    assert (await h.get("nope", resourceVersion="abc", export="1")).status == 400
+    for value in ("0", "false", "FALSE"):
+        assert (await h.get("p1", resourceVersion="0", export=value)).status == 200, value
+    assert (await h.list(resourceVersion="0", export="1")).status == 200  # a LIST does not read it
+
+
+@arun
 async def test_a_json_answer_ends_with_a_newline_as_kubes_encoder_writes_it():
     h = Harness()
     assert (await h.get("p1", resourceVersion="0")).body.endswith(b"}\n")

@@ -167,9 +167,18 @@ def _upstream_answers(ctx: ReadContext, cacher: Cacher, plan: ReadPlan | WatchPl
     return plan.mode is not Mode.CONTINUE and ctx.upstream.answers_reads_ahead and ctx.upstream.unprovable(cacher)
 
 
-def _goes_upstream(ctx: ReadContext, cacher: Cacher, plan: ReadPlan) -> bool:
-    """A GET or LIST at an rv ahead of a cache the upstream cannot prove: no wait is worth making."""
-    return plan.mode in _AT_RV and cacher.rv < plan.rv and _upstream_answers(ctx, cacher, plan)
+def _goes_upstream(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, *, single: bool = False) -> bool:
+    """A GET or LIST at an rv ahead of a cache the upstream cannot prove: no wait is worth making.
+
+    ``single``: a LIST of one object by name (``metadata.name=``, in a namespace or of a cluster-scoped
+    kind): kube reads it from etcd at an exact rv (its store's non-recursive GetList, which its cacher
+    delegates: ``ShouldDelegateExactRV``), so one ahead of this cache is answered there at once (a
+    far-future rv: etcd's 504, no wait)."""
+    if plan.mode not in _AT_RV or cacher.rv >= plan.rv:
+        return False
+    if single and plan.mode is Mode.EXACT and ctx.upstream.answers_reads_ahead:
+        return True
+    return _upstream_answers(ctx, cacher, plan)
 
 
 def _ahead(ctx: ReadContext, cacher: Cacher, plan: ReadPlan | WatchPlan, refused: Refusal | None) -> Refusal | None:
@@ -213,15 +222,18 @@ async def read_object(
     return cacher.cache.get(object_key(namespace if cacher.resource.namespaced else "", name))
 
 
-async def list_snapshot(ctx: ReadContext, cacher: Cacher, plan: ReadPlan, namespace: str | None) -> Snapshot | Refusal:
+async def list_snapshot(
+    ctx: ReadContext, cacher: Cacher, plan: ReadPlan, namespace: str | None, *, single: bool = False
+) -> Snapshot | Refusal:
     """A LIST: the snapshot it reads (``namespace``: its scope, None for all), or a refusal.
+    ``single``: it names one object (``_goes_upstream``).
 
     Returns with no ``await`` after the snapshot is taken: the caller builds its answer in the
     same step, so the snapshot cannot change under it.
     """
     refused: Refusal | None = await ready(ctx, cacher)
     if refused is None:
-        refused = _UNREACHED_RV if _goes_upstream(ctx, cacher, plan) else None
+        refused = _UNREACHED_RV if _goes_upstream(ctx, cacher, plan, single=single) else None
     if refused is None:
         fresh = await _fresh(ctx, cacher, plan.mode, plan.rv, namespace, upstream_may_answer=True)
         refused = _ahead(ctx, cacher, plan, fresh)

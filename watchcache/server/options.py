@@ -41,7 +41,11 @@ def _int(query: Mapping[str, list[str]], name: str) -> int | None:
 
 def parse_get_options(query: Mapping[str, list[str]]) -> ListOptions:
     """A GET's ``GetOptions``: its resourceVersion only. kube decodes nothing else for a GET, so a
-    ``limit`` or ``resourceVersionMatch`` beside it is ignored, never a 400."""
+    ``limit`` or ``resourceVersionMatch`` beside it is ignored, never a 400. But first it refuses
+    ``export`` (GetResource): any first value but "0" or "false" (any case) is true, even empty."""
+    export = query.get("export")
+    if export and export[0] != "0" and export[0].lower() != "false":
+        raise apierrors.bad_request("the export parameter, deprecated since v1.14, is no longer supported")
     return ListOptions(resource_version=_first(query, "resourceVersion") or "")
 
 

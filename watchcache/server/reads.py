@@ -71,7 +71,10 @@ async def serve_list(
             raise PassThrough(PassReason.UPSTREAM_CONTINUE) from None
         raise apierrors.bad_request(f"invalid continue token: {e}") from None
     namespace = info.namespace if cacher.resource.namespaced else None
-    snapshot = await reads.list_snapshot(ctx, cacher, plan, namespace)
+    # One object by name: kube's store reads it as one key (MatchesSingle), in a namespace or of a
+    # cluster-scoped kind (an all-namespaces LIST has no key to read).
+    single = predicate.exact_name() is not None and (bool(namespace) or not cacher.resource.namespaced)
+    snapshot = await reads.list_snapshot(ctx, cacher, plan, namespace, single=single)
     if isinstance(snapshot, Refusal):
         refuse(snapshot)
     # In the step the snapshot was taken in: it cannot change under the answer.
