@@ -131,6 +131,14 @@ async def test_a_bad_include_object_is_kubes_400_after_the_read() -> None:
     # kube reads first: a missing object is still 404
     assert (await s.get("/api/v1/namespaces/default/pods/nope", includeObject="all")).status == 404
     assert (await s.get("/api/v1/namespaces/default/pods/p1", includeObject="all")).status == 400
+    # A watch reads it once the watch is made: its selectors' and options' errors first (kit, v1.36).
+    watched = await s.get("/api/v1/namespaces/default/pods", watch="true", includeObject="all")
+    assert (watched.status, body(watched)["message"]) == (400, message)
+    invalid = await s.get("/api/v1/namespaces/default/pods", watch="true", includeObject="all",
+                          resourceVersionMatch="Exact")  # fmt: skip
+    assert invalid.status == 422, body(invalid)
+    bad = await s.get("/api/v1/namespaces/default/pods", watch="true", includeObject="all", labelSelector="a===")
+    assert body(bad)["message"].startswith("unable to parse requirement"), body(bad)
 
 
 @arun

@@ -25,7 +25,7 @@ import orjson
 
 from watchcache import apierrors
 from watchcache.cache.object import CachedObject
-from watchcache.cache.semantics import ListOptions
+from watchcache.cache.semantics import ListOptions, plan_watch
 from watchcache.dispatch.cacher import Cacher
 from watchcache.http.request import Request
 from watchcache.http.response import Response
@@ -40,6 +40,7 @@ from watchcache.server.context import ApiContext
 from watchcache.server.negotiation import PassReason
 from watchcache.server.reads import serve_get, serve_list
 from watchcache.server.refusals import PassThrough
+from watchcache.server.selection import parse_predicate
 from watchcache.server.watch import HttpWatchStream, serve_watch
 
 log = logging.getLogger("watchcache.server.tables")
@@ -191,6 +192,10 @@ async def serve_table(
             "must be 'Metadata', 'Object', 'None', or empty"
         )
         if info.verb == "watch":
+            # kube reads the Table's options once the watch is made (optionsForTransform): the
+            # selectors' and the options' own errors come first (the session-48 re-probe).
+            parse_predicate(cacher.resource, info.namespace, opts)
+            plan_watch(opts)
             raise apierrors.bad_request(message)
         encoding = _InvalidInclude(message, printer, version, tables.clock)
     else:
