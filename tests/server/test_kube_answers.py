@@ -361,13 +361,19 @@ async def test_a_watch_waiting_for_an_rv_ahead_ends_when_its_client_goes():
     assert len(h.cacher._waiters) == 0 and h.handler.inflight == 0
 
 
+def _unprovable() -> Harness:
+    """In front of kube (it answers reads at any rv at once), of a resource whose probes get no bookmark."""
+    h = Harness(fresh_wait=2.0)
+    h.upstream.answers_reads_ahead = True
+    h.upstream.no_bookmarks = True
+    return h
+
+
 @arun
 async def test_a_read_ahead_of_a_cache_the_upstream_cannot_prove_goes_to_the_upstream_at_once():
     # kube serves events from etcd: their probes get no bookmark, and kube answers a read at any rv
     # at once (200, or its own 504). A GET or LIST goes there without a wait; a watch waits for events.
-    h = Harness(fresh_wait=2.0)
-    h.upstream.answers_reads_ahead = True
-    h.upstream.no_bookmarks = True
+    h = _unprovable()
     loop = asyncio.get_running_loop()
     started = loop.time()
     await h.list(resourceVersion="50")
@@ -412,9 +418,7 @@ async def test_a_watch_list_ahead_of_a_cache_the_upstream_cannot_prove_goes_to_t
     # kube serves events from etcd: a watch-list at an rv of a write elsewhere gets their state at
     # once there; the proxy's cache of them cannot be proven to reach it (no bookmark), so the
     # watch-list is the upstream's, as a LIST there is (the fuzz: 504 after --fresh-wait).
-    h = Harness(fresh_wait=2.0)
-    h.upstream.answers_reads_ahead = True
-    h.upstream.no_bookmarks = True
+    h = _unprovable()
     loop = asyncio.get_running_loop()
     began = loop.time()
     query = {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": "5"}
