@@ -400,16 +400,19 @@ async def test_a_watch_from_an_rv_ahead_is_accepted_at_once_and_ends_at_its_time
     # kube's cacher accepts such a watch at once (its headers go out before any wait) and its
     # timeoutSeconds bounds the whole watch. The session-48 fuzz against the kit: the proxy's first
     # byte came after --fresh-wait, and the watch ran --fresh-wait + timeoutSeconds.
-    h = Harness(fresh_wait=2.0)
+    # The bounds are the semantics', not the machine's: accepted long before --fresh-wait (5 s) could
+    # have passed, ended at its 1 s timeout, far from the 6 s it took before.
+    h = Harness(fresh_wait=5.0)
     loop = asyncio.get_running_loop()
     began = loop.time()
     stream = h.start_watch(resourceVersion="99", timeoutSeconds="1")
-    while not stream.resp.started and loop.time() - began < 1.0:
+    while not stream.resp.started and not stream.task.done():
         await asyncio.sleep(0.01)
-    assert (stream.resp.status, loop.time() - began < 0.5) == (200, True)
-    resp = await stream.ended(3.0)
+    accepted = loop.time() - began
+    assert stream.resp.status == 200 and accepted < 2.5, accepted
+    resp = await stream.ended(6.0)
     assert (resp.status, resp.events()) == (200, [])
-    assert 0.9 < loop.time() - began < 1.6, loop.time() - began
+    assert 0.9 < loop.time() - began < 3.0, loop.time() - began
     assert len(h.cacher._waiters) == 0
 
 
@@ -419,11 +422,8 @@ async def test_a_watch_list_ahead_of_a_cache_the_upstream_cannot_prove_goes_to_t
     # once there; the proxy's cache of them cannot be proven to reach it (no bookmark), so the
     # watch-list is the upstream's, as a LIST there is (the fuzz: 504 after --fresh-wait).
     h = _unprovable()
-    loop = asyncio.get_running_loop()
-    began = loop.time()
     query = {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": "5"}
     resp = await h.start_watch(resourceVersion="50", **query).ended(3.0)
-    assert loop.time() - began < 0.5
     assert h.upstream.forwarded == ["/api/v1/namespaces/default/pods"], resp.body
     assert h.handler.passed_through == {"unreached-rv": 1}
     # A resource the upstream proves: the watch-list waits, then kube's 504 as an ERROR event.
@@ -458,14 +458,12 @@ async def test_an_exact_list_of_one_object_ahead_of_the_cache_goes_to_the_upstre
     # kube reads a LIST narrowed to one name (in a namespace) as one key, from etcd at an exact rv
     # (ShouldDelegateExactRV: not recursive): a far-future one is etcd's 504 at once, where the proxy
     # waited --fresh-wait (the session-48 re-probe). NotOlderThan, or every namespace, waits as before.
+    # (Passed through, not answered 504 after the wait: the pass-through count says which.)
     h = Harness(fresh_wait=1.0)
     h.upstream.answers_reads_ahead = True
-    loop = asyncio.get_running_loop()
-    began = loop.time()
     one = {"fieldSelector": "metadata.name=p1", "resourceVersion": "99"}
     await h.list(**one, resourceVersionMatch="Exact")
     await h.list(**one, limit="5")  # legacy: a paged LIST at an rv is Exact
-    assert loop.time() - began < 0.5
     assert h.handler.passed_through == {"unreached-rv": 2}
     assert (await h.list(**one, resourceVersionMatch="NotOlderThan")).status == 504
     every = await h.request("/api/v1/pods", {**one, "resourceVersionMatch": "Exact"})
