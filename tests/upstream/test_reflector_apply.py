@@ -226,3 +226,66 @@ def test_a_relist_diff_cut_short_by_the_end_of_the_stream_is_dropped():
     r.drop_diff()  # what _watch does when it starts again
     r._apply([line("ADDED", pod_json("b", 11))])  # a plain event after a reconnect applies at once
     assert keys(r) == ["d/a", "d/b"]
+
+
+class RestartedApiserver:
+    """kube-apiserver restarted while the reflector was away: its watch cache starts at rv 20, so a
+    resume from 10 gets "too old resource version: 10 (20)"; a (b@15) was written before its start and
+    not streamed; b@25 and b@30 after it. Keeps every LIST's params; ``exact`` False: refuses Exact LISTs."""
+
+    def __init__(self, exact: bool = True) -> None:
+        self.exact = exact
+        self.lists: list[dict[str, str]] = []
+        self.watch_rvs: list[str] = []
+
+    async def get_json(self, path, params=None, timeout=30.0):  # type: ignore[no-untyped-def]
+        params = dict(params or {})
+        self.lists.append(params)
+        if len(self.lists) == 1:
+            return {"metadata": {"resourceVersion": "10"}, "items": [pod_json("a", 10)]}
+        if params.get("resourceVersionMatch") == "Exact":
+            if not self.exact:
+                raise UpstreamError(410, "The resourceVersion for the provided list is too old.")
+            assert params["resourceVersion"] == "20"
+            return {"metadata": {"resourceVersion": "20"}, "items": [pod_json("a", 10), pod_json("b", 15)]}
+        return {"metadata": {"resourceVersion": "30"}, "items": [pod_json("a", 10), pod_json("b", 30)]}
+
+    async def watch_into(self, resource, params, on_lines, *, stall_timeout, **_options):  # type: ignore[no-untyped-def]
+        self.watch_rvs.append(params["resourceVersion"])
+        if params["resourceVersion"] == "10":
+            message = "too old resource version: 10 (20)"
+            raise UpstreamError(410, message, {"kind": "Status", "code": 410, "reason": "Expired", "message": message})
+        if params["resourceVersion"] == "20":
+            on_lines([line("MODIFIED", pod_json("b", 25)), line("MODIFIED", pod_json("b", 30))])
+        await asyncio.sleep(3600)
+
+
+def run_until_rv(client: RestartedApiserver, rv: int) -> Reflector:
+    async def main() -> Reflector:
+        cacher = Cacher(PODS)
+        r = Reflector(client=client, cacher=cacher)  # type: ignore[arg-type]
+        task = asyncio.ensure_future(r.run())
+        try:
+            await until(lambda: cacher.rv >= rv and r.relists == 1, 10.0)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return r
+
+    return asyncio.run(main())
+
+
+def test_after_a_restarted_apiservers_410_the_relist_is_at_the_rv_it_resumes_from():
+    # Listing the newest state (b@30) would hand watchers b@30 as a diff: b@25 never seen.
+    client = RestartedApiserver()
+    r = run_until_rv(client, 30)
+    assert client.lists[1] == {"limit": "500", "resourceVersion": "20", "resourceVersionMatch": "Exact"}
+    assert client.watch_rvs == ["10", "20"]
+    assert [(e.object.name, e.rv) for e in r.cacher.cache.events_since(20)] == [("b", 25), ("b", 30)]
+
+
+def test_an_exact_relist_refused_falls_back_to_the_newest_state():
+    client = RestartedApiserver(exact=False)
+    r = run_until_rv(client, 30)
+    assert [p.get("resourceVersion") for p in client.lists] == [None, "20", None]
+    assert client.watch_rvs[:2] == ["10", "30"] and r.cacher.rv == 30

@@ -5,7 +5,9 @@ resumed from the last rv seen after any disconnect, with exponential backoff and
 Two differences that matter for a proxy:
 
 * on ``410 Gone`` it relists and hands the *difference* to ``Cacher.relist``, so client
-  watches continue (kube-apiserver ends them all in this case): invariant 7;
+  watches continue (kube-apiserver ends them all in this case): invariant 7; at the oldest rv
+  the 410 says the upstream resumes from (a restarted apiserver's start), so that only the
+  changes the upstream can no longer stream are in the difference;
 * a watch that goes silent (no event, no bookmark) for longer than ``stall_timeout`` is
   dropped and resumed, rather than waited on forever.
 
@@ -22,6 +24,7 @@ import asyncio
 import enum
 import logging
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,8 +71,19 @@ class ReflectorConfig:
     backoff_max: float = 30.0
 
 
+# The 410 of kube's watch cache (and of this proxy's store): "too old resource version: R (O)", O the
+# oldest rv a watch may still resume from (a restarted apiserver's: etcd's revision at its start).
+_TOO_OLD = re.compile(r"too old resource version: \d+ \((\d+)\)")
+
+
 class Gone(Exception):
     """The upstream no longer has the history we asked for (410)."""
+
+    @property
+    def resumable_from(self) -> int | None:
+        """The oldest rv the upstream says a watch may resume from, if it says."""
+        m = _TOO_OLD.search(str(self))
+        return int(m.group(1)) if m else None
 
 
 class Reflector:
@@ -107,6 +121,13 @@ class Reflector:
         self._diff: list[tuple[str, CachedObject]] = []
         self._diff_reads = 0
         self.diffs_taken = 0
+        # After a 410 naming the oldest rv the upstream resumes from (above the cache's): the relist
+        # reads the state at exactly that rv, so only the changes before it (which no watch of the
+        # upstream can deliver any more) come as a diff, and the watch delivers every later one as an
+        # event. Listing the newest state would fold into the diff every write since that rv too (a
+        # restarted apiserver's, for as long as the reflector was backing off), and clients would
+        # miss their intermediate versions.
+        self._relist_at: int | None = None
 
     def resync(self) -> None:
         """The next ``run`` starts with a list that replaces the cache (a suspended feed: upstream/encodings.py)."""
@@ -142,6 +163,8 @@ class Reflector:
             except Gone as e:
                 self.gone += 1
                 need_list = True
+                at = e.resumable_from
+                self._relist_at = at if self._synced_once and at is not None and at > self.cacher.rv else None
                 self._set_state(ReflectorState.LISTING, f"410 from upstream: {e}")
                 continue
             except WatchStalled as e:
@@ -165,6 +188,9 @@ class Reflector:
     async def _list(self) -> None:
         started = time.monotonic()
         params: dict[str, str] = {"limit": str(self.config.page_size)}
+        exact = self._relist_at
+        if exact is not None:
+            params |= {"resourceVersion": str(exact), "resourceVersionMatch": "Exact"}
         objects: list[CachedObject] = []
         nbytes = 0
         rv = 0
@@ -175,8 +201,14 @@ class Reflector:
             except UpstreamError as e:
                 if e.code == 410 and "continue" in params:
                     # The continue token expired mid-list: start the list over.
-                    params = {"limit": str(self.config.page_size)}
+                    params, exact = {"limit": str(self.config.page_size)}, None
                     objects, nbytes, pages = [], 0, 0
+                    continue
+                if exact is not None and not pages:
+                    # The state at that rv is not to be had (compacted, or an upstream that does not
+                    # serve Exact reads): the newest state, as client-go relists.
+                    log.info("relist %s at rv %d refused (%s); listing the newest", self.resource.qualified, exact, e)
+                    params, exact, self._relist_at = {"limit": str(self.config.page_size)}, None, None
                     continue
                 raise
             pages += 1
@@ -190,6 +222,7 @@ class Reflector:
             params = {"limit": str(self.config.page_size), "continue": token}
         if self.failures is not None:
             self.failures.succeeded(self.resource)
+        self._relist_at = None
         await self._before_sync(rv, objects)
         if self._synced_once:
             events = self.cacher.relist(objects, rv)
