@@ -13,7 +13,11 @@ from the newest rv seen, relist on 410) reading through the proxy. Mid-churn, on
 * ``sigkill``: SIGKILL the proxy's whole process group (supervisor and workers, as a container
   kill) and start a new process on the same port;
 * ``kill-owner`` / ``kill-follower``: SIGKILL the worker that owns configmaps / one that follows
-  them; the supervisor restarts it.
+  them; the supervisor restarts it;
+* ``upstream-sigterm`` / ``upstream-sigkill`` (``UPSTREAM_FAULTS``, given a ``Restartable``
+  upstream): the *upstream* gets the signal and starts again (a control-plane rolling upgrade);
+  the proxy keeps running. Its reflector may relist (the new apiserver's 410), and the relist
+  diff it hands its clients is accepted at the rvs of its relists (its log), nothing else is.
 
 Every step waits for a condition, bounded (no sleep-and-hope): clients listed and watching live,
 the proxy ready again, every client past writes made after the fault, then (writer stopped)
@@ -30,13 +34,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -56,9 +61,12 @@ from harness.checker import (
 from harness.fleet import Informer, InformerConfig, new_session
 from harness.processes import Proc, free_port, python_m
 from harness.proxygroup import ProxyGroup, wait_http_ok
+from harness.proxylog import RELISTED
 from harness.waiting import until
 
 FAULTS = ("sigterm", "sigkill", "kill-owner", "kill-follower")
+# Faults of the upstream (``RestartScenario.upstream_control``), the proxy left running.
+UPSTREAM_FAULTS = ("upstream-sigterm", "upstream-sigkill")
 
 RESOURCE = "configmaps"
 LABEL = "i20-scenario"  # every object the writer makes carries it; "phase" flips between a and b
@@ -119,6 +127,8 @@ class Outcome:
     timings: dict[str, float]
     proxy_relist_lines: list[str]
     per_client: list[str] = field(default_factory=list)
+    # The proxy's reflector relists (the upstream's 410s) during the run: (rv, changes delivered to watchers).
+    upstream_relists: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def relists(self) -> int:
@@ -146,6 +156,9 @@ class Outcome:
             f"final state mismatches {len(self.final_mismatches)}",
             f"timings: {t}",
         ]
+        if self.upstream_relists:
+            diffs = ", ".join(f"at rv {rv}: {n} changes" for rv, n in self.upstream_relists)
+            lines.append(f"the proxy relisted {len(self.upstream_relists)} times (upstream 410s), relist diffs {diffs}")
         if self.proxy_relist_lines:
             lines.append(f"proxy relists/resyncs: {self.proxy_relist_lines[:6]}")
         lines += [f"  {v}" for v in self.violations[:10]]
@@ -255,8 +268,15 @@ class Writer:
         async with self.target.session(force_close=False) as s:
             start, n = time.monotonic(), 0
             while not self._stop.is_set():
-                await self.one(s, n)
-                await self.one(s, n + 1)
+                try:
+                    await self.one(s, n)
+                    await self.one(s, n + 1)
+                except (aiohttp.ClientError, OSError, TimeoutError) as e:
+                    # The upstream is down (an upstream fault): the write's outcome is unknown, the
+                    # recorder's log says whether it was made. Try the next pair later.
+                    self.failed.append(f"write {n}: {type(e).__name__}: {e}")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), 0.1)
                 n += 2
                 ahead = start + n / self.rate - time.monotonic()
                 if ahead > 0:
@@ -286,7 +306,15 @@ def proxy_argv(port: int, upstream_flags: list[str], workers: int, extra: tuple[
 class Recorder:
     """Lists then watches the upstream directly (never through the proxy) and keeps every change as a
     ``LogEntry``: the authoritative log when there is no journal. Its initial LIST becomes ADDED
-    entries at the objects' own rvs (states before the list's rv are not claimed)."""
+    entries at the objects' own rvs (states before the list's rv are not claimed).
+
+    Across an upstream restart it resumes from its last rv. A restarted kube-apiserver's watch cache
+    starts at etcd's revision of its start, so it may answer that resume with 410: then the changes
+    of the gap are read from etcd's history, by Exact LISTs (``resourceVersionMatch=Exact``, served
+    from etcd): the namespace at the gap's ends, bisected wherever the two states differ (every
+    write gives an object a new rv, so equal states mean no write between them), down to each
+    revision that changed it. ``gaps`` says what each fill found: changes the restarted upstream's
+    watchers never saw from the old one (its watch cache lost them) show up there."""
 
     def __init__(self, target: Target, namespace: str) -> None:
         self.target = target
@@ -295,6 +323,9 @@ class Recorder:
         self.rv = 0
         self.listed = asyncio.Event()
         self.failures: list[str] = []
+        self.disconnects = 0
+        self.gaps: list[str] = []
+        self.lost = 0  # changes read from etcd's history: the upstream's watchers never got them
         self._stop = asyncio.Event()
 
     def _entry(self, kind: str, obj: dict[str, Any]) -> LogEntry:
@@ -311,23 +342,100 @@ class Recorder:
             self.entries += [self._entry("ADDED", o) for o in items]
             self.rv = int(doc["metadata"]["resourceVersion"])
             self.listed.set()
+            backoff = 0.05
             while not self._stop.is_set():
-                params = {"watch": "1", "resourceVersion": str(self.rv), "allowWatchBookmarks": "true",
-                          "timeoutSeconds": "60"}  # fmt: skip
-                timeout = aiohttp.ClientTimeout(total=None, sock_read=90)
-                async with s.get(self.target.url + self.path, params=params, timeout=timeout) as resp:
-                    assert resp.status == 200, await resp.text()
-                    async for line in resp.content:
-                        if self._stop.is_set():
-                            return
-                        event = orjson.loads(line)
-                        kind, obj = event["type"], event["object"]
-                        if kind == ERROR_T:
-                            self.failures.append(f"recorder: {obj}")  # a 410 here would void the log
-                            return
-                        self.rv = int(obj["metadata"]["resourceVersion"])
-                        if kind != "BOOKMARK":
-                            self.entries.append(self._entry(kind, obj))
+                try:
+                    if await self._watch(s):
+                        return
+                    backoff = 0.05
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    self.disconnects += 1  # the upstream went away: resume from self.rv once it is back
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), backoff)
+                    backoff = min(backoff * 2, 0.5)
+
+    async def _watch(self, s: aiohttp.ClientSession) -> bool:
+        """One watch from ``rv`` to its end; True when the recorder must stop (stopped, or a failure)."""
+        params = {"watch": "1", "resourceVersion": str(self.rv), "allowWatchBookmarks": "true",
+                  "timeoutSeconds": "60"}  # fmt: skip
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=90)
+        async with s.get(self.target.url + self.path, params=params, timeout=timeout) as resp:
+            if resp.status == 410:
+                return not await self._fill_gap(s, (await resp.read())[:200].decode("utf-8", "replace"))
+            if resp.status != 200:  # a restarted apiserver not ready yet (429, 500, 503): again later
+                await resp.read()
+                raise aiohttp.ClientError(f"watch answered {resp.status}")
+            async for line in resp.content:
+                if self._stop.is_set():
+                    return True
+                event = orjson.loads(line)
+                kind, obj = event["type"], event["object"]
+                if kind == ERROR_T:
+                    if obj.get("code") == 410:
+                        return not await self._fill_gap(s, str(obj.get("message")))
+                    raise aiohttp.ClientError(f"watch ERROR event {obj}")
+                self.rv = int(obj["metadata"]["resourceVersion"])
+                if kind != "BOOKMARK":
+                    self.entries.append(self._entry(kind, obj))
+        return False
+
+    async def _list_at(self, s: aiohttp.ClientSession, rv: int | None) -> tuple[int, dict[str, dict[str, Any]]]:
+        """The namespace's objects by key: at ``rv`` exactly (from etcd), or consistent (None); and the list's rv."""
+        params = {"resourceVersion": str(rv), "resourceVersionMatch": "Exact"} if rv is not None else {}
+        async with s.get(self.target.url + self.path, params=params) as resp:
+            body = await resp.read()
+            if resp.status != 200:
+                raise AssertionError(f"LIST at rv {rv}: {resp.status} {body[:300]!r}")
+        doc = orjson.loads(body)
+        return int(doc["metadata"]["resourceVersion"]), {object_key(o): o for o in doc["items"]}
+
+    async def _fill_gap(self, s: aiohttp.ClientSession, why: str) -> bool:
+        """After a 410 on resuming from ``rv``: the log completed to a consistent LIST's rv; False on failure."""
+        start = self.rv
+        try:
+            _, low = await self._list_at(s, start)
+            end, high = await self._list_at(s, None)
+            found: list[LogEntry] = []
+            await self._bisect(s, start, low, end, high, found)
+        except (AssertionError, aiohttp.ClientError, OSError, TimeoutError) as e:
+            self.failures.append(f"recorder: 410 at rv {start} ({why}), the gap unread: {e}")
+            return False
+        self.entries += found
+        self.lost += len(found)
+        self.rv = end
+        self.gaps.append(
+            f"410 resuming at rv {start} ({why}); etcd's history to rv {end}: "
+            f"{len(found)} changes {[f'{e.type} {e.key}@{e.rv}' for e in found][:10]}"
+        )
+        return True
+
+    async def _bisect(
+        self,
+        s: aiohttp.ClientSession,
+        lo: int,
+        low: dict[str, dict[str, Any]],
+        hi: int,
+        high: dict[str, dict[str, Any]],
+        out: list[LogEntry],
+    ) -> None:
+        def rvs(state: dict[str, dict[str, Any]]) -> dict[str, str]:
+            return {k: o["metadata"]["resourceVersion"] for k, o in state.items()}
+
+        if rvs(low) == rvs(high):
+            return
+        if hi == lo + 1:  # one etcd revision: one write
+            for key, obj in high.items():
+                if key not in low or rvs(low)[key] != obj["metadata"]["resourceVersion"]:
+                    out.append(self._entry("ADDED" if key not in low else "MODIFIED", obj))
+            for key, obj in low.items():
+                if key not in high:  # a DELETED event carries the last state at the deletion's rv
+                    gone = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(hi)}}
+                    out.append(self._entry("DELETED", gone))
+            return
+        mid = (lo + hi) // 2
+        _, middle = await self._list_at(s, mid)
+        await self._bisect(s, lo, low, mid, middle, out)
+        await self._bisect(s, mid, middle, hi, high, out)
 
     def stop(self) -> None:
         self._stop.set()
@@ -351,6 +459,14 @@ def replay(records: list[Record]) -> dict[str, int]:
     return state
 
 
+class Restartable(Protocol):
+    """An upstream the scenario may stop and start again (``harness.kube.private.PrivateApiserver``)."""
+
+    def stop(self, sig: int = ...) -> None: ...
+
+    def start(self, timeout: float = ...) -> float: ...
+
+
 @dataclass
 class RestartScenario:
     """One run: ``upstream`` (read and written directly), a ``proxy`` in front, ``opts.clients`` clients."""
@@ -364,6 +480,9 @@ class RestartScenario:
     recorder: Recorder | None = None
     timings: dict[str, float] = field(default_factory=dict)
     informers: list[Informer] = field(default_factory=list)
+    # For UPSTREAM_FAULTS: the upstream to stop and start again, and what to do while it is down.
+    upstream_control: Restartable | None = None
+    during_downtime: Callable[[], Awaitable[None]] | None = None
 
     async def run(self) -> Outcome:
         o = self.opts
@@ -428,7 +547,10 @@ class RestartScenario:
             what="clients watching live",
             interval=0.02,
         )
-        self.say(f"{len(self.informers)} clients listed and watching; fault {o.fault} at rv {writer.head}")
+        self.say(
+            f"{time.strftime('%H:%M:%S')} {len(self.informers)} clients listed and watching; "
+            f"fault {o.fault} at rv {writer.head}"
+        )
         t0 = time.monotonic()
         await self._fault()
         self.timings["fault to ready"] = time.monotonic() - t0
@@ -478,8 +600,30 @@ class RestartScenario:
                 await asyncio.sleep(0.05)
             await wait_http_ok(p.url + "/readyz", o.step_timeout, p.ca_file)
             self.timings["restart to ready"] = time.monotonic() - t0
+        elif o.fault in UPSTREAM_FAULTS:
+            upstream = self.upstream_control
+            assert upstream is not None, f"{o.fault} needs an upstream_control"
+            sig = signal.SIGTERM if o.fault == "upstream-sigterm" else signal.SIGKILL
+            t0 = time.monotonic()
+            await asyncio.to_thread(upstream.stop, sig)
+            self.timings["upstream stopped"] = time.monotonic() - t0
+            self.say(f"{signal.Signals(sig).name}: the upstream stopped in {self.timings['upstream stopped']:.2f}s")
+            if self.during_downtime is not None:
+                await self.during_downtime()
+            self.timings["upstream start to ready"] = await asyncio.to_thread(upstream.start, max(o.step_timeout, 120))
+            self.timings["upstream down"] = time.monotonic() - t0
         else:
-            raise ValueError(f"unknown fault {o.fault!r} (one of {FAULTS})")
+            raise ValueError(f"unknown fault {o.fault!r} (one of {FAULTS + UPSTREAM_FAULTS})")
+
+    def upstream_relists(self) -> list[tuple[int, int]]:
+        """(rv, changes delivered to watchers) of each relist of the proxy's reflectors, from its log."""
+        out = []
+        for line in self.proxy.relist_lines():
+            m = RELISTED.search(line)
+            if m and m.group(1) == RESOURCE:
+                changes = re.search(r"(\d+) changes delivered", line)
+                out.append((int(m.group(2)), int(changes.group(1)) if changes else -1))
+        return out
 
     async def _final_states(self) -> dict[WatchSpec, dict[str, int]]:
         out: dict[WatchSpec, dict[str, int]] = {}
@@ -496,7 +640,15 @@ class RestartScenario:
     async def _verdict(self, writer: Writer) -> Outcome:
         head = writer.head
         truth = await self._final_states()
-        report = check(Upstream(self.log()), [(i.id, i.spec, i.records) for i in self.informers], ())
+        # An upstream fault may make the proxy relist (the new upstream's 410). The difference it hands
+        # its clients then is accepted at the rvs of its relists only if some change was lost by the
+        # upstream itself: the recorder, resuming on it as the proxy did, had to read it from etcd's
+        # history (or there is no recorder to tell). Else every change was there to be streamed, and
+        # a client handed a version without the one before it fails. A proxy fault's diff never passes.
+        relists = self.upstream_relists()
+        lost = self.recorder is None or self.recorder.lost > 0
+        accepted = {rv for rv, _ in relists} if self.opts.fault in UPSTREAM_FAULTS and lost else ()
+        report = check(Upstream(self.log()), [(i.id, i.spec, i.records) for i in self.informers], accepted)
         mismatches = []
         for inf in self.informers:
             held, want = replay(inf.records), truth[inf.spec]
@@ -519,6 +671,7 @@ class RestartScenario:
             final_mismatches=mismatches,
             timings=self.timings,
             proxy_relist_lines=self.proxy.relist_lines(),
+            upstream_relists=relists,
             per_client=[
                 f"{i.id} {i.spec.describe()}: lists {i.counters.lists}, 410s {i.counters.gone}, watches "
                 f"{i.counters.watches}, errors {i.counters.errors}, events {i.counters.events}, last rv {i.last_rv}"
