@@ -60,6 +60,15 @@ def test_a_non_canonical_path_is_read_as_kubes_request_info_reads_it() -> None:
     assert (info.is_resource_request, info.canonical) == (False, False)
 
 
+@pytest.mark.parametrize("raw", ["/api/v1/watch", "/apis/apps/v1/watch/", "/api/v1/watch//"])
+def test_a_watch_prefix_without_a_resource_is_not_canonical(raw: str) -> None:
+    """kube's RequestInfoFactory fails on it ("unable to determine kind and namespace from url") and
+    answers 500: passed through for that answer, never read as a resource."""
+    for watch in (False, True):
+        info = parse_request_info("GET", raw, watch)
+        assert (info.is_resource_request, info.canonical) == (False, False)
+
+
 CANONICAL = [
     # (path, resource, namespace, name): the same resource to kube (checked on the kit)
     pytest.param("/api/v1/namespaces/ns/configmaps/", "configmaps", "ns", "", id="trailing-slash"),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from watchcache.cache.store import CacheConfig
 from watchcache.http.request import Request
-from watchcache.http.routing import InvalidPath, parse_request_info
+from watchcache.http.routing import parse_request_info
 from watchcache.http.server import start_server
 from watchcache.service.options import RunOptions
 from watchcache.sim.cluster import SimCluster
@@ -51,10 +51,7 @@ async def sim_server(
 
     def count(request: Request) -> None:
         query = {k: v[0] for k, v in request.query.items()}
-        try:
-            info = parse_request_info(request.method, request.path, query.get("watch") in ("1", "true"))
-        except InvalidPath:
-            return
+        info = parse_request_info(request.method, request.path, query.get("watch") in ("1", "true"))
         verb = info.verb.upper() if info.is_resource_request else request.method
         requests[(verb, info.resource)] += 1
         queries.append((verb, query))

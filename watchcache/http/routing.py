@@ -48,10 +48,6 @@ class RequestInfo:
     canonical: bool = True
 
 
-class InvalidPath(ValueError):
-    pass
-
-
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
@@ -88,9 +84,9 @@ _MEMO_PATH = 256
 
 
 def parse_request_info(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
-    """``raw_path``: the path's bytes as sent, as latin-1. Raises InvalidPath for a path no resource
-    could be named by (kube's RequestInfoFactory fails on it too); a path not canonical is
-    ``canonical=False``, a non-resource request."""
+    """``raw_path``: the path's bytes as sent, as latin-1. A path not canonical, or one kube's
+    RequestInfoFactory fails on (``/api/v1/watch``: no resource), is ``canonical=False``, a
+    non-resource request: passed through, so its answer is kube's."""
     if len(raw_path) <= _MEMO_PATH:
         return _remembered(method, raw_path, watch_param)
     return _parse(method, raw_path, watch_param)
@@ -98,7 +94,7 @@ def parse_request_info(method: str, raw_path: str, watch_param: bool) -> Request
 
 @functools.lru_cache(maxsize=4096)
 def _remembered(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
-    return _parse(method, raw_path, watch_param)  # an InvalidPath is raised, not remembered
+    return _parse(method, raw_path, watch_param)
 
 
 def _parse(method: str, raw_path: str, watch_param: bool) -> RequestInfo:
@@ -114,10 +110,7 @@ def _as_kube_reads(method: str, raw_path: str, watch_param: bool) -> RequestInfo
     long-running, and flow control classifies it, as kube does (``//api/v1/pods?watch=1`` is a
     watch to kube's filters, then its mux's 404)."""
     decoded = unquote_to_bytes(raw_path.encode("latin-1")).decode("utf-8", "replace").strip("/")
-    try:
-        return _info(method, raw_path, decoded.split("/") if decoded else [], watch_param, False)
-    except InvalidPath:
-        return RequestInfo(False, raw_path, verb=method.lower(), canonical=False)
+    return _info(method, raw_path, decoded.split("/") if decoded else [], watch_param, False)
 
 
 def _info(method: str, path: str, parts: list[str], watch_param: bool, canonical: bool) -> RequestInfo:
@@ -146,7 +139,9 @@ def _info(method: str, path: str, parts: list[str], watch_param: bool, canonical
         verb = "watch"
         rest = rest[1:]
         if not rest:
-            raise InvalidPath("watch needs a resource")
+            # kube's RequestInfoFactory fails on it ("unable to determine kind and namespace from
+            # url") and its filter answers 500: not a path kube routes, so not one the cache reads.
+            return RequestInfo(False, path, verb=method.lower(), api_prefix=prefix, canonical=False)
 
     namespace = ""
     if rest[0] == "namespaces" and len(rest) > 1:

@@ -33,7 +33,7 @@ from watchcache.fairness.controller import FlowControl, Grant, Rejected
 from watchcache.fairness.width import ObjectStats
 from watchcache.http.request import Admit, Admitted, Request
 from watchcache.http.response import Response
-from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
+from watchcache.http.routing import RequestInfo, parse_request_info
 from watchcache.resources import ResourceType
 from watchcache.server import fairness, health, seats
 from watchcache.server.authorization import authorize, has_credentials
@@ -284,10 +284,7 @@ class ApiHandler:
         instead of after them. Nothing flow control would hold or refuse is sent (``_idle``); one
         the handler then does not pass through (a fault injected, a timeout) has its answer dropped."""
         raw = request.raw_path.split(b"?", 1)[0].decode("latin-1")
-        try:
-            info = parse_request_info("GET", raw, parse_bool(request.query_value("watch")))
-        except (InvalidPath, apierrors.StatusError):
-            return None
+        info = parse_request_info("GET", raw, parse_bool(request.query_value("watch")))
         if request.raw_path == b"*" or self.decisions.decide(request, info) is not PassReason.CONSISTENT_GET:
             return None
         early = self._early = self.ctx.upstream.send_early(request)
@@ -370,8 +367,8 @@ class ApiHandler:
         control = self.flow_control
         assert control is not None
         info = fairness.request_info(request)
-        long = info is not None and long_running(info)
-        if long and info is not None and info.verb != "watch":
+        long = long_running(info)
+        if long and info.verb != "watch":
             return _NOT_CONTROLLED
         wait = fairness.wait_budget(self.ctx.config.request_timeout, long)
         grant, classification = await fairness.admit(control, self.ctx.gate, request, info, wait)
@@ -466,10 +463,7 @@ class ApiHandler:
             return None
 
         raw = request.raw_path.split(b"?", 1)[0].decode("latin-1")
-        try:
-            info = parse_request_info(request.method, raw, parse_bool(request.query_value("watch")))
-        except InvalidPath as e:
-            raise apierrors.bad_request(str(e)) from None
+        info = parse_request_info(request.method, raw, parse_bool(request.query_value("watch")))
         verb = labels.verb = info.verb.upper()
         resource = labels.resource = (
             self.ctx.registry.get(info.group, info.version, info.resource) if info.is_resource_request else None

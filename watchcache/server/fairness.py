@@ -33,7 +33,7 @@ from watchcache.auth.authn import ANONYMOUS, AUTHENTICATED_GROUP, UserInfo, bear
 from watchcache.fairness.classify import Classification, RequestDigest
 from watchcache.fairness.controller import FlowControl, Grant, Rejected
 from watchcache.fairness.width import estimate
-from watchcache.http.routing import InvalidPath, RequestInfo, parse_request_info
+from watchcache.http.routing import RequestInfo, parse_request_info
 from watchcache.server.options import parse_bool
 
 if TYPE_CHECKING:
@@ -112,12 +112,9 @@ def digest(request: Request, info: RequestInfo | None, user: UserInfo) -> Reques
     )
 
 
-def request_info(request: Request) -> RequestInfo | None:
+def request_info(request: Request) -> RequestInfo:
     raw = request.raw_path.split(b"?", 1)[0].decode("latin-1")
-    try:
-        return parse_request_info(request.method, raw, parse_bool(request.query_value("watch")))
-    except (InvalidPath, ValueError):
-        return None  # the handler answers it (400): classified as a non-resource request
+    return parse_request_info(request.method, raw, parse_bool(request.query_value("watch")))
 
 
 def width(control: FlowControl, c: Classification, request: Request, info: RequestInfo | None) -> int:
