@@ -15,6 +15,13 @@ read after the change, on existing connections too. Backpressure is kept: a boun
 direction, and writes are drained, so a throttled watch stream fills the upstream's buffers as a
 slow network would.
 
+With ``fallbacks`` (in process: ``Relay(host, port, fallbacks=[(host, port), ...])``) it is a TCP load
+balancer with a preferred backend: each new connection goes to the first target that accepts it, so
+while the first is down (refuses connections) they go to the next; connections already open stay
+where they are (TLS passes through untouched). ``dialed`` counts the connections made to each target;
+targets in ``out`` are skipped (what a health check has taken out of rotation, e.g. an apiserver not
+ready yet although it already accepts connections).
+
 Prints ``relay ready: listening on http://H:P control http://H:C`` once it accepts connections.
 Loopback only by intent (the campaign binds 127.0.0.1); every queue and wait is bounded.
 """
@@ -29,6 +36,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -56,12 +64,17 @@ class Counters:
 
 
 class Relay:
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, *, fallbacks: Sequence[tuple[str, int]] = ()) -> None:
         self.target = (target_host, target_port)
+        # Tried in order for each new connection: the first that accepts it gets it.
+        self.targets = [self.target, *fallbacks]
+        self.dialed: dict[tuple[str, int], int] = {t: 0 for t in self.targets}
+        self.out: set[tuple[str, int]] = set()  # not dialed (taken out by a health check)
         self.settings = Settings()
         self.counters = Counters()
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._handle, host, port)
@@ -72,6 +85,10 @@ class Relay:
             self._server.close()
         for task in list(self._tasks):
             task.cancel()
+        # Let each connection's handler see its pipes end (else the loop's end cancels them mid-wait,
+        # and asyncio logs every one).
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=5.0)
 
     def configure(self, spec: dict[str, float]) -> None:
         self.settings = Settings(
@@ -85,11 +102,14 @@ class Relay:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.counters.connections += 1
         self.counters.open += 1
+        me = asyncio.current_task()
+        if me is not None:
+            self._handlers.add(me)
         try:
-            try:
-                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.target), 5.0)
-            except (OSError, TimeoutError):
-                return  # the upstream is down: the client sees its connection closed
+            up = await self._dial()
+            if up is None:
+                return  # every upstream is down: the client sees its connection closed
+            up_reader, up_writer = up
             tasks = [
                 asyncio.ensure_future(self._pipe(reader, up_writer, up=True)),
                 asyncio.ensure_future(self._pipe(up_reader, writer, up=False)),
@@ -106,7 +126,21 @@ class Relay:
                 up_writer.close()
         finally:
             self.counters.open -= 1
+            if me is not None:
+                self._handlers.discard(me)
             writer.close()
+
+    async def _dial(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        for target in self.targets:
+            if target in self.out:
+                continue
+            try:
+                up = await asyncio.wait_for(asyncio.open_connection(*target), 5.0)
+            except (OSError, TimeoutError):
+                continue
+            self.dialed[target] += 1
+            return up
+        return None
 
     async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, *, up: bool) -> None:
         queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue(QUEUE_CHUNKS)
