@@ -309,7 +309,8 @@ def test_a_rolling_restart_of_an_ha_control_plane_costs_the_proxys_clients_nothi
     log = (tmp_path / "proxy.log").read_text("utf-8", "replace")
     at = log.find("Traceback")
     assert at < 0, log[max(0, at - 2000) : at + 3000]
-    assert all(lb.dialed.values()), f"the balancer never failed over: {lb.dialed}"
+    if balancer == "readyz":  # apiserver 1 out of rotation while it restarts: the proxy's resume went to 2
+        assert all(lb.dialed.values()), f"the balancer never failed over: {lb.dialed}"
     assert outcome.clients >= 20 and outcome.writes > 150
     if balancer == "tcp" and outcome.upstream_relists:
         # A resume that lands on an apiserver still starting gets its 410 (its window starts at its
