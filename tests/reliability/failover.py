@@ -1,0 +1,225 @@
+"""Replica failover: the clients of a dead proxy replica resume on another, independent one.
+
+Production runs several independent ``watchcache serve`` replicas behind one Service. When one dies,
+its clients reconnect through the Service to another replica and resume their watches from the last
+rv they saw: the replicas share the upstream's version space (resource versions pass through
+unchanged), so that resume must cost nothing — no relist, no 410, every update once and in order.
+
+``ReplicaService`` is that Service: two (or more) ``ProxyGroup`` replicas of the same flags and the
+same continue-token key, behind one address, a relay (``harness.relay.Relay``, its target switched)
+that sends every *new* connection to the active replica; ``fail_over`` moves it to the next (the
+Service dropping the dead pod's endpoint). Connections open through the relay end when the replica
+behind them dies. It is a ``ProxyGroup`` for ``RestartScenario``: its ``url`` is the relay's.
+
+``FailoverScenario`` is ``RestartScenario`` (the writer, the recorder, 24 informers, the checker's
+verdict) with faults of its own (``FAILOVER_FAULTS``):
+
+* ``failover-sigkill``: SIGKILL of replica A's process group (supervisor and workers: a node or
+  container lost), then the Service routes to B;
+* ``failover-sigterm``: the Service routes new connections to B, then A gets SIGTERM and drains (a
+  rolling update's old pod: its watches get their final BOOKMARK, resumed on B);
+* ``failover-sigkill-lagging``: as ``failover-sigkill``, but B's link to the upstream (a relay,
+  ``FailoverScenario.standby_link``) gets ``standby_lag`` seconds of latency just before: B is behind
+  A, so its new clients come with rvs it has not reached (they must wait for it, not get 410);
+* ``failover-sigkill-late``: as ``failover-sigkill``, but the Service keeps routing to the dead A
+  (connections refused) until the upstream has made ``switch_after_writes`` more changes, as
+  endpoints take a while to drop a dead pod: given B a history shorter than that
+  (``--history-max-events``), its new clients come with rvs older than its window, to be served
+  from the upstream's history (the backfill), not 410.
+
+Before the fault (and after B's lag, if any), with both replicas up and the writer running,
+``paged_across`` pages a LIST across the replicas (page 1 from A, the next from B, then A...) with
+their shared continue-token key, and compares what the pages make with one Exact LIST of the
+upstream at the first page's rv.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from harness.checker import object_key
+from harness.relay import Relay
+from harness.waiting import until
+from tests.reliability.restarts import LABEL, RESOURCE, Outcome, ProxyGroup, RestartScenario, Target
+
+FAILOVER_FAULTS = ("failover-sigkill", "failover-sigterm", "failover-sigkill-lagging", "failover-sigkill-late")
+
+
+@dataclass
+class ReplicaService(ProxyGroup):
+    """Independent replicas behind one relay; new connections go to ``replicas[active]``."""
+
+    replicas: list[ProxyGroup] = field(default_factory=list)
+    active: int = 0
+    relay: Relay | None = None
+
+    @classmethod
+    def of(cls, replicas: list[ProxyGroup], workdir: Path) -> ReplicaService:
+        return cls(argv=[], log_path=workdir / "service.log", port=0, replicas=replicas)
+
+    @property
+    def current(self) -> Any:
+        return self.replicas[self.active].current
+
+    async def start(self, timeout: float) -> float:
+        """Every replica not running started (at once); the relay listening. Seconds until all are ready."""
+        t0 = time.monotonic()
+        if self.relay is None:
+            self.relay = Relay("127.0.0.1", self.replicas[self.active].port)
+            self.port = await self.relay.start("127.0.0.1", 0)
+        await asyncio.gather(*(r.start(timeout) for r in self.replicas if not (r.procs and r.current.running())))
+        return time.monotonic() - t0
+
+    def fail_over(self) -> int:
+        """New connections go to the next replica from now on (the Service dropped the active one)."""
+        assert self.relay is not None
+        self.active = (self.active + 1) % len(self.replicas)
+        self.relay.target = ("127.0.0.1", self.replicas[self.active].port)
+        return self.active
+
+    def stop(self) -> None:
+        for r in self.replicas:
+            r.stop()
+
+    async def close(self) -> None:
+        self.stop()
+        if self.relay is not None:
+            await close_relay(self.relay)
+
+    def relist_lines(self) -> list[str]:
+        return [f"{chr(65 + i)}: {ln}" for i, r in enumerate(self.replicas) for ln in r.relist_lines()]
+
+    def tracebacks(self) -> list[str]:
+        """The start of every traceback in the replicas' logs."""
+        out = []
+        for i, r in enumerate(self.replicas):
+            text = r.log_path.read_text("utf-8", "replace") if r.log_path.exists() else ""
+            at = text.find("Traceback")
+            while at >= 0:
+                out.append(f"{chr(65 + i)}: {text[max(0, at - 300) : at + 1500]}")
+                at = text.find("Traceback", at + 1)
+        return out
+
+
+async def close_relay(relay: Relay) -> None:
+    """Stop listening and let every connection's handler end (none is left to a closed loop)."""
+    await relay.close()
+    await until(lambda: relay.counters.open == 0, 10.0, what="the relay's connections closed", interval=0.01)
+
+
+async def paged_across(
+    upstream: Target, urls: list[str], namespace: str, limit: int, selector: str = ""
+) -> tuple[int, int, list[str]]:
+    """A LIST of ``namespace``'s ConfigMaps paged across ``urls`` in turn (page 1 from the first, page 2
+    from the next...), against one Exact LIST of the upstream at page 1's rv: (rv, pages, problems)."""
+    path = f"/api/v1/namespaces/{namespace}/{RESOURCE}"
+    base = {"limit": str(limit), **({"labelSelector": selector} if selector else {})}
+    problems: list[str] = []
+    got: list[tuple[str, str]] = []
+    rv, pages, token = "", 0, ""
+    async with aiohttp.ClientSession(headers={"Accept": "application/json"}) as s:
+        while True:
+            url = urls[pages % len(urls)]
+            params = {**base, **({"continue": token} if token else {})}
+            async with s.get(url + path, params=params) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    problems.append(f"page {pages + 1} from {url}: {resp.status} {body[:300]!r}")
+                    return int(rv or 0), pages, problems
+            pages += 1
+            doc = orjson.loads(body)
+            meta = doc["metadata"]
+            if not rv:
+                rv = meta["resourceVersion"]
+            elif meta["resourceVersion"] != rv:
+                problems.append(f"page {pages} from {url} at rv {meta['resourceVersion']}, page 1 at {rv}")
+            got += [(object_key(o), o["metadata"]["resourceVersion"]) for o in doc.get("items") or []]
+            token = meta.get("continue") or ""
+            if not token:
+                break
+    async with upstream.session(force_close=False) as s:
+        params = {**({"labelSelector": selector} if selector else {}), "resourceVersion": rv,
+                  "resourceVersionMatch": "Exact"}  # fmt: skip
+        async with s.get(upstream.url + path, params=params) as resp:
+            assert resp.status == 200, await resp.text()
+            doc = orjson.loads(await resp.read())
+    want = [(object_key(o), o["metadata"]["resourceVersion"]) for o in doc["items"]]
+    keys = [k for k, _ in got]
+    if len(set(keys)) != len(keys):
+        problems.append(f"duplicates across pages: {sorted(k for k in set(keys) if keys.count(k) > 1)[:5]}")
+    if keys != sorted(keys):
+        problems.append("items out of order across pages")
+    if got != want:
+        diff = sorted(set(got) ^ set(want))[:6]
+        problems.append(f"{len(got)} items over {pages} pages vs {len(want)} upstream at rv {rv}: {diff}")
+    return int(rv), pages, problems
+
+
+@dataclass
+class FailoverScenario(RestartScenario):
+    """``RestartScenario`` through a ``ReplicaService``: the fault kills the active replica."""
+
+    # The paged LISTs checked before the fault: (selector, rv, pages), and what was wrong with them.
+    paged: list[tuple[str, int, int]] = field(default_factory=list)
+    paged_problems: list[str] = field(default_factory=list)
+    # The standby replica's link to the upstream, slowed by ``standby_lag`` seconds at a "-lagging" fault.
+    standby_link: Relay | None = None
+    standby_lag: float = 1.0
+    # At a "-late" fault: the changes (seen by the recorder) made before the Service drops the dead replica.
+    switch_after_writes: int = 80
+
+    @property
+    def service(self) -> ReplicaService:
+        assert isinstance(self.proxy, ReplicaService)
+        return self.proxy
+
+    async def run(self) -> Outcome:
+        outcome = await super().run()
+        t = outcome.timings
+        if "fault to every client past it" in t:
+            t["kill to every client past it"] = t["fault to every client past it"] - t.get("paged lists", 0.0)
+        return outcome
+
+    async def _fault(self) -> None:
+        o, svc = self.opts, self.service
+        if o.fault not in FAILOVER_FAULTS:
+            return await super()._fault()
+        t0 = time.monotonic()
+        if o.fault.endswith("-lagging"):
+            assert self.standby_link is not None, f"{o.fault} needs a standby_link"
+            self.standby_link.configure({"latency": self.standby_lag})
+            self.say(f"the standby's link to the upstream: {self.standby_lag:g}s latency")
+        urls = [r.url for r in svc.replicas]
+        for selector in ("", f"{LABEL},phase=a"):
+            rv, pages, problems = await paged_across(self.upstream, urls, o.namespaces[0], 7, selector)
+            self.paged.append((selector, rv, pages))
+            self.paged_problems += [f"LIST {selector or 'all'} paged across replicas: {p}" for p in problems]
+        self.timings["paged lists"] = time.monotonic() - t0
+        victim = svc.replicas[svc.active]
+        if o.fault.startswith("failover-sigkill"):
+            victim.sigkill_group()
+            if o.fault.endswith("-late"):
+                recorder = self.recorder
+                assert recorder is not None, f"{o.fault} needs a recorder"
+                mark, t1 = len(recorder.entries), time.monotonic()
+                await until(
+                    lambda: len(recorder.entries) >= mark + self.switch_after_writes,
+                    o.step_timeout,
+                    what="writes while the service still routes to the dead replica",
+                    interval=0.02,
+                )
+                self.timings["routed to the dead replica"] = time.monotonic() - t1
+            svc.fail_over()
+            self.say(f"SIGKILL: replica A's process group; the service routes to replica {chr(65 + svc.active)}")
+        else:
+            svc.fail_over()
+            code = await victim.sigterm(30.0)
+            self.say(f"the service routes to replica {chr(65 + svc.active)}; SIGTERM: replica A exited {code}")
+        return None
