@@ -88,10 +88,10 @@ def test_the_clients_of_a_dead_replica_resume_on_another_without_relisting(fault
         drop_namespace(api, namespace, ("configmaps",))
         api.close()
     print(outcome.summary())
-    print(f"paged across replicas (selector, rv, pages): {scenario.paged}")
+    print(f"paged across replicas (selector, rv, pages): {scenario.paged} {scenario.paged_problems}")
     assert outcome.clients >= 20 and outcome.writes > 150
-    assert scenario.paged and all(pages > 1 for _, _, pages in scenario.paged), scenario.paged
     assert scenario.paged_problems == [], scenario.paged_problems
+    assert scenario.paged and all(pages > 1 for _, _, pages in scenario.paged), scenario.paged
     gone = sorted({m for i in scenario.informers for _, _, m in i.gone_at})
     assert outcome.problems() == [], f"{outcome.summary()}\n410s: {gone[:5]}"
     tracebacks = scenario.service.tracebacks()

@@ -19,8 +19,11 @@ verdict) with faults of its own (``FAILOVER_FAULTS``):
 * ``failover-sigterm``: the Service routes new connections to B, then A gets SIGTERM and drains (a
   rolling update's old pod: its watches get their final BOOKMARK, resumed on B);
 * ``failover-sigkill-lagging``: as ``failover-sigkill``, but B's link to the upstream (a relay,
-  ``FailoverScenario.standby_link``) gets ``standby_lag`` seconds of latency just before: B is behind
-  A, so its new clients come with rvs it has not reached (they must wait for it, not get 410);
+  ``FailoverScenario.standby_link``) gets ``standby_lag`` seconds of latency, and the kill waits until
+  B's cache is 20 changes behind the apiserver's: its new clients come with rvs it has not reached
+  (they must wait for it, not get 410), and the paged LIST's continue pages on B wait too. Keep the
+  lag under ``--fresh-wait`` (3 s): a continue page B cannot reach by then is 504, as documented
+  (seen with 4 s: ``Timeout: Too large resource version: 748726, current: 748683``);
 * ``failover-sigkill-late``: as ``failover-sigkill``, but the Service keeps routing to the dead A
   (connections refused) until the upstream has made ``switch_after_writes`` more changes, as
   endpoints take a while to drop a dead pod: given B a history shorter than that
@@ -180,12 +183,53 @@ class FailoverScenario(RestartScenario):
         assert isinstance(self.proxy, ReplicaService)
         return self.proxy
 
+    # When each client was first past the upstream's rv at the kill (an event or a bookmark from B).
+    resumed: dict[str, float] = field(default_factory=dict)
+    _resuming: asyncio.Future[None] | None = None
+
     async def run(self) -> Outcome:
-        outcome = await super().run()
-        t = outcome.timings
-        if "fault to every client past it" in t:
-            t["kill to every client past it"] = t["fault to every client past it"] - t.get("paged lists", 0.0)
+        try:
+            outcome = await super().run()
+        finally:
+            if self._resuming is not None:
+                self._resuming.cancel()
+                await asyncio.gather(self._resuming, return_exceptions=True)
+        if len(self.resumed) == len(self.informers) and self.resumed:
+            times = sorted(self.resumed.values())
+            outcome.timings["kill to a client past it, median"] = times[len(times) // 2]
+            outcome.timings["kill to every client past it"] = times[-1]
         return outcome
+
+    async def _standby_behind(self, namespace: str, changes: int) -> int:
+        """Wait until the standby's cache is ``changes`` changes behind the recorder (the lag took hold):
+        how far behind, in rvs."""
+        recorder, standby = self.recorder, self.service.replicas[(self.service.active + 1) % 2]
+        assert recorder is not None, "a lag needs a recorder"
+        url = f"{standby.url}/api/v1/namespaces/{namespace}/{RESOURCE}"
+        behind = 0
+        async with aiohttp.ClientSession() as s:
+
+            async def lagging() -> bool:
+                nonlocal behind
+                async with s.get(url, params={"resourceVersion": "0", "limit": "1"}) as resp:
+                    rv = int(orjson.loads(await resp.read())["metadata"]["resourceVersion"])
+                newer = [e for e in recorder.entries[-changes - 1 :] if e.rv > rv]
+                behind = recorder.rv - rv
+                return len(newer) >= changes
+
+            t0 = time.monotonic()
+            while not await lagging():
+                assert time.monotonic() - t0 < self.opts.step_timeout, f"the standby not behind: {behind}"
+                await asyncio.sleep(0.02)
+        return behind
+
+    async def _time_resume(self, killed: float, rv: int) -> None:
+        """Fill ``resumed``: per client, the seconds from the kill until its rv passed ``rv``."""
+        while len(self.resumed) < len(self.informers):
+            for i in self.informers:
+                if i.id not in self.resumed and i.last_rv > rv:
+                    self.resumed[i.id] = time.monotonic() - killed
+            await asyncio.sleep(0.01)
 
     async def _fault(self) -> None:
         o, svc = self.opts, self.service
@@ -195,7 +239,8 @@ class FailoverScenario(RestartScenario):
         if o.fault.endswith("-lagging"):
             assert self.standby_link is not None, f"{o.fault} needs a standby_link"
             self.standby_link.configure({"latency": self.standby_lag})
-            self.say(f"the standby's link to the upstream: {self.standby_lag:g}s latency")
+            behind = await self._standby_behind(o.namespaces[0], 20)
+            self.say(f"the standby's link to the upstream: {self.standby_lag:g}s latency; B {behind} rvs behind")
         urls = [r.url for r in svc.replicas]
         for selector in ("", f"{LABEL},phase=a"):
             rv, pages, problems = await paged_across(self.upstream, urls, o.namespaces[0], 7, selector)
@@ -203,6 +248,9 @@ class FailoverScenario(RestartScenario):
             self.paged_problems += [f"LIST {selector or 'all'} paged across replicas: {p}" for p in problems]
         self.timings["paged lists"] = time.monotonic() - t0
         victim = svc.replicas[svc.active]
+        # The newest rv anyone has seen at the kill (a direct watcher or a client): every client must pass it.
+        at = max([i.last_rv for i in self.informers] + [self.recorder.rv if self.recorder is not None else 0])
+        self._resuming = asyncio.ensure_future(self._time_resume(time.monotonic(), at))
         if o.fault.startswith("failover-sigkill"):
             victim.sigkill_group()
             if o.fault.endswith("-late"):
