@@ -117,52 +117,79 @@ async def close_relay(relay: Relay) -> None:
     await until(lambda: relay.counters.open == 0, 10.0, what="the relay's connections closed", interval=0.01)
 
 
+@dataclass
+class PagedList:
+    """One LIST of ``namespace``'s ConfigMaps read a page at a time, each page from the URL given; then
+    checked against one Exact LIST of the upstream at page 1's rv (in order, no duplicates, equal)."""
+
+    namespace: str
+    limit: int
+    selector: str = ""
+    rv: str = ""
+    token: str = ""
+    pages: int = 0
+    got: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/{RESOURCE}"
+
+    def _selector(self) -> dict[str, str]:
+        return {"labelSelector": self.selector} if self.selector else {}
+
+    async def next_page(self, url: str) -> bool:
+        """The next page from ``url``; whether another follows (False after an error, recorded)."""
+        params = {**self._selector(), "limit": str(self.limit), **({"continue": self.token} if self.token else {})}
+        async with (
+            aiohttp.ClientSession(headers={"Accept": "application/json"}) as s,
+            s.get(url + self.path, params=params) as resp,
+        ):
+            body = await resp.read()
+            if resp.status != 200:
+                self.problems.append(f"page {self.pages + 1} from {url}: {resp.status} {body[:300]!r}")
+                return False
+        self.pages += 1
+        meta = orjson.loads(body)["metadata"]
+        if not self.rv:
+            self.rv = meta["resourceVersion"]
+        elif meta["resourceVersion"] != self.rv:
+            self.problems.append(f"page {self.pages} from {url} at rv {meta['resourceVersion']}, page 1 at {self.rv}")
+        self.got += [(object_key(o), o["metadata"]["resourceVersion"]) for o in orjson.loads(body).get("items") or []]
+        self.token = meta.get("continue") or ""
+        return bool(self.token)
+
+    async def check(self, upstream: Target) -> list[str]:
+        """What is wrong with the pages read (errors included), against the upstream at page 1's rv."""
+        if self.problems or not self.rv:
+            return self.problems
+        async with upstream.session(force_close=False) as s:
+            params = {**self._selector(), "resourceVersion": self.rv, "resourceVersionMatch": "Exact"}
+            async with s.get(upstream.url + self.path, params=params) as resp:
+                assert resp.status == 200, await resp.text()
+                doc = orjson.loads(await resp.read())
+        want = [(object_key(o), o["metadata"]["resourceVersion"]) for o in doc["items"]]
+        keys = [k for k, _ in self.got]
+        out = []
+        if len(set(keys)) != len(keys):
+            out.append(f"duplicates across pages: {sorted(k for k in set(keys) if keys.count(k) > 1)[:5]}")
+        if keys != sorted(keys):
+            out.append("items out of order across pages")
+        if self.got != want:
+            diff = sorted(set(self.got) ^ set(want))[:6]
+            out.append(f"{len(self.got)} items over {self.pages} pages vs {len(want)} upstream at rv {self.rv}: {diff}")
+        return out
+
+
 async def paged_across(
     upstream: Target, urls: list[str], namespace: str, limit: int, selector: str = ""
 ) -> tuple[int, int, list[str]]:
-    """A LIST of ``namespace``'s ConfigMaps paged across ``urls`` in turn (page 1 from the first, page 2
-    from the next...), against one Exact LIST of the upstream at page 1's rv: (rv, pages, problems)."""
-    path = f"/api/v1/namespaces/{namespace}/{RESOURCE}"
-    base = {"limit": str(limit), **({"labelSelector": selector} if selector else {})}
-    problems: list[str] = []
-    got: list[tuple[str, str]] = []
-    rv, pages, token = "", 0, ""
-    async with aiohttp.ClientSession(headers={"Accept": "application/json"}) as s:
-        while True:
-            url = urls[pages % len(urls)]
-            params = {**base, **({"continue": token} if token else {})}
-            async with s.get(url + path, params=params) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    problems.append(f"page {pages + 1} from {url}: {resp.status} {body[:300]!r}")
-                    return int(rv or 0), pages, problems
-            pages += 1
-            doc = orjson.loads(body)
-            meta = doc["metadata"]
-            if not rv:
-                rv = meta["resourceVersion"]
-            elif meta["resourceVersion"] != rv:
-                problems.append(f"page {pages} from {url} at rv {meta['resourceVersion']}, page 1 at {rv}")
-            got += [(object_key(o), o["metadata"]["resourceVersion"]) for o in doc.get("items") or []]
-            token = meta.get("continue") or ""
-            if not token:
-                break
-    async with upstream.session(force_close=False) as s:
-        params = {**({"labelSelector": selector} if selector else {}), "resourceVersion": rv,
-                  "resourceVersionMatch": "Exact"}  # fmt: skip
-        async with s.get(upstream.url + path, params=params) as resp:
-            assert resp.status == 200, await resp.text()
-            doc = orjson.loads(await resp.read())
-    want = [(object_key(o), o["metadata"]["resourceVersion"]) for o in doc["items"]]
-    keys = [k for k, _ in got]
-    if len(set(keys)) != len(keys):
-        problems.append(f"duplicates across pages: {sorted(k for k in set(keys) if keys.count(k) > 1)[:5]}")
-    if keys != sorted(keys):
-        problems.append("items out of order across pages")
-    if got != want:
-        diff = sorted(set(got) ^ set(want))[:6]
-        problems.append(f"{len(got)} items over {pages} pages vs {len(want)} upstream at rv {rv}: {diff}")
-    return int(rv), pages, problems
+    """A LIST paged across ``urls`` in turn (page 1 from the first, page 2 from the next...), checked
+    (``PagedList``): (rv, pages, problems)."""
+    listing = PagedList(namespace, limit, selector)
+    while await listing.next_page(urls[listing.pages % len(urls)]):
+        pass
+    return int(listing.rv or 0), listing.pages, await listing.check(upstream)
 
 
 @dataclass
@@ -246,6 +273,9 @@ class FailoverScenario(RestartScenario):
             rv, pages, problems = await paged_across(self.upstream, urls, o.namespaces[0], 7, selector)
             self.paged.append((selector, rv, pages))
             self.paged_problems += [f"LIST {selector or 'all'} paged across replicas: {p}" for p in problems]
+        # A LIST whose first page the dying replica serves and the rest, after the failover, the other.
+        interrupted = PagedList(o.namespaces[0], 7)
+        await interrupted.next_page(svc.replicas[svc.active].url)
         self.timings["paged lists"] = time.monotonic() - t0
         victim = svc.replicas[svc.active]
         # The newest rv anyone has seen at the kill (a direct watcher or a client): every client must pass it.
@@ -270,4 +300,9 @@ class FailoverScenario(RestartScenario):
             svc.fail_over()
             code = await victim.sigterm(30.0)
             self.say(f"the service routes to replica {chr(65 + svc.active)}; SIGTERM: replica A exited {code}")
+        while await interrupted.next_page(svc.url):
+            pass
+        self.paged.append(("across the failover", int(interrupted.rv or 0), interrupted.pages))
+        problems = await interrupted.check(self.upstream)
+        self.paged_problems += [f"LIST paged across the failover: {p}" for p in problems]
         return None
