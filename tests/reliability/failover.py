@@ -210,7 +210,8 @@ class FailoverScenario(RestartScenario):
         assert isinstance(self.proxy, ReplicaService)
         return self.proxy
 
-    # When each client was first past the upstream's rv at the kill (an event or a bookmark from B).
+    # Seconds from the kill (SIGKILL; with SIGTERM, A's exit: its clients were on A until it drained)
+    # until each client was first past the newest rv seen then (an event or a bookmark from B).
     resumed: dict[str, float] = field(default_factory=dict)
     _resuming: asyncio.Future[None] | None = None
 
@@ -223,8 +224,9 @@ class FailoverScenario(RestartScenario):
                 await asyncio.gather(self._resuming, return_exceptions=True)
         if len(self.resumed) == len(self.informers) and self.resumed:
             times = sorted(self.resumed.values())
-            outcome.timings["kill to a client past it, median"] = times[len(times) // 2]
-            outcome.timings["kill to every client past it"] = times[-1]
+            since = "kill" if self.opts.fault.startswith("failover-sigkill") else "A's exit"
+            outcome.timings[f"{since} to a client past it, median"] = times[len(times) // 2]
+            outcome.timings[f"{since} to every client past it"] = times[-1]
         return outcome
 
     async def _standby_behind(self, namespace: str, changes: int) -> int:
@@ -249,6 +251,11 @@ class FailoverScenario(RestartScenario):
                 assert time.monotonic() - t0 < self.opts.step_timeout, f"the standby not behind: {behind}"
                 await asyncio.sleep(0.02)
         return behind
+
+    def _time_resume_from_now(self) -> None:
+        # The newest rv anyone has seen now (a direct watcher or a client): every client must pass it.
+        at = max([i.last_rv for i in self.informers] + [self.recorder.rv if self.recorder is not None else 0])
+        self._resuming = asyncio.ensure_future(self._time_resume(time.monotonic(), at))
 
     async def _time_resume(self, killed: float, rv: int) -> None:
         """Fill ``resumed``: per client, the seconds from the kill until its rv passed ``rv``."""
@@ -278,10 +285,8 @@ class FailoverScenario(RestartScenario):
         await interrupted.next_page(svc.replicas[svc.active].url)
         self.timings["paged lists"] = time.monotonic() - t0
         victim = svc.replicas[svc.active]
-        # The newest rv anyone has seen at the kill (a direct watcher or a client): every client must pass it.
-        at = max([i.last_rv for i in self.informers] + [self.recorder.rv if self.recorder is not None else 0])
-        self._resuming = asyncio.ensure_future(self._time_resume(time.monotonic(), at))
         if o.fault.startswith("failover-sigkill"):
+            self._time_resume_from_now()
             victim.sigkill_group()
             if o.fault.endswith("-late"):
                 recorder = self.recorder
@@ -299,6 +304,7 @@ class FailoverScenario(RestartScenario):
         else:
             svc.fail_over()
             code = await victim.sigterm(30.0)
+            self._time_resume_from_now()
             self.say(f"the service routes to replica {chr(65 + svc.active)}; SIGTERM: replica A exited {code}")
         while await interrupted.next_page(svc.url):
             pass
