@@ -31,13 +31,10 @@ import pytest
 
 from harness.kube.kit import Api, KubeEnv, drop_namespace, needs_kube, write_kubeconfig
 from harness.relay import Relay
-from tests.reliability.failover import FAILOVER_FAULTS, FailoverScenario, ReplicaService, close_relay
+from tests.reliability.failover import FAILOVER_FAULTS, STANDBY_ARGS, FailoverScenario, ReplicaService, close_relay
 from tests.reliability.restarts import Outcome, ProxyGroup, Recorder, ScenarioOptions, Target, free_port, proxy_argv
 
 pytestmark = [pytest.mark.reference, needs_kube]
-
-# B's history is shorter than the time the Service still routes to the dead A (80 writes at 40/s).
-STANDBY_ARGS = {"failover-sigkill-late": ("--history-max-age", "1")}
 
 
 async def run_on_kube(

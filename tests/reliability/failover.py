@@ -19,40 +19,65 @@ verdict) with faults of its own (``FAILOVER_FAULTS``):
 * ``failover-sigterm``: the Service routes new connections to B, then A gets SIGTERM and drains (a
   rolling update's old pod: its watches get their final BOOKMARK, resumed on B);
 * ``failover-sigkill-lagging``: as ``failover-sigkill``, but B's link to the upstream (a relay,
-  ``FailoverScenario.standby_link``) gets ``standby_lag`` seconds of latency, and the kill waits until
-  B's cache is 20 changes behind the apiserver's: its new clients come with rvs it has not reached
-  (they must wait for it, not get 410), and the paged LIST's continue pages on B wait too. Keep the
-  lag under ``--fresh-wait`` (3 s): a continue page B cannot reach by then is 504, as documented
-  (seen with 4 s: ``Timeout: Too large resource version: 748726, current: 748683``);
+  ``FailoverScenario.standby_link``) gets ``standby_lag`` seconds of latency, and the kill waits
+  until B's cache is ``lag_changes`` of the recorder's changes behind the upstream: its new clients
+  come with rvs it has not reached (they must wait for it, not get 410), and the paged LIST's
+  continue pages on B wait too. Keep the lag under ``--fresh-wait`` (3 s): a continue page B cannot
+  reach by then is 504, as documented (seen with 4 s: ``Timeout: Too large resource version:
+  748726, current: 748683``);
 * ``failover-sigkill-late``: as ``failover-sigkill``, but the Service keeps routing to the dead A
   (connections refused) until the upstream has made ``switch_after_writes`` more changes, as
-  endpoints take a while to drop a dead pod: given B a history shorter than that
-  (``--history-max-events``), its new clients come with rvs older than its window, to be served
-  from the upstream's history (the backfill), not 410.
+  endpoints take a while to drop a dead pod: given B a history shorter than that by age
+  (``STANDBY_ARGS``: ``--history-max-age 1``), its new clients come with rvs older than its window,
+  to be served from the upstream's history (the backfill), not 410. (Bounded by count instead,
+  ``--history-max-events 30``, they get the documented 410: a span that does not fit in the window is
+  not backfilled.)
 
 Before the fault (and after B's lag, if any), with both replicas up and the writer running,
 ``paged_across`` pages a LIST across the replicas (page 1 from A, the next from B, then A...) with
 their shared continue-token key, and compares what the pages make with one Exact LIST of the
-upstream at the first page's rv.
+upstream at the first page's rv; one more LIST gets its first page from A before the kill and the
+rest from B, through the Service, after it.
+
+Two tiers run it: ``tests/reference/test_replica_failover.py`` (the kit's kube-apiserver, one
+namespace, the recorder's log) and ``tests/reliability/test_failover.py`` (``run_failover_on_sim``:
+``watchcache sim``, its journal the log, cluster-wide clients too).
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import orjson
 
-from harness.checker import object_key
+from harness.checker import object_key, read_log
+from harness.processes import Proc
 from harness.relay import Relay
 from harness.waiting import until
-from tests.reliability.restarts import LABEL, RESOURCE, Outcome, ProxyGroup, RestartScenario, Target
+from tests.reliability.restarts import (
+    LABEL,
+    RESOURCE,
+    Outcome,
+    ProxyGroup,
+    Recorder,
+    RestartScenario,
+    ScenarioOptions,
+    Target,
+    free_port,
+    proxy_argv,
+    sim_argv,
+)
 
 FAILOVER_FAULTS = ("failover-sigkill", "failover-sigterm", "failover-sigkill-lagging", "failover-sigkill-late")
+# B's flags beside A's: at a "-late" fault its history (1 s) is shorter than the time the Service still
+# routes to the dead A (80 writes at 40/s), so A's clients come with rvs older than B's window.
+STANDBY_ARGS = {"failover-sigkill-late": ("--history-max-age", "1")}
 
 
 @dataclass
@@ -68,7 +93,7 @@ class ReplicaService(ProxyGroup):
         return cls(argv=[], log_path=workdir / "service.log", port=0, replicas=replicas)
 
     @property
-    def current(self) -> Any:
+    def current(self) -> Proc:
         return self.replicas[self.active].current
 
     async def start(self, timeout: float) -> float:
@@ -204,6 +229,9 @@ class FailoverScenario(RestartScenario):
     standby_lag: float = 1.0
     # At a "-late" fault: the changes (seen by the recorder) made before the Service drops the dead replica.
     switch_after_writes: int = 80
+    # At a "-lagging" fault: how many of the recorder's changes B must be behind before the kill.
+    lag_changes: int = 20
+    page_limit: int = 7  # of the paged LISTs
 
     @property
     def service(self) -> ReplicaService:
@@ -214,6 +242,7 @@ class FailoverScenario(RestartScenario):
     # until each client was first past the newest rv seen then (an event or a bookmark from B).
     resumed: dict[str, float] = field(default_factory=dict)
     _resuming: asyncio.Future[None] | None = None
+    outcome: Outcome | None = None  # run()'s, for callers handed the scenario
 
     async def run(self) -> Outcome:
         try:
@@ -273,15 +302,15 @@ class FailoverScenario(RestartScenario):
         if o.fault.endswith("-lagging"):
             assert self.standby_link is not None, f"{o.fault} needs a standby_link"
             self.standby_link.configure({"latency": self.standby_lag})
-            behind = await self._standby_behind(o.namespaces[0], 20)
+            behind = await self._standby_behind(o.namespaces[0], self.lag_changes)
             self.say(f"the standby's link to the upstream: {self.standby_lag:g}s latency; B {behind} rvs behind")
         urls = [r.url for r in svc.replicas]
         for selector in ("", f"{LABEL},phase=a"):
-            rv, pages, problems = await paged_across(self.upstream, urls, o.namespaces[0], 7, selector)
+            rv, pages, problems = await paged_across(self.upstream, urls, o.namespaces[0], self.page_limit, selector)
             self.paged.append((selector, rv, pages))
             self.paged_problems += [f"LIST {selector or 'all'} paged across replicas: {p}" for p in problems]
         # A LIST whose first page the dying replica serves and the rest, after the failover, the other.
-        interrupted = PagedList(o.namespaces[0], 7)
+        interrupted = PagedList(o.namespaces[0], self.page_limit)
         await interrupted.next_page(svc.replicas[svc.active].url)
         self.timings["paged lists"] = time.monotonic() - t0
         victim = svc.replicas[svc.active]
@@ -312,3 +341,44 @@ class FailoverScenario(RestartScenario):
         problems = await interrupted.check(self.upstream)
         self.paged_problems += [f"LIST paged across the failover: {p}" for p in problems]
         return None
+
+
+async def run_failover_on_sim(
+    opts: ScenarioOptions, workdir: Path, say: Callable[[str], None] = print
+) -> FailoverScenario:
+    """The failover scenario against ``watchcache sim`` (the suite tier): its journal is the log; a
+    recorder of the first namespace tells the scenario the upstream's progress (B's lag, the late switch)."""
+    journal = workdir / "sim.journal"
+    sim = Proc(sim_argv(0, journal, len(opts.namespaces)), name="sim", log_path=workdir / "sim.log")
+    sim.start()
+    try:
+        url = await asyncio.to_thread(sim.wait_ready, opts.step_timeout)
+        host, _, port = url.removeprefix("http://").rpartition(":")
+        link = Relay(host, int(port))
+        link_url = f"http://127.0.0.1:{await link.start('127.0.0.1', 0)}"
+        key = workdir / "continue-token.key"
+        key.write_text(secrets.token_hex(32))
+        extra = (*opts.proxy_args, "--continue-token-key-file", str(key))
+        replicas = []
+        for name, upstream_url in (("a", url), ("b", link_url)):
+            more = STANDBY_ARGS.get(opts.fault, ()) if name == "b" else ()
+            p = free_port()
+            argv = proxy_argv(p, ["--upstream", upstream_url], opts.workers, (*extra, *more))
+            replicas.append(ProxyGroup(argv, workdir / f"replica-{name}.log", p))
+        service = ReplicaService.of(replicas, workdir)
+        upstream = Target(url)
+        # The recorder sees the first namespace's share of the writes; the sim's namespaces are smaller.
+        share = len(opts.namespaces)
+        scenario = FailoverScenario(
+            opts, upstream, service, lambda: read_log(str(journal)), say,
+            recorder=Recorder(upstream, opts.namespaces[0]), standby_link=link,
+            switch_after_writes=80 // share, lag_changes=20 // share, page_limit=3,
+        )  # fmt: skip
+        try:
+            scenario.outcome = await scenario.run()
+        finally:
+            await service.close()
+            await close_relay(link)
+        return scenario
+    finally:
+        sim.stop(30.0)
