@@ -229,8 +229,9 @@ class FailoverScenario(RestartScenario):
     standby_lag: float = 1.0
     # At a "-late" fault: the changes (seen by the recorder) made before the Service drops the dead replica.
     switch_after_writes: int = 80
-    # At a "-lagging" fault: how many of the recorder's changes B must be behind before the kill.
-    lag_changes: int = 20
+    # At a "-lagging" fault: how many of the recorder's changes B must be behind before the kill (the
+    # lag took hold; it grows to ``standby_lag`` meanwhile). Small: a slowed writer must still get there.
+    lag_changes: int = 10
     page_limit: int = 7  # of the paged LISTs
 
     @property
@@ -372,7 +373,7 @@ async def run_failover_on_sim(
         scenario = FailoverScenario(
             opts, upstream, service, lambda: read_log(str(journal)), say,
             recorder=Recorder(upstream, opts.namespaces[0]), standby_link=link,
-            switch_after_writes=80 // share, lag_changes=20 // share, page_limit=3,
+            switch_after_writes=80 // share, lag_changes=10 // share, page_limit=3,
         )  # fmt: skip
         try:
             scenario.outcome = await scenario.run()
