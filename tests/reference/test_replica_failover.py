@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,8 @@ def test_the_clients_of_a_dead_replica_resume_on_another_without_relisting(fault
     assert outcome.clients >= 20 and outcome.writes > 150
     assert scenario.paged_problems == [], scenario.paged_problems
     assert scenario.paged and all(pages > 1 for _, _, pages in scenario.paged), scenario.paged
+    errors = Counter(r[1] for i in scenario.informers for r in i.records if r[0] == "error")
+    print(f"clients' errors by HTTP status (0: the connection failed): {dict(errors)}")
     gone = sorted({m for i in scenario.informers for _, _, m in i.gone_at})
     assert outcome.problems() == [], f"{outcome.summary()}\n410s: {gone[:5]}"
     tracebacks = scenario.service.tracebacks()

@@ -18,6 +18,9 @@ verdict) with faults of its own (``FAILOVER_FAULTS``):
   container lost), then the Service routes to B;
 * ``failover-sigterm``: the Service routes new connections to B, then A gets SIGTERM and drains (a
   rolling update's old pod: its watches get their final BOOKMARK, resumed on B);
+* ``failover-sigterm-late``: A gets SIGTERM while the Service still routes to it, and the Service
+  moves only once A has exited (endpoints and the signal race in a rolling update): A's clients
+  resume on the draining A first (its 429s, then connections refused), then on B;
 * ``failover-sigkill-lagging``: as ``failover-sigkill``, but B's link to the upstream (a relay,
   ``FailoverScenario.standby_link``) gets ``standby_lag`` seconds of latency, and the kill waits
   until B's cache is ``lag_changes`` of the recorder's changes behind the upstream: its new clients
@@ -74,7 +77,13 @@ from tests.reliability.restarts import (
     sim_argv,
 )
 
-FAILOVER_FAULTS = ("failover-sigkill", "failover-sigterm", "failover-sigkill-lagging", "failover-sigkill-late")
+FAILOVER_FAULTS = (
+    "failover-sigkill",
+    "failover-sigterm",
+    "failover-sigterm-late",
+    "failover-sigkill-lagging",
+    "failover-sigkill-late",
+)
 # B's flags beside A's: at a "-late" fault its history (1 s) is shorter than the time the Service still
 # routes to the dead A (80 writes at 40/s), so A's clients come with rvs older than B's window.
 STANDBY_ARGS = {"failover-sigkill-late": ("--history-max-age", "1")}
@@ -331,6 +340,11 @@ class FailoverScenario(RestartScenario):
                 self.timings["routed to the dead replica"] = time.monotonic() - t1
             svc.fail_over()
             self.say(f"SIGKILL: replica A's process group; the service routes to replica {chr(65 + svc.active)}")
+        elif o.fault == "failover-sigterm-late":
+            code = await victim.sigterm(30.0)
+            svc.fail_over()
+            self._time_resume_from_now()
+            self.say(f"SIGTERM: replica A exited {code}; the service routes to replica {chr(65 + svc.active)}")
         else:
             svc.fail_over()
             code = await victim.sigterm(30.0)
