@@ -65,9 +65,8 @@ class Counters:
 
 class Relay:
     def __init__(self, target_host: str, target_port: int, *, fallbacks: Sequence[tuple[str, int]] = ()) -> None:
-        self.target = (target_host, target_port)
-        # Tried in order for each new connection: the first that accepts it gets it.
-        self.targets = [self.target, *fallbacks]
+        self.target = (target_host, target_port)  # may be switched while running (a Service's endpoint moving)
+        self.fallbacks = list(fallbacks)
         self.dialed: dict[tuple[str, int], int] = {t: 0 for t in self.targets}
         self.out: set[tuple[str, int]] = set()  # not dialed (taken out by a health check)
         self.settings = Settings()
@@ -75,6 +74,11 @@ class Relay:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
+
+    @property
+    def targets(self) -> list[tuple[str, int]]:
+        """Tried in order for each new connection: the first that accepts it gets it."""
+        return [self.target, *self.fallbacks]
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._handle, host, port)
@@ -138,7 +142,7 @@ class Relay:
                 up = await asyncio.wait_for(asyncio.open_connection(*target), 5.0)
             except (OSError, TimeoutError):
                 continue
-            self.dialed[target] += 1
+            self.dialed[target] = self.dialed.get(target, 0) + 1
             return up
         return None
 

@@ -32,7 +32,7 @@ import pytest
 
 from harness.kube.kit import Api, KubeEnv, drop_namespace, needs_kube, write_kubeconfig
 from harness.relay import Relay
-from tests.reliability.failover import FAILOVER_FAULTS, STANDBY_ARGS, FailoverScenario, ReplicaService, close_relay
+from tests.reliability.failover import FAILOVER_FAULTS, STANDBY_ARGS, FailoverScenario, ReplicaService
 from tests.reliability.restarts import Outcome, ProxyGroup, Recorder, ScenarioOptions, Target, free_port, proxy_argv
 
 pytestmark = [pytest.mark.reference, needs_kube]
@@ -66,7 +66,7 @@ async def run_on_kube(
         return await scenario.run(), scenario
     finally:
         await service.close()
-        await close_relay(link)
+        await link.close()
 
 
 @pytest.mark.parametrize("fault", list(FAILOVER_FAULTS))

@@ -128,7 +128,7 @@ class ReplicaService(ProxyGroup):
     async def close(self) -> None:
         self.stop()
         if self.relay is not None:
-            await close_relay(self.relay)
+            await self.relay.close()
 
     def relist_lines(self) -> list[str]:
         return [f"{chr(65 + i)}: {ln}" for i, r in enumerate(self.replicas) for ln in r.relist_lines()]
@@ -143,12 +143,6 @@ class ReplicaService(ProxyGroup):
                 out.append(f"{chr(65 + i)}: {text[max(0, at - 300) : at + 1500]}")
                 at = text.find("Traceback", at + 1)
         return out
-
-
-async def close_relay(relay: Relay) -> None:
-    """Stop listening and let every connection's handler end (none is left to a closed loop)."""
-    await relay.close()
-    await until(lambda: relay.counters.open == 0, 10.0, what="the relay's connections closed", interval=0.01)
 
 
 @dataclass
@@ -393,7 +387,7 @@ async def run_failover_on_sim(
             scenario.outcome = await scenario.run()
         finally:
             await service.close()
-            await close_relay(link)
+            await link.close()
         return scenario
     finally:
         sim.stop(30.0)
