@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from harness.kube.kit import Api, KubeEnv, drop_namespace, needs_kube, write_kubeconfig
 from harness.relay import Relay
-from tests.reliability.failover import FAILOVER_FAULTS, STANDBY_ARGS, FailoverScenario, ReplicaService
+from tests.reliability.failover import (
+    FAILOVER_FAULTS,
+    STANDBY_ARGS,
+    FailoverScenario,
+    ReplicaService,
+    assert_failover_verdict,
+)
 from tests.reliability.restarts import Outcome, ProxyGroup, Recorder, ScenarioOptions, Target, free_port, proxy_argv
 
 pytestmark = [pytest.mark.reference, needs_kube]
@@ -85,14 +90,4 @@ def test_the_clients_of_a_dead_replica_resume_on_another_without_relisting(fault
     finally:
         drop_namespace(api, namespace, ("configmaps",))
         api.close()
-    print(outcome.summary())
-    print(f"paged across replicas (selector, rv, pages): {scenario.paged} {scenario.paged_problems}")
-    assert outcome.clients >= 20 and outcome.writes > 150
-    assert scenario.paged_problems == [], scenario.paged_problems
-    assert scenario.paged and all(pages > 1 for _, _, pages in scenario.paged), scenario.paged
-    errors = Counter(r[1] for i in scenario.informers for r in i.records if r[0] == "error")
-    print(f"clients' errors by HTTP status (0: the connection failed): {dict(errors)}")
-    gone = sorted({m for i in scenario.informers for _, _, m in i.gone_at})
-    assert outcome.problems() == [], f"{outcome.summary()}\n410s: {gone[:5]}"
-    tracebacks = scenario.service.tracebacks()
-    assert not tracebacks, tracebacks[0]
+    assert_failover_verdict(scenario, outcome)

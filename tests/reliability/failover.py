@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -391,3 +392,20 @@ async def run_failover_on_sim(
         return scenario
     finally:
         sim.stop(30.0)
+
+
+def assert_failover_verdict(scenario: FailoverScenario, outcome: Outcome) -> None:
+    """Both tiers' verdict: the restart scenario's (no relist or 410, every update once and in order,
+    final states), the LISTs paged across the replicas equal to the upstream's, no traceback."""
+    print(outcome.summary())
+    print(f"paged across replicas (selector, rv, pages): {scenario.paged} {scenario.paged_problems}")
+    assert outcome.clients >= 20 and outcome.writes > 150
+    assert outcome.events > 1000, outcome.summary()
+    assert scenario.paged_problems == [], scenario.paged_problems
+    assert scenario.paged and all(pages > 1 for _, _, pages in scenario.paged), scenario.paged
+    errors = Counter(r[1] for i in scenario.informers for r in i.records if r[0] == "error")
+    print(f"clients' errors by HTTP status (0: the connection failed): {dict(errors)}")
+    gone = sorted({m for i in scenario.informers for _, _, m in i.gone_at})
+    assert outcome.problems() == [], f"{outcome.summary()}\n410s: {gone[:5]}"
+    tracebacks = scenario.service.tracebacks()
+    assert not tracebacks, tracebacks[0]
