@@ -77,9 +77,22 @@ class ProxyGroup:
             if proc.running():
                 proc.stop(30.0)
 
+    def tracebacks(self) -> list[str]:
+        return tracebacks(self.log_path)
+
     def relist_lines(self) -> list[str]:
         text = self.log_path.read_text("utf-8", "replace") if self.log_path.exists() else ""
         return [ln.strip() for ln in text.splitlines() if "relisted" in ln or "caught up" in ln]
+
+
+def tracebacks(log_path: Path) -> list[str]:
+    """Every traceback in a proxy's log, each with the lines before it: a proxy logs none, whatever the fault."""
+    text = log_path.read_text("utf-8", "replace") if log_path.exists() else ""
+    out, at = [], text.find("Traceback")
+    while at >= 0:
+        out.append(text[max(0, at - 2000) : at + 3000])
+        at = text.find("Traceback", at + 1)
+    return out
 
 
 async def wait_http_ok(url: str, timeout: float, ca_file: str | None = None) -> None:

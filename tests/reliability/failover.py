@@ -135,15 +135,8 @@ class ReplicaService(ProxyGroup):
         return [f"{chr(65 + i)}: {ln}" for i, r in enumerate(self.replicas) for ln in r.relist_lines()]
 
     def tracebacks(self) -> list[str]:
-        """The start of every traceback in the replicas' logs."""
-        out = []
-        for i, r in enumerate(self.replicas):
-            text = r.log_path.read_text("utf-8", "replace") if r.log_path.exists() else ""
-            at = text.find("Traceback")
-            while at >= 0:
-                out.append(f"{chr(65 + i)}: {text[max(0, at - 300) : at + 1500]}")
-                at = text.find("Traceback", at + 1)
-        return out
+        """Every traceback in the replicas' logs, named by replica."""
+        return [f"{chr(65 + i)}: {tb}" for i, r in enumerate(self.replicas) for tb in r.tracebacks()]
 
 
 @dataclass
