@@ -9,6 +9,7 @@ import select
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -156,6 +157,32 @@ def test_garbage_request_line_is_400(serve: Serve) -> None:
     reply, f = exchange(srv, GET % b"/sleep?s=0.2" + b"BAD\x00LINE\r\n\r\n")
     assert reply.status == 200 and reply.json()["path"] == "/sleep"
     assert read_reply(f).status == 400 and at_eof(f)
+
+
+async def with_audit_id(req: Request, resp: Response) -> None:
+    """Answer with the handler's own Audit-Id when asked to (as a passed-through answer carries the upstream's)."""
+    own = req.query_value("own")
+    resp.send(200, b"{}", headers=(("Audit-Id", own),) if own else ())
+
+
+def test_every_answer_carries_kubes_audit_id_the_clients_own_or_a_new_uuid(serve: Serve) -> None:
+    """kube-apiserver's first filter (WithAuditInit) sets Audit-Id on every answer it writes."""
+    srv = serve(with_audit_id)
+    first, _ = exchange(srv, GET % b"/a")
+    second, _ = exchange(srv, GET % b"/a")
+    ids = [first.headers["audit-id"], second.headers["audit-id"]]
+    assert all(uuid.UUID(i).version == 4 and str(uuid.UUID(i)) == i for i in ids) and ids[0] != ids[1], ids
+    # The client's own, echoed (its first line's, as Go's Header.Get reads it)
+    reply, _ = exchange(srv, b"GET /a HTTP/1.1\r\nHost: t\r\nAudit-ID: mine-1\r\n\r\n")
+    assert reply.headers["audit-id"] == "mine-1"
+    reply, _ = exchange(srv, b"GET /a HTTP/1.1\r\nHost: t\r\naudit-id: one\r\nAudit-Id: two\r\n\r\n")
+    assert reply.headers["audit-id"] == "one"
+    # The handler's own wins, once (read_reply refuses a repeated header)
+    reply, _ = exchange(srv, b"GET /a?own=upstream HTTP/1.1\r\nHost: t\r\nAudit-ID: mine-1\r\n\r\n")
+    assert reply.headers["audit-id"] == "upstream"
+    # What is not a request gets Go's server's answer, before any of kube's filters: none
+    reply, _ = exchange(srv, b"\x16\x03\x01 not http at all\r\n\r\n")
+    assert reply.status == 400 and "audit-id" not in reply.headers
 
 
 def test_header_section_over_limit_is_431(serve: Serve) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -213,6 +214,27 @@ async def test_a_304_over_http2_has_no_content_type_when_the_upstreams_had_none(
                 await c.close()
         finally:
             await client.close()
+
+
+@arun
+async def test_every_answer_carries_kubes_audit_id_over_http2_too(cert: Pair) -> None:
+    """As over HTTP/1.1 (tests/http/test_http.py): the client's own Audit-ID, else a new UUID; the
+    handler's own (a passed-through answer's: the upstream's) instead, never beside it."""
+
+    async def handler(request: Request, response: Response) -> None:
+        own = request.query_value("own")
+        response.send(200, b"{}", headers=(("Audit-Id", own),) if own else ())
+
+    async with h2_server(cert, handler) as srv:
+        c = await srv.client()
+        made = [(await c.get("/a")).header_lines for _ in range(2)]
+        ids = [v for lines in made for n, v in lines if n == "audit-id"]
+        assert len(ids) == 2 and ids[0] != ids[1] and all(uuid.UUID(i).version == 4 for i in ids), made
+        mine = await c.get("/a", headers=[("audit-id", "mine-2")])
+        assert [v for n, v in mine.header_lines if n == "audit-id"] == ["mine-2"]
+        own = await c.get("/a?own=upstream", headers=[("audit-id", "mine-2")])
+        assert [v for n, v in own.header_lines if n == "audit-id"] == ["upstream"]
+        await c.close()
 
 
 # ------------------------------------------------------------------ limits

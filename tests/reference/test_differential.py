@@ -20,6 +20,7 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,11 +74,16 @@ class Env:
     rvs: list[str]  # resourceVersions of writes made after the proxy started (inside its window)
 
     def both(
-        self, path: str, accept: str = "application/json", token: str | None = None, user_agent: str | None = None
+        self,
+        path: str,
+        accept: str = "application/json",
+        token: str | None = None,
+        user_agent: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[Any, Any]:
         """(the apiserver's answer, the proxy's answer) to one GET: one after the other, or, for a watch
         (which may run to its timeout at each), both at once."""
-        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token is not None else {})}
         if user_agent is not None:
             headers["User-Agent"] = user_agent
         sides = (("the apiserver", self.direct), ("the proxy", self.proxy))
@@ -793,6 +799,34 @@ def test_a_custom_resources_selectable_fields_are_the_apiservers(env: Env, selec
     assert_same(want, got, what=selector)
     if selector == "spec.color=red":
         assert [i["metadata"]["name"] for i in got.doc()["items"]] == ["t-0", "t-2"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{CONFIGMAPS}?resourceVersion=0",  # from the cache
+        f"{CONFIGMAPS}/cm-1",  # passed through (consistent)
+        f"{CONFIGMAPS}/no-such?resourceVersion=0",  # the cache's 404
+        f"{CONFIGMAPS}?watch=1&resourceVersion=0&timeoutSeconds=1",
+        f"{CONFIGMAPS}?resourceVersion=abc",  # 400
+        "/healthz",
+    ],
+    ids=["list", "get", "not-found", "watch", "bad-rv", "healthz"],
+)
+@pytest.mark.parametrize("who", ["admin", "nobody"])
+def test_every_answer_has_the_audit_id_the_apiserver_gives(env: Env, path: str, who: str) -> None:
+    """kube's first filter (WithAuditInit) sets ``Audit-Id`` on every answer, refusals included: the
+    request's own ``Audit-ID``, else a new UUID."""
+    token = env.kube.nobody_token if who == "nobody" else None
+    for sent in ("ref-audit-1", None):
+        headers = {"Audit-ID": sent} if sent else {}
+        want, got = env.both(path, token=token, headers=headers)
+        assert got.status == want.status, (path, want.status, got.status)
+        ids = (want.headers.get("audit-id"), got.headers.get("audit-id"))
+        if sent:
+            assert ids == (sent, sent), (path, ids)
+        else:
+            assert all(i and uuid.UUID(i).version == 4 for i in ids) and ids[0] != ids[1], (path, ids)
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,9 @@ class BodyGate:
         self._conn = conn
         self.request = request
         # The answer of a refusal: with the body unread, the connection's last (``Connection: close``).
-        self.refusal = H1Response(conn, False, request.method == "HEAD", request.http_version == "1.0")
+        self.refusal = H1Response(
+            conn, False, request.method == "HEAD", request.http_version == "1.0", request.audit_id()
+        )
         self._loop = asyncio.get_running_loop()
         # The body is in (the complete request), or failed (None, and ``_error``).
         self._done: asyncio.Future[Complete | None] = self._loop.create_future()

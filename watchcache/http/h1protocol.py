@@ -511,7 +511,7 @@ class H1Protocol(asyncio.BufferedProtocol):
             resp.handler_returned()  # no handler: the error is the answer
             return
         request, keep_alive, self._active_size = item
-        resp = H1Response(self, keep_alive, request.method == "HEAD", request.http_version == "1.0")
+        resp = H1Response(self, keep_alive, request.method == "HEAD", request.http_version == "1.0", request.audit_id())
         self._active = resp
         self._task = self._loop.create_task(self._run(request, resp))
         if self._prestart is not None and not request.body:
@@ -594,7 +594,9 @@ class H1Protocol(asyncio.BufferedProtocol):
         """The admitted request, its body in: its handler (the grant in ``request.admitted``), as the active one."""
         self._gating = None
         request, keep_alive, self._active_size = complete
-        response = H1Response(self, keep_alive, request.method == "HEAD", request.http_version == "1.0")
+        response = H1Response(
+            self, keep_alive, request.method == "HEAD", request.http_version == "1.0", request.audit_id()
+        )
         self._active = response
         await self._run(request, response)
 

@@ -23,6 +23,7 @@ from http import HTTPStatus
 from typing import Protocol
 
 from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
+from watchcache.http.request import new_audit_id
 
 __all__ = ["H1Connection", "H1Response", "header_line"]
 
@@ -134,6 +135,7 @@ class H1Response:
     """The answer to one HTTP/1.1 request (a ``Response``); writes go straight to the connection's transport."""
 
     __slots__ = (
+        "_audit",
         "_chunked",
         "_close_cbs",
         "_conn",
@@ -149,8 +151,14 @@ class H1Response:
     #: The connection waits for both the handler and the answer (``handler_returned``, ``finished``).
     outlives_handler = True
 
-    def __init__(self, conn: H1Connection, keep_alive: bool, head_only: bool, http10: bool) -> None:
+    def __init__(
+        self, conn: H1Connection, keep_alive: bool, head_only: bool, http10: bool, audit_id: str | None = None
+    ) -> None:
         self._conn = conn
+        # The client's Audit-ID ("": a new one is made; ``Request.audit_id``), until the head is written.
+        # None: no Audit-Id, for the server's own refusal of what is not a request (Go's server writes
+        # those without kube's filters).
+        self._audit = audit_id
         self._keep_alive = keep_alive
         self._head_only = head_only
         self._http10 = http10
@@ -181,11 +189,17 @@ class H1Response:
         elif self._http10:
             parts.append(_CONN_KEEP_ALIVE)
         cache_control = _CACHE_CONTROL
+        audit = self._audit
         for name, value in headers:
             if cache_control and len(name) == 13 and name.lower() == "cache-control":
                 cache_control = b""  # the handler's own (a passed-through answer's): kube's filter yields too
+            elif audit is not None and len(name) == 8 and name.lower() == "audit-id":
+                audit = None  # the upstream's own, for the request it was sent (a passed-through answer's)
             parts.append(header_line(name, value))
         parts.append(cache_control)
+        if audit is not None:
+            parts.append(header_line("Audit-Id", audit or new_audit_id()))
+            self._audit = None
         parts.append(_CRLF)
         return b"".join(parts)
 

@@ -38,7 +38,7 @@ from typing import Protocol
 from h2.errors import ErrorCodes
 
 from watchcache.http.flowcontrol import ConnectionClosed, FlowControl
-from watchcache.http.request import Request
+from watchcache.http.request import Request, new_audit_id
 
 __all__ = ["BLOCKED", "CONNECTION_SPECIFIC", "ENDED", "Framer", "H2Response", "StreamConnection"]
 
@@ -186,10 +186,15 @@ class H2Response:
         if conn.server_header:
             fields.append((b"server", conn.server_header))
         cache_control: tuple[bytes, bytes] | None = _CACHE_CONTROL
+        # kube's Audit-Id (``Request.audit_id``): none on a stream refused before its request was whole
+        request = self._request
+        audit = request is not None
         for name, value in headers:
             key = name.lower()
             if key == "cache-control":
                 cache_control = None  # the handler's own (a passed-through answer's): kube's filter yields too
+            elif key == "audit-id":
+                audit = False  # the upstream's own, for the request it was sent (a passed-through answer's)
             if "\r" in value or "\n" in value or "\x00" in value:
                 raise ValueError(f"invalid header value for {name!r}")
             if key in CONNECTION_SPECIFIC:
@@ -200,6 +205,9 @@ class H2Response:
             fields.append((key.encode("latin-1"), value.encode("latin-1")))
         if cache_control is not None:
             fields.append(cache_control)
+        if audit:
+            assert request is not None
+            fields.append((b"audit-id", (request.audit_id() or new_audit_id()).encode("latin-1")))
         self.status = status
         self._started = True
         conn.answered(self)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ __all__ = [
     "Prestart",
     "Request",
     "is_probe",
+    "new_audit_id",
     "origin_form",
     "parse_query",
     "peer_identity",
@@ -96,10 +98,30 @@ class Request:
                 lines.extend((name, v) for v in values)
         return lines
 
+    def audit_id(self) -> str:
+        """The ``Audit-ID`` the client sent (its first line's, as Go's ``Header.Get``), or "": kube-apiserver's
+        first filter (``WithAuditInit``) answers every request with it as ``Audit-Id``, or with a new UUID
+        (``new_audit_id``). A value no header line may carry (a CR, LF or NUL, which the parser lets
+        through nowhere) counts as none, so the answer's head is always writable."""
+        value = self.headers.get("audit-id")
+        if not value:
+            return ""
+        if self.repeated is not None:
+            value = self.repeated.get("audit-id", (value,))[0]
+        if "\r" in value or "\n" in value or "\x00" in value:
+            return ""
+        return value
+
     def query_value(self, name: str) -> str | None:
         """First value of a query parameter, as most list/watch options are single-valued."""
         values = self.query.get(name)
         return values[0] if values else None
+
+
+def new_audit_id() -> str:
+    """An answer's ``Audit-Id`` where the client sent none: a random UUID, as kube's ``uuid.New()``.
+    Made as the head is written, so a passed-through answer (which has the upstream's) costs none."""
+    return str(uuid.uuid4())
 
 
 class Admitted(Protocol):
