@@ -294,14 +294,25 @@ def same_line_but_ages(a: str, b: str, slack: int = 1) -> bool:
 
 def test_kubectl_get_watch_prints_kubes_lines(env: Env) -> None:
     ns = env.scenario.ns
-    procs = {}
+    procs: dict[tuple[str, str], subprocess.Popen[str]] = {}
+    lines: dict[tuple[str, str], list[str]] = {}
+    readers = []
     for where in ("direct", "proxy"):
         for kind in ("pods", "configmaps"):
             argv = [env.kubectl, "--kubeconfig", str(env.kubeconfigs[where]), "get", kind, "-n", ns, "-w", "-o", "wide"]
-            procs[where, kind] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    outs = {}
+            proc = procs[where, kind] = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            out = lines[where, kind] = []
+            assert proc.stdout is not None
+            readers.append(threading.Thread(target=lambda f=proc.stdout, out=out: out.extend(f), daemon=True))
+            readers[-1].start()
+    errors = {}
     try:
-        time.sleep(3)
+        # Each kubectl has printed its LIST: its watch starts from that LIST's rv, so every write below
+        # comes to it as an event, however late the watch itself is registered (not a fixed sleep: four
+        # kubectl processes took over 3 s to get there under make test's three workers).
+        wait_for(lambda: all(lines.values()), 60, "every kubectl printed its list")
         cms = env.scenario.path("configmaps")
         pods = env.scenario.path("pods")
         for i in range(3):
@@ -316,15 +327,32 @@ def test_kubectl_get_watch_prints_kubes_lines(env: Env) -> None:
         env.api.delete(f"{pods}/watched", gracePeriodSeconds=0)
         for i in range(3):
             env.api.delete(f"{cms}/watched-{i}")
-        time.sleep(3)
+        # Until both print as many lines, past the least kube prints, and no more come for a second
+        # (kube's controllers may still touch the scenario's pods: each server prints those too).
+        settled: dict[str, tuple[int, float]] = {}
+
+        def printed_alike() -> bool:
+            for kind, least in (("pods", 25), ("configmaps", 12)):
+                n = len(lines["direct", kind])
+                if n < least or len(lines["proxy", kind]) != n:
+                    return False
+                if settled.get(kind, (-1, 0.0))[0] != n:
+                    settled[kind] = (n, time.monotonic())
+            return all(time.monotonic() - since >= 1.0 for _, since in settled.values())
+
+        wait_for(printed_alike, 60, "kubectl printed the same number of lines through the proxy and direct")
     finally:
         for key, proc in procs.items():
             proc.terminate()
-            outs[key] = proc.communicate(timeout=10)
-    for kind, least in (("pods", 25), ("configmaps", 12)):
-        direct, ours = outs["direct", kind][0].splitlines(), outs["proxy", kind][0].splitlines()
-        assert len(direct) >= least, (kind, outs["direct", kind][1])
-        assert len(ours) == len(direct), (kind, outs["proxy", kind][1], ours, len(direct))
+            errors[key] = proc.communicate(timeout=10)[1]
+        for reader in readers:
+            reader.join(10)
+    for kind in ("pods", "configmaps"):
+        direct, ours = (
+            [line.rstrip("\n") for line in lines["direct", kind]],
+            [line.rstrip("\n") for line in lines["proxy", kind]],
+        )
+        assert len(ours) == len(direct), (kind, errors["proxy", kind], ours, len(direct))
         for a, b in zip(direct, ours, strict=True):
             assert same_line_but_ages(a, b, slack=3), (a, b)
 
