@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -292,6 +292,12 @@ def same_line_but_ages(a: str, b: str, slack: int = 1) -> bool:
     return True
 
 
+def _read_lines(stream: IO[str], into: list[str]) -> None:
+    """Each line as it comes (the test polls ``len(into)``), until the process ends."""
+    for line in stream:
+        into.append(line)
+
+
 def test_kubectl_get_watch_prints_kubes_lines(env: Env) -> None:
     ns = env.scenario.ns
     procs: dict[tuple[str, str], subprocess.Popen[str]] = {}
@@ -305,7 +311,7 @@ def test_kubectl_get_watch_prints_kubes_lines(env: Env) -> None:
             )
             out = lines[where, kind] = []
             assert proc.stdout is not None
-            readers.append(threading.Thread(target=lambda f=proc.stdout, out=out: out.extend(f), daemon=True))
+            readers.append(threading.Thread(target=_read_lines, args=(proc.stdout, out), daemon=True))
             readers[-1].start()
     errors = {}
     try:
